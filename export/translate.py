@@ -1,0 +1,112 @@
+"""Translate with a PyTorch checkpoint: the reference the ONNX artefacts must match.
+
+    python -m export.translate "A man is riding a bike." --beam 4
+    python -m export.translate --input test.en --beam 4 > hyp.de
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from export.checkpoint import load_checkpoint
+from export.data import encode_source, pad
+from export.model import KeyValue, Transformer, padding_mask
+from service.engine.search import Hypothesis, beam_search
+
+DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "transformer-en-de" / "model.safetensors"
+
+
+class TorchDecoder:
+    """The model's cached decoder behind the search's ``IncrementalDecoder`` protocol."""
+
+    def __init__(self, model: Transformer, src: torch.Tensor, with_attention: bool = False) -> None:
+        self.model = model
+        self.memory_kv = model.memory_kv(model.encode(src))
+        self.src_mask = padding_mask(src, model.cfg.pad_id)
+        self.past: list[KeyValue] | None = None
+        self.with_attention = with_attention
+
+    @torch.no_grad()
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        tokens = torch.from_numpy(last_tokens).to(self.src_mask.device)[:, None]  # (N, 1)
+        logits, self.past, attn = self.model.decode(tokens, self.memory_kv, self.src_mask, self.past)
+        logp = logits[:, -1].float().log_softmax(-1).cpu().numpy()
+        return logp, attn[:, -1].float().cpu().numpy() if self.with_attention else None
+
+    def reorder(self, rows: np.ndarray) -> None:
+        idx = torch.from_numpy(rows).to(self.src_mask.device)
+        self.memory_kv = [(k[idx], v[idx]) for k, v in self.memory_kv]
+        self.src_mask = self.src_mask[idx]
+        if self.past is not None:
+            self.past = [(k[idx], v[idx]) for k, v in self.past]
+
+
+@torch.no_grad()
+def translate_ids(
+    model: Transformer,
+    src_ids: Sequence[Sequence[int]],
+    beam_size: int = 4,
+    max_len: int | None = None,
+    batch_size: int = 64,
+    length_penalty: float = 1.0,
+) -> list[list[int]]:
+    """Best hypothesis ids per source, batched in length order, returned in input order."""
+    cfg = model.cfg
+    device = next(model.parameters()).device
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+    out: list[list[int]] = [[] for _ in src_ids]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        src = pad([src_ids[i] for i in chunk], cfg.pad_id).to(device)
+        limit = max_len or min(cfg.max_len - 1, 2 * src.size(1) + 10)
+        hyps: list[list[Hypothesis]] = beam_search(
+            TorchDecoder(model, src), len(chunk), beam_size=beam_size, max_len=limit,
+            bos_id=cfg.bos_id, eos_id=cfg.eos_id, length_penalty=length_penalty,
+        )
+        for i, h in zip(chunk, hyps, strict=True):
+            out[i] = h[0].tokens
+    return out
+
+
+def translate(
+    model: Transformer, tokenizer: Tokenizer, texts: Sequence[str], beam_size: int = 4, **kwargs: int | float
+) -> list[str]:
+    src_ids = encode_source(tokenizer, texts, model.cfg.max_len)
+    ids = translate_ids(model, src_ids, beam_size=beam_size, **kwargs)  # type: ignore[arg-type]
+    return tokenizer.decode_batch(ids)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m export.translate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
+    p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    p.add_argument("--tokenizer", type=Path, help="default: tokenizer.json next to the checkpoint")
+    p.add_argument("--input", type=Path, help="a file with one sentence per line")
+    p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
+    p.add_argument("--length-penalty", type=float, default=1.0)
+    p.add_argument("--batch-size", type=int, default=64)
+    args = p.parse_args(argv)
+
+    model = load_checkpoint(args.checkpoint)
+    tokenizer = Tokenizer.from_file(str(args.tokenizer or args.checkpoint.parent / "tokenizer.json"))
+    if args.text:
+        texts = list(args.text)
+    elif args.input:
+        texts = args.input.read_text(encoding="utf-8").splitlines()
+    else:
+        texts = sys.stdin.read().splitlines()
+    for line in translate(model, tokenizer, texts, beam_size=args.beam,
+                          length_penalty=args.length_penalty, batch_size=args.batch_size):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The artefact directory and its manifest: the contract between export/ and service/.
+
+An artefact directory holds ONNX graphs, ``tokenizer.json`` and ``manifest.json``. The export
+step writes the manifest (export/ imports this module, never the other way round); the service
+loads nothing whose sha256 does not match it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MANIFEST_NAME = "manifest.json"
+SCHEMA_VERSION = 1
+
+Task = Literal["translate", "embed"]
+Variant = Literal["fp32", "int8", "fp16"]
+
+
+class ArtefactError(RuntimeError):
+    """An artefact directory that cannot be served; the message names the offending file."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FileEntry(_Strict):
+    path: str  # relative to the artefact directory
+    sha256: str
+    size: int
+
+
+class TensorSpec(_Strict):
+    name: str
+    dtype: str  # "int64", "float32", "float16"
+    shape: list[int | str]  # str = dynamic axis name
+
+
+class GraphSpec(_Strict):
+    file: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+class SpecialIds(_Strict):
+    pad: int
+    bos: int | None = None  # decoder start token (translation)
+    eos: int | None = None
+    unk: int | None = None
+
+
+class SourceInfo(_Strict):
+    kind: Literal["ours", "marian", "bert"]
+    path: str
+    sha256: str  # of the source checkpoint's weight file(s), hashed in sorted name order
+
+
+class TranslationInfo(_Strict):
+    source_languages: list[str]
+    target_languages: list[str]
+    n_layers: int  # decoder layers
+    n_heads: int
+    d_head: int
+    max_source_len: int
+    max_target_len: int
+    has_alignments: bool
+
+
+class EmbeddingInfo(_Strict):
+    dim: int
+    pooling: Literal["mean", "cls"]
+    normalize: bool  # the source pipeline L2-normalises by default
+    max_len: int
+    needs_token_type_ids: bool
+
+
+class Manifest(_Strict):
+    schema_version: int = SCHEMA_VERSION
+    name: str  # e.g. "transformer-en-de", "all-MiniLM-L6-v2"
+    task: Task
+    variant: Variant
+    source: SourceInfo
+    files: list[FileEntry]
+    graphs: dict[str, GraphSpec]  # translate: "encoder", "decoder"; embed: "encoder"
+    tokenizer: str = "tokenizer.json"
+    vocab_size: int
+    special_ids: SpecialIds
+    translation: TranslationInfo | None = None
+    embedding: EmbeddingInfo | None = None
+    opset: int
+    ir_version: int
+    onnxruntime_version: str  # the version that verified the parity figures below
+    parity: dict[str, float] = Field(default_factory=dict)  # e.g. max_abs_logits, bleu, bleu_drop
+    fusions: dict[str, int] = Field(default_factory=dict)  # onnxruntime optimizer fusion counts
+    created_at: str
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_entry(directory: Path, name: str) -> FileEntry:
+    path = directory / name
+    return FileEntry(path=name, sha256=sha256_of(path), size=path.stat().st_size)
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    tmp = directory / (MANIFEST_NAME + ".tmp")
+    tmp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.replace(directory / MANIFEST_NAME)
+
+
+def read_manifest(directory: Path) -> Manifest:
+    path = directory / MANIFEST_NAME
+    if not path.is_file():
+        raise ArtefactError(f"{path}: manifest missing (run the export step first)")
+    try:
+        return Manifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ArtefactError(f"{path}: invalid manifest: {e}") from e
+
+
+def load_and_verify(directory: Path) -> Manifest:
+    """Read the manifest and check every listed file's size and sha256; raise naming the file."""
+    manifest = read_manifest(directory)
+    for entry in manifest.files:
+        path = directory / entry.path
+        if not path.is_file():
+            raise ArtefactError(f"{path}: listed in the manifest but missing")
+        if path.stat().st_size != entry.size or sha256_of(path) != entry.sha256:
+            raise ArtefactError(f"{path}: sha256 does not match the manifest (corrupted or replaced)")
+    listed = {e.path for e in manifest.files}
+    for needed in [manifest.tokenizer, *(g.file for g in manifest.graphs.values())]:
+        if needed not in listed:
+            raise ArtefactError(f"{directory / needed}: used but not listed (unverifiable)")
+    return manifest

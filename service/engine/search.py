@@ -1,0 +1,132 @@
+"""Greedy and beam search over any incremental decoder, in NumPy.
+
+The search owns the hypotheses; the decoder owns its key/value cache. Each step the decoder
+gets the last token of every running row and returns next-token log-probabilities; ``reorder``
+tells it which rows survive and in what order (beams that win are copied, finished sentences
+leave the running batch). The ONNX engine and the PyTorch reference both plug in here, so
+their outputs can be compared token for token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class IncrementalDecoder(Protocol):
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(N,) int64 → log-probs (N, V) float32 and, if tracked, cross-attention (N, S)."""
+        ...
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Keep cache rows ``rows`` (int64, may repeat), in that order."""
+        ...
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    tokens: list[int]  # generated ids, without <s> and </s>
+    score: float  # sum of log-probs / length ** length_penalty
+    alignment: np.ndarray | None  # (len(tokens), S) cross-attention of each target token
+
+
+def _normalise(logprob: float, length: int, length_penalty: float) -> float:
+    return logprob / max(length, 1) ** length_penalty
+
+
+def beam_search(
+    decoder: IncrementalDecoder,
+    batch_size: int,
+    *,
+    beam_size: int,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    n_best: int = 1,
+    length_penalty: float = 1.0,
+) -> list[list[Hypothesis]]:
+    """n_best hypotheses per sentence, best first. beam_size=1 is greedy decoding.
+
+    A sentence stops once it has ``beam_size`` finished hypotheses (early stopping) or after
+    ``max_len`` tokens; its rows then leave the running batch.
+    """
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
+    k = beam_size
+    decoder.reorder(np.repeat(np.arange(batch_size), k))
+    active = list(range(batch_size))  # sentence of each block of k rows
+    # Only the first beam of each sentence is alive at the start: the others would duplicate it.
+    scores = np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch_size)  # (N,)
+    history = np.zeros((batch_size * k, 0), dtype=np.int64)  # generated tokens per row
+    attn_history: np.ndarray | None = None  # (N, t, S)
+    last = np.full(batch_size * k, bos_id, dtype=np.int64)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+
+    for t in range(max_len):
+        logp, attn = decoder.step(last)  # (N, V), (N, S)
+        if attn is not None:
+            step_attn = attn[:, None, :]
+            attn_history = step_attn if attn_history is None else np.concatenate([attn_history, step_attn], 1)
+        vocab = logp.shape[1]
+        cand = (scores[:, None] + logp).reshape(len(active), k * vocab)
+        top = np.argpartition(-cand, 2 * k - 1, axis=1)[:, : 2 * k]
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(cand, top, 1), axis=1), 1)
+
+        keep_rows: list[int] = []
+        keep_tokens: list[int] = []
+        keep_scores: list[float] = []
+        still_active: list[int] = []
+        for j, sent in enumerate(active):
+            going: list[tuple[int, int, float]] = []  # (row, token, score), best first
+            for rank, c in enumerate(top[j]):
+                row, token, score = j * k + int(c) // vocab, int(c) % vocab, float(cand[j, c])
+                if score == -np.inf or len(going) == k:
+                    break
+                if token != eos_id:
+                    going.append((row, token, score))
+                elif rank < k:
+                    finished[sent].append(_finish(history[row], attn_history, row, score, length_penalty, True))
+            if t == max_len - 1:  # out of room: the best running beams end here, unfinished
+                for row, token, score in going[: k - len(finished[sent])]:
+                    tokens = np.append(history[row], token)
+                    finished[sent].append(_finish(tokens, attn_history, row, score, length_penalty, False))
+                continue
+            if len(finished[sent]) >= k or not going:
+                continue
+            going += [(going[-1][0], going[-1][1], -np.inf)] * (k - len(going))  # keep blocks of k
+            for row, token, score in going:
+                keep_rows.append(row)
+                keep_tokens.append(token)
+                keep_scores.append(score)
+            still_active.append(sent)
+        if not still_active:
+            break
+        rows = np.array(keep_rows, dtype=np.int64)
+        decoder.reorder(rows)
+        history = np.concatenate([history[rows], np.array(keep_tokens, dtype=np.int64)[:, None]], 1)
+        if attn_history is not None:
+            attn_history = attn_history[rows]
+        scores = np.array(keep_scores)
+        last = history[:, -1]
+        active = still_active
+
+    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+
+
+def _finish(
+    tokens: np.ndarray,
+    attn_history: np.ndarray | None,
+    row: int,
+    logprob: float,
+    length_penalty: float,
+    ended_with_eos: bool,
+) -> Hypothesis:
+    length = len(tokens) + int(ended_with_eos)
+    alignment = None if attn_history is None else attn_history[row, : len(tokens)].copy()
+    return Hypothesis(
+        tokens=[int(x) for x in tokens],
+        score=_normalise(logprob, length, length_penalty),
+        alignment=alignment,
+    )
