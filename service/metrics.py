@@ -1,0 +1,63 @@
+"""Every Prometheus object of the service, in one place.
+
+Label values come only from fixed sets (endpoint route templates, status codes the service
+emits, model names from loaded manifests, stage names below), never from client input.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PREFIX = "tserve"
+Stage = Literal["tokenize", "queue", "encoder", "decoder", "pool", "detokenize", "total"]
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_TOKEN_BUCKETS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+REQUESTS = Counter(f"{PREFIX}_requests", "HTTP requests by endpoint and status code", ["endpoint", "status"])
+REQUEST_LATENCY = Histogram(
+    f"{PREFIX}_request_duration_seconds", "HTTP request latency", ["endpoint"], buckets=_LATENCY_BUCKETS
+)
+STAGE_LATENCY = Histogram(
+    f"{PREFIX}_stage_duration_seconds",
+    "Time per pipeline stage (tokenize, queue, encoder, decoder, pool, detokenize, total)",
+    ["model", "stage"],
+    buckets=_LATENCY_BUCKETS,
+)
+BATCH_SIZE = Histogram(f"{PREFIX}_batch_size", "Items per engine batch", ["model"], buckets=_SIZE_BUCKETS)
+BATCH_TOKENS = Histogram(
+    f"{PREFIX}_batch_tokens", "Input tokens per engine batch", ["model"], buckets=_TOKEN_BUCKETS
+)
+QUEUE_DEPTH = Gauge(f"{PREFIX}_queue_depth", "Items waiting in the batcher queue", ["model"])
+INPUT_TOKENS = Counter(f"{PREFIX}_input_tokens", "Input tokens processed", ["model"])
+OUTPUT_TOKENS = Counter(f"{PREFIX}_output_tokens", "Output tokens generated", ["model"])
+REJECTED = Counter(f"{PREFIX}_rejected", "Items refused before queueing", ["model", "reason"])
+DROPPED = Counter(
+    f"{PREFIX}_dropped", "Queued items dropped without inference (client gone, deadline)", ["model", "reason"]
+)
+ITEM_ERRORS = Counter(f"{PREFIX}_item_errors", "Items that failed inside a batch", ["model"])
+MODEL_INFO = Gauge(
+    f"{PREFIX}_model_info", "Loaded models (value 1)", ["model", "task", "variant", "provider"]
+)
+READY = Gauge(f"{PREFIX}_ready", "1 when every model is loaded, verified and warmed up")
+INFLIGHT = Gauge(f"{PREFIX}_inflight_requests", "HTTP requests being served")
+
+
+def observe_stage(model: str, stage: Stage, seconds: float) -> None:
+    STAGE_LATENCY.labels(model=model, stage=stage).observe(seconds)
+
+
+@contextmanager
+def timed(model: str, stage: Stage) -> Iterator[None]:
+    """Time a block into the stage histogram."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        observe_stage(model, stage, time.perf_counter() - start)
