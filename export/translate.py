@@ -65,9 +65,10 @@ def translate_ids(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         src = pad([src_ids[i] for i in chunk], cfg.pad_id).to(device)
-        limit = max_len or min(cfg.max_len - 1, 2 * src.size(1) + 10)
+        # Each sentence's own limit, so that its translation does not depend on its batch.
+        limits = [max_len or min(cfg.max_len - 1, 2 * len(src_ids[i]) + 10) for i in chunk]
         hyps: list[list[Hypothesis]] = beam_search(
-            TorchDecoder(model, src), len(chunk), beam_size=beam_size, max_len=limit,
+            TorchDecoder(model, src), len(chunk), beam_size=beam_size, max_len=limits,
             bos_id=cfg.bos_id, eos_id=cfg.eos_id, length_penalty=length_penalty,
         )
         for i, h in zip(chunk, hyps, strict=True):

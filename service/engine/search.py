@@ -9,6 +9,7 @@ their outputs can be compared token for token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,7 +42,7 @@ def beam_search(
     batch_size: int,
     *,
     beam_size: int,
-    max_len: int,
+    max_len: int | Sequence[int],
     bos_id: int,
     eos_id: int,
     n_best: int = 1,
@@ -50,11 +51,13 @@ def beam_search(
     """n_best hypotheses per sentence, best first. beam_size=1 is greedy decoding.
 
     A sentence stops once it has ``beam_size`` finished hypotheses (early stopping) or after
-    ``max_len`` tokens; its rows then leave the running batch.
+    ``max_len`` tokens (one limit for all, or one per sentence, so that a sentence's result never
+    depends on the others in its batch); its rows then leave the running batch.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
     k = beam_size
+    limits = np.broadcast_to(np.asarray(max_len, dtype=np.int64), (batch_size,))
     decoder.reorder(np.repeat(np.arange(batch_size), k))
     active = list(range(batch_size))  # sentence of each block of k rows
     # Only the first beam of each sentence is alive at the start: the others would duplicate it.
@@ -64,7 +67,7 @@ def beam_search(
     last = np.full(batch_size * k, bos_id, dtype=np.int64)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
 
-    for t in range(max_len):
+    for t in range(int(limits.max(initial=0))):
         logp, attn = decoder.step(last)  # (N, V), (N, S)
         if attn is not None:
             step_attn = attn[:, None, :]
@@ -87,8 +90,10 @@ def beam_search(
                 if token != eos_id:
                     going.append((row, token, score))
                 elif rank < k:
-                    finished[sent].append(_finish(history[row], attn_history, row, score, length_penalty, True))
-            if t == max_len - 1:  # out of room: the best running beams end here, unfinished
+                    finished[sent].append(
+                        _finish(history[row], attn_history, row, score, length_penalty, True)
+                    )
+            if t >= limits[sent] - 1:  # out of room: the best running beams end here, unfinished
                 for row, token, score in going[: k - len(finished[sent])]:
                     tokens = np.append(history[row], token)
                     finished[sent].append(_finish(tokens, attn_history, row, score, length_penalty, False))

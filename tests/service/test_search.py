@@ -1,0 +1,304 @@
+"""Greedy and beam search (service/engine/search.py) against scripted decoders and a tiny model."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from service.engine.search import Hypothesis, beam_search
+
+PAD, BOS, EOS, A, B, C = range(6)
+V, S = 6, 3  # vocabulary, source length
+Table = dict[tuple[int, ...], dict[int, float]]
+
+
+def distribution(table: Table, prefix: tuple[int, ...], default: dict[int, float]) -> np.ndarray:
+    """Probabilities for the next token: the table's entry (or ``default``); the mass left over is
+    spread evenly over the other word tokens; <pad>/<s> and unlisted tokens get ~0."""
+    given = table.get(prefix, default)
+    probs = np.full(V, 1e-9)
+    for token, p in given.items():
+        probs[token] = p
+    rest = [t for t in (A, B, C) if t not in given]
+    left = 1.0 - sum(given.values())
+    if rest and left > 1e-9:
+        probs[rest] = left / len(rest)
+    return probs / probs.sum()
+
+
+class ScriptedDecoder:
+    """Log-probs read from a fixed table per sentence, keyed by the generated prefix.
+
+    The decoder keeps its own per-row state (sentence, prefix) and permutes it on ``reorder``, as a
+    real key/value cache would; a search that loses track of rows gets the wrong log-probs.
+    Attention row = (step index, token fed, sentence), so alignments can be traced back.
+    """
+
+    def __init__(
+        self, tables: Sequence[Table], default: dict[int, float] | None = None, attention: bool = True
+    ):
+        self.tables = list(tables)
+        self.default = default if default is not None else {EOS: 0.9}
+        self.attention = attention
+        self.sent = np.arange(len(tables))
+        self.fed: list[tuple[int, ...]] = [() for _ in tables]
+        self.reorder_sizes: list[int] = []
+        self.step_sizes: list[int] = []
+
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        assert last_tokens.dtype == np.int64 and len(last_tokens) == len(self.sent)
+        self.step_sizes.append(len(last_tokens))
+        self.fed = [(*f, int(t)) for f, t in zip(self.fed, last_tokens, strict=True)]
+        logp = np.stack(
+            [
+                np.log(distribution(self.tables[s], f[1:], self.default))
+                for s, f in zip(self.sent, self.fed, strict=True)
+            ]
+        )
+        attn = np.array(
+            [[len(f) - 1, f[-1], s] for s, f in zip(self.sent, self.fed, strict=True)], dtype=np.float32
+        )
+        return logp.astype(np.float32), attn if self.attention else None
+
+    def reorder(self, rows: np.ndarray) -> None:
+        assert rows.dtype == np.int64 and (rows < len(self.sent)).all()
+        self.reorder_sizes.append(len(rows))
+        self.sent = self.sent[rows]
+        self.fed = [self.fed[r] for r in rows]
+
+
+def search(
+    tables: Sequence[Table],
+    beam: int,
+    max_len: int | list[int] = 10,
+    default: dict[int, float] | None = None,
+    n_best: int = 1,
+    length_penalty: float = 1.0,
+) -> tuple[list[list[Hypothesis]], ScriptedDecoder]:
+    dec = ScriptedDecoder(tables, default)
+    hyps = beam_search(
+        dec, len(tables), beam_size=beam, max_len=max_len, bos_id=BOS, eos_id=EOS,
+        n_best=n_best, length_penalty=length_penalty,
+    )  # fmt: skip
+    return hyps, dec
+
+
+def table_logprob(
+    table: Table, tokens: Sequence[int], ended: bool, default: dict[int, float] | None = None
+) -> float:
+    seq = [*tokens, EOS] if ended else list(tokens)
+    d = default if default is not None else {EOS: 0.9}
+    return sum(math.log(distribution(table, tuple(seq[:i]), d)[t]) for i, t in enumerate(seq))
+
+
+# A sentence where the greedy first choice (A, p=.6) leads to a poor ending (</s> at .4), while
+# B (p=.4) is followed by a confident </s> (.9): log .4 + log .9 > log .6 + log .4.
+TRAP: Table = {(): {A: 0.6, B: 0.4}, (A,): {EOS: 0.4, A: 0.3, B: 0.3}, (B,): {EOS: 0.9}}
+
+
+def test_greedy_follows_the_argmax_path() -> None:
+    """beam_size=1 takes the most probable token at every step until </s>."""
+    tables: list[Table] = [TRAP, {(): {C: 0.5, A: 0.3}, (C,): {C: 0.7}, (C, C): {B: 0.6}}]
+    hyps, _ = search(tables, beam=1)
+    for table, h in zip(tables, hyps, strict=True):
+        prefix: tuple[int, ...] = ()
+        while (t := int(np.argmax(distribution(table, prefix, {EOS: 0.9})))) != EOS:
+            prefix += (t,)
+        assert h[0].tokens == list(prefix)
+        assert h[0].score == pytest.approx(table_logprob(table, prefix, True) / (len(prefix) + 1), rel=1e-5)
+    assert [h[0].tokens for h in hyps] == [[A], [C, C, B]]
+
+
+def test_beam_finds_the_better_sequence_greedy_misses() -> None:
+    """With two beams the search keeps B alive and ends with the higher-scoring [B]."""
+    greedy, _ = search([TRAP], beam=1)
+    beam, _ = search([TRAP], beam=2)
+    assert greedy[0][0].tokens == [A] and beam[0][0].tokens == [B]
+    assert beam[0][0].score > greedy[0][0].score
+    assert beam[0][0].score == pytest.approx(math.log(0.4 * 0.9) / 2, rel=1e-5)
+
+
+def test_n_best_is_sorted_distinct_and_scored_by_the_formula() -> None:
+    """n_best hypotheses come best first, are distinct, and score = Σ log p / length^α (</s> counted)."""
+    default = {EOS: 0.4, A: 0.3, B: 0.2, C: 0.1}
+    tables: list[Table] = [{}, {(): {B: 0.5}}]
+    for alpha in (0.0, 0.6, 1.0):
+        hyps, _ = search(tables, beam=4, n_best=4, default=default, length_penalty=alpha)
+        for table, h in zip(tables, hyps, strict=True):
+            assert len(h) == 4
+            assert len({tuple(x.tokens) for x in h}) == 4
+            scores = [x.score for x in h]
+            assert scores == sorted(scores, reverse=True)
+            for x in h:
+                expected = table_logprob(table, x.tokens, True, default) / (len(x.tokens) + 1) ** alpha
+                assert x.score == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="n_best"):
+        search([{}], beam=2, n_best=3)
+
+
+def test_length_penalty_changes_the_ranking() -> None:
+    """A short [A] (log p -1.20) beats a long [B B B] (log p -1.89) by total log-prob, but loses once
+    scores are divided by the length (-0.60 vs -0.47)."""
+    table: Table = {
+        (): {A: 0.3, B: 0.7},
+        (A,): {EOS: 1.0},
+        (B,): {B: 0.6, EOS: 0.38, A: 0.01, C: 0.01},
+        (B, B): {B: 0.6, EOS: 1e-4},
+        (B, B, B): {EOS: 0.6},
+    }
+    raw, _ = search([table], beam=2, n_best=2, length_penalty=0.0)
+    normalised, _ = search([table], beam=2, n_best=2, length_penalty=1.0)
+    assert [h.tokens for h in raw[0]] == [[A], [B, B, B]]
+    assert [h.tokens for h in normalised[0]] == [[B, B, B], [A]]
+    assert normalised[0][0].score == pytest.approx(math.log(0.7 * 0.6 * 0.6 * 0.6) / 4, rel=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("max_len", [1, 4])
+def test_max_len_is_respected(beam: int, max_len: int) -> None:
+    """A decoder that never wants </s> stops after max_len steps with max_len tokens."""
+    never_end = {A: 0.5, B: 0.3, C: 0.2}
+    hyps, dec = search([{}, {}], beam=beam, n_best=beam, max_len=max_len, default=never_end)
+    assert len(dec.step_sizes) == max_len
+    for h in hyps:
+        assert len(h) == beam
+        assert all(len(x.tokens) == max_len for x in h)
+        assert h[0].tokens == [A] * max_len
+        assert h[0].score == pytest.approx(math.log(0.5), rel=1e-5)  # unfinished: length = max_len
+
+
+def test_max_len_per_sentence() -> None:
+    """A limit per sentence: each stops at its own max_len, as if searched alone."""
+    never_end = {A: 0.5, B: 0.3, C: 0.2}
+    hyps, dec = search([{}, {}, {}], beam=2, n_best=2, max_len=[2, 5, 3], default=never_end)
+    assert [len(h[0].tokens) for h in hyps] == [2, 5, 3]
+    assert dec.step_sizes == [6, 6, 4, 2, 2]  # rows leave as their sentences reach their limits
+    for limit, h in zip([2, 5, 3], hyps, strict=True):
+        (alone,), _ = search([{}], beam=2, n_best=2, max_len=limit, default=never_end)
+        assert [x.tokens for x in h] == [x.tokens for x in alone]
+
+
+def test_finished_sentences_leave_the_batch() -> None:
+    """Once a sentence has beam_size finished hypotheses its rows are dropped from the decoder."""
+    short: Table = {(): {EOS: 0.5, A: 0.45}, (A,): {EOS: 0.9}}
+    long: Table = {(): {A: 0.9}, (A,): {A: 0.9}, (A, A): {A: 0.9}, (A, A, A): {A: 0.9}}
+    hyps, dec = search([short, long], beam=2, max_len=8)
+    assert dec.reorder_sizes[:3] == [4, 4, 2], dec.reorder_sizes
+    assert dec.step_sizes[:3] == [4, 4, 2]
+    assert min(dec.step_sizes) == 2
+    assert hyps[0][0].tokens == [A] and hyps[1][0].tokens == [A, A, A, A]
+
+
+def test_alignments_follow_the_hypothesis_rows() -> None:
+    """alignment has shape (len(tokens), S); row i is the attention of the step that produced token i."""
+    default = {EOS: 0.4, A: 0.3, B: 0.2, C: 0.1}
+    tables: list[Table] = [TRAP, {}]
+    hyps, _ = search(tables, beam=3, n_best=3, default=default, max_len=3)
+    for sent, h in enumerate(hyps):
+        for x in h:
+            assert x.alignment is not None and x.alignment.shape == (len(x.tokens), S)
+            fed = [BOS, *x.tokens][: len(x.tokens)]
+            np.testing.assert_array_equal(x.alignment[:, 0], np.arange(len(x.tokens)))
+            np.testing.assert_array_equal(x.alignment[:, 1], fed)
+            assert (x.alignment[:, 2] == sent).all()
+    no_attn = ScriptedDecoder([TRAP], attention=False)
+    (h,) = beam_search(no_attn, 1, beam_size=2, max_len=5, bos_id=BOS, eos_id=EOS)
+    assert h[0].alignment is None
+
+
+# The search over the PyTorch model: the reference the ONNX engine is compared against.
+
+
+def test_torch_greedy_search_equals_a_naive_full_recompute_loop() -> None:
+    """beam_search(TorchDecoder, beam 1) over a padded batch gives exactly the tokens of re-running
+    the whole model on each growing prefix and taking the argmax."""
+    torch = pytest.importorskip("torch")
+    from export.data import pad
+    from export.model import Transformer, TransformerConfig
+    from export.translate import TorchDecoder
+
+    cfg = TransformerConfig(
+        vocab_size=40,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        max_len=32,
+        dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = Transformer(cfg).double().eval()
+    with torch.no_grad():  # make </s> likelier so some sentences stop early
+        model.embed.weight[cfg.eos_id] *= 3
+    sources = [[5, 6, 7, 8, 9, 2], [10, 11, 2], [12, 2], [13, 14, 15, 16, 2]]
+    max_len = 10
+
+    def naive(src_ids: list[int]) -> list[int]:
+        src, out = torch.tensor([src_ids]), [cfg.bos_id]
+        with torch.no_grad():
+            for _ in range(max_len):
+                token = int(model(src, torch.tensor([out]))[0, -1].argmax())
+                if token == cfg.eos_id:
+                    break
+                out.append(token)
+        return out[1:]
+
+    with torch.no_grad():
+        dec = TorchDecoder(model, pad(sources, cfg.pad_id), with_attention=True)
+        hyps = beam_search(
+            dec, len(sources), beam_size=1, max_len=max_len, bos_id=cfg.bos_id, eos_id=cfg.eos_id
+        )
+    expected = [naive(s) for s in sources]
+    assert [h[0].tokens for h in hyps] == expected
+    assert any(len(t) < max_len for t in expected), "the test should cover a sentence ending with </s>"
+    for s, h in zip(sources, hyps, strict=True):
+        alignment = h[0].alignment
+        assert alignment is not None and alignment.shape == (len(h[0].tokens), len(max(sources, key=len)))
+        assert (alignment[:, len(s) :] == 0).all()  # padded source positions get no attention
+
+
+def test_torch_beam_search_is_independent_of_batching() -> None:
+    """Beam search over a padded batch (rows leaving as sentences finish) equals searching each
+    sentence alone: TorchDecoder.reorder keeps the caches and masks of the right rows."""
+    torch = pytest.importorskip("torch")
+    from export.data import pad
+    from export.model import Transformer, TransformerConfig
+    from export.translate import TorchDecoder
+
+    cfg = TransformerConfig(
+        vocab_size=40,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        max_len=32,
+        dropout=0.0,
+    )
+    torch.manual_seed(1)
+    model = Transformer(cfg).double().eval()
+    with torch.no_grad():
+        model.embed.weight[cfg.eos_id] *= 3
+    sources = [[5, 6, 7, 2], [8, 2], [9, 10, 11, 12, 13, 2]]
+
+    def run(batch: list[list[int]]) -> list[list[Hypothesis]]:
+        with torch.no_grad():
+            return beam_search(
+                TorchDecoder(model, pad(batch, cfg.pad_id)),
+                len(batch),
+                beam_size=3,
+                n_best=3,
+                max_len=8,
+                bos_id=cfg.bos_id,
+                eos_id=cfg.eos_id,
+            )
+
+    together = run(sources)
+    for s, h in zip(sources, together, strict=True):
+        (alone,) = run([s])
+        assert [x.tokens for x in h] == [x.tokens for x in alone]
+        np.testing.assert_allclose([x.score for x in h], [x.score for x in alone], rtol=1e-5)
