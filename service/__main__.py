@@ -1,0 +1,92 @@
+"""``python -m service``: one uvicorn worker serving ``create_app(Settings())``.
+
+One process, one event loop: the batchers' worker threads and onnxruntime's own threads do
+the parallel work, so several workers would only multiply the model memory. Scale with
+replicas instead.
+
+SIGTERM (or Ctrl-C) drains: readiness and new model requests turn 503 at once; after
+``drain_delay_s`` the listener closes; in-flight requests get ``shutdown_grace_s`` to finish;
+then the process exits 0. A second signal forces the exit. Models that cannot be loaded exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import signal
+import sys
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from service.api.runtime import Runtime
+from service.app import create_app
+from service.settings import Settings
+
+log = logging.getLogger("service")
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, with a drain phase before its own graceful shutdown, and exit 0 after it.
+
+    (uvicorn re-raises a caught SIGTERM once it has shut down, which would end the process
+    with 143; a drained shutdown is a clean one.)
+    """
+
+    def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
+        super().__init__(config)
+        self.runtime = runtime
+        self.exit_code = 0
+        self._signalled = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._signalled:  # a second signal: stop waiting for anyone
+            self.should_exit = self.force_exit = True
+            return
+        self._signalled = True
+        log.info("received %s: draining", signal.Signals(sig).name)
+        self.runtime.begin_drain()
+        delay = self.runtime.settings.drain_delay_s
+        if delay <= 0:
+            self.should_exit = True
+            return
+        loop = asyncio.get_running_loop()  # signal handlers run on the main thread, the loop's
+        loop.call_soon_threadsafe(loop.call_later, delay, setattr, self, "should_exit", True)
+
+    def fail(self, error: BaseException) -> None:
+        """The models cannot be served: stop, and exit 1 so the orchestrator shows it."""
+        self.exit_code = 1
+        self.should_exit = True
+
+
+def serve(app: FastAPI, settings: Settings) -> int:
+    """Run ``app`` until a signal or a fatal load error; the process's exit code."""
+    runtime: Runtime = app.state.runtime
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
+        lifespan="on",
+        access_log=settings.log_level == "debug",
+    )
+    server = DrainingServer(config, runtime)
+    runtime.on_fatal = server.fail
+    server.run()
+    return server.exit_code
+
+
+def main() -> int:
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return serve(create_app(settings), settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""``POST /v1/embed``: JSON ↔ ``EmbedItem``s, through the embedding batcher."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
+from service.api.runtime import Embedder, Runtime, ready_runtime, until_disconnect
+from service.api.schemas import EmbedRequest, EmbedResponse, EmbedUsage, check_texts, json_response
+from service.engine.base import Embedding, EmbedItem
+
+router = APIRouter(tags=["embed"])
+
+
+def embedder(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Embedder:
+    if runtime.embedder is None:
+        raise ModelNotFound("no embedding model is loaded (TSERVE_EMBED_MODEL is empty)")
+    return runtime.embedder
+
+
+async def embed_texts(
+    request: Request, runtime: Runtime, model: Embedder, texts: list[str], field: str, truncate: bool
+) -> list[Embedding]:
+    """Check the configured limits, then queue the texts; the request's error if any text fails."""
+    errors = check_texts(texts, field, runtime.limits)
+    if errors:
+        raise validation_error(errors)
+    items = [EmbedItem(text=text, truncate=truncate) for text in texts]
+    results = await until_disconnect(request, model.batcher.submit(items, runtime.settings.request_timeout_s))
+    return unpack_results(results, field)
+
+
+def pooled_vectors(embeddings: list[Embedding], normalize: bool) -> np.ndarray:
+    """(n, dim) float32; L2-normalised when asked (engines return pooled, unnormalised vectors)."""
+    vectors = np.stack([e.vector for e in embeddings]).astype(np.float32, copy=False)
+    if normalize:
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = vectors / np.maximum(norms, 1e-12)
+    return vectors
+
+
+def default_normalize(model: Embedder) -> bool:
+    info = model.engine.manifest.embedding
+    return info.normalize if info is not None else False
+
+
+@router.post("/v1/embed", response_model=EmbedResponse, responses=ERROR_RESPONSES)
+async def embed(
+    body: EmbedRequest,
+    request: Request,
+    runtime: Annotated[Runtime, Depends(ready_runtime)],
+    model: Annotated[Embedder, Depends(embedder)],
+) -> Response:
+    """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
+    embeddings = await embed_texts(request, runtime, model, body.texts, "texts", body.truncate)
+    normalize = default_normalize(model) if body.normalize is None else body.normalize
+    vectors = pooled_vectors(embeddings, normalize)
+    n_tokens = [e.n_tokens for e in embeddings]
+    return json_response(
+        EmbedResponse(
+            model=model.engine.manifest.name,
+            dim=int(vectors.shape[1]),
+            embeddings=vectors.tolist(),
+            n_tokens=n_tokens,
+            usage=EmbedUsage(input_tokens=sum(n_tokens)),
+        )
+    )

@@ -1,0 +1,267 @@
+"""Every failure becomes one JSON shape, ``{"error": {"type", "message", "limit"?, ...}}``.
+
+The status says who should act: 4xx the client (fix the request, or slow down for 429),
+5xx the operator (503 not ready or shutting down, 504 deadline, 500 a bug: logged with the
+request id that the body and the ``X-Request-ID`` header also carry).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api.schemas import ErrorBody, ErrorDetail, ErrorResponse
+from service.batching import BatcherClosed, DeadlineExceeded, EngineFailure, QueueFull
+from service.engine.base import TextTooLong
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+CLIENT_CLOSED_REQUEST = 499  # nginx's convention; the client never sees it, the metrics do
+
+
+class ServiceError(Exception):
+    status_code = 500
+    type = "internal_error"
+
+    def __init__(
+        self, message: str, *, limit: float | str | None = None, headers: dict[str, str] | None = None
+    ):
+        super().__init__(message)
+        self.message = message
+        self.limit = limit
+        self.headers = headers or {}
+
+
+class NotReady(ServiceError):
+    status_code = 503
+    type = "not_ready"
+
+
+class ShuttingDown(ServiceError):
+    status_code = 503
+    type = "shutting_down"
+
+
+class ModelNotFound(ServiceError):
+    status_code = 404
+    type = "model_not_found"
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+    type = "unauthorized"
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+    type = "forbidden"
+
+
+class InternalError(ServiceError):
+    """A server-side failure the client cannot fix (engine crash, a bad item we did not expect)."""
+
+
+class ClientDisconnected(Exception):
+    """The client went away while its request waited; its queued work has been dropped."""
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """Raised from the request body stream (FastAPI passes HTTPExceptions through unchanged)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body larger than {limit} bytes")
+        self.limit = limit
+
+
+_HTTP_TYPES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def request_id(request: Request) -> str | None:
+    return getattr(request.state, "request_id", None)
+
+
+def error_response(
+    status: int,
+    type_: str,
+    message: str,
+    *,
+    limit: float | str | None = None,
+    details: list[ErrorDetail] | None = None,
+    request_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorResponse(
+        error=ErrorBody(type=type_, message=message, limit=limit, details=details, request_id=request_id)
+    )
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+def validation_error(errors: Sequence[dict[str, Any]]) -> RequestValidationError:
+    """A 422 in the same shape as pydantic's own (for checks that need the loaded model or settings)."""
+    return RequestValidationError(list(errors))
+
+
+def unpack_results(results: Sequence[R | Exception], field: str) -> list[R]:
+    """All results, or the request's error: 422 naming every text that is too long, else 500.
+
+    All-or-nothing keeps the response arrays aligned with the request's (see ``schemas``).
+    """
+    too_long = [(i, r) for i, r in enumerate(results) if isinstance(r, TextTooLong)]
+    if too_long:
+        raise validation_error(
+            [{"type": "text_too_long", "loc": ("body", field, i), "msg": str(r)} for i, r in too_long]
+        )
+    for i, result in enumerate(results):
+        if isinstance(result, EngineFailure):
+            raise InternalError(str(result)) from result
+        if isinstance(result, Exception):
+            raise InternalError(f"{field}[{i}] failed: {type(result).__name__}") from result
+    return [r for r in results if not isinstance(r, Exception)]
+
+
+def _field(loc: Sequence[Any]) -> str:
+    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "body"
+
+
+def _limit(error: dict[str, Any]) -> float | str | None:
+    ctx = error.get("ctx") or {}
+    for key in ("limit", "max_length", "min_length", "le", "ge", "lt", "gt"):
+        value = ctx.get(key)
+        if isinstance(value, int | float | str) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _describe(detail: ErrorDetail) -> str:
+    text = f"{detail.field}: {detail.message}"
+    if detail.limit is not None and str(detail.limit) not in detail.message:
+        text += f" (limit {detail.limit})"
+    return text
+
+
+def _message(error: dict[str, Any]) -> str:
+    if error.get("type") == "extra_forbidden":
+        return "unknown field"
+    if error.get("type") == "json_invalid":
+        return f"invalid JSON: {(error.get('ctx') or {}).get('error', 'decode error')}"
+    return str(error.get("msg", "invalid"))
+
+
+async def _on_validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    details = [
+        ErrorDetail(
+            field=_field(e.get("loc", ())), message=_message(e), type=str(e.get("type")), limit=_limit(e)
+        )
+        for e in exc.errors()
+    ]
+    shown = "; ".join(_describe(d) for d in details[:10])
+    more = f"; and {len(details) - 10} more" if len(details) > 10 else ""
+    return error_response(
+        422,
+        "validation_error",
+        shown + more,
+        limit=details[0].limit if len(details) == 1 else None,
+        details=details,
+        request_id=request_id(request),
+    )
+
+
+async def _on_service_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServiceError)
+    rid = request_id(request) if exc.status_code >= 500 else None
+    if isinstance(exc, InternalError):
+        log.error("request %s: %s", rid, exc.message, exc_info=exc.__cause__ or exc)
+    return error_response(
+        exc.status_code, exc.type, exc.message, limit=exc.limit, request_id=rid, headers=exc.headers
+    )
+
+
+async def _on_queue_full(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, QueueFull)
+    return error_response(
+        429, "queue_full", str(exc), limit=exc.limit, headers={"Retry-After": str(exc.retry_after_s)}
+    )
+
+
+async def _on_deadline(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DeadlineExceeded)
+    return error_response(
+        504, "deadline_exceeded", str(exc), limit=exc.timeout_s, request_id=request_id(request)
+    )
+
+
+async def _on_closed(request: Request, exc: Exception) -> Response:
+    return error_response(503, "shutting_down", str(exc), headers={"Connection": "close"})
+
+
+async def _on_disconnected(request: Request, exc: Exception) -> Response:
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+async def _on_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    limit = exc.limit if isinstance(exc, BodyTooLarge) else None
+    return error_response(
+        exc.status_code,
+        _HTTP_TYPES.get(exc.status_code, "http_error"),
+        str(exc.detail),
+        limit=limit,
+        headers=dict(exc.headers or {}),
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    rid = request_id(request)
+    log.error("request %s: unhandled %s", rid, type(exc).__name__, exc_info=exc)
+    return error_response(500, "internal_error", "internal server error", request_id=rid)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(ServiceError, _on_service_error)
+    app.add_exception_handler(QueueFull, _on_queue_full)
+    app.add_exception_handler(DeadlineExceeded, _on_deadline)
+    app.add_exception_handler(BatcherClosed, _on_closed)
+    app.add_exception_handler(ClientDisconnected, _on_disconnected)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(Exception, _on_unexpected)
+
+
+# Documented in OpenAPI on every model route.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in {
+        401: "API key missing",
+        403: "API key wrong",
+        413: "Request body too large",
+        422: "Invalid request (field, reason and limit in the body)",
+        429: "Queue full; retry after the Retry-After header's seconds",
+        500: "Internal error (the body carries the request id)",
+        503: "Not ready yet, or shutting down",
+        504: "Deadline exceeded",
+    }.items()
+}

@@ -1,0 +1,112 @@
+"""OpenAI-compatible routes: ``POST /v1/embeddings`` and ``GET /v1/models``.
+
+Enough of the OpenAI API for its clients (``openai.embeddings.create``, LangChain, LlamaIndex)
+to work unchanged. The official Python client asks for base64 by default: little-endian
+float32 bytes, which it decodes itself. Vectors follow the model's own pipeline (L2-normalised
+for all-MiniLM-L6-v2); over-long texts are truncated, as sentence-transformers does.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from service.api.embed import default_normalize, embed_texts, embedder, pooled_vectors
+from service.api.errors import ERROR_RESPONSES, ModelNotFound, validation_error
+from service.api.runtime import Embedder, Runtime, ready_runtime
+from service.api.schemas import (
+    ModelCard,
+    ModelsResponse,
+    OpenAIEmbedding,
+    OpenAIEmbeddingRequest,
+    OpenAIEmbeddingResponse,
+    OpenAIUsage,
+    json_response,
+)
+from service.engine.base import Engine
+
+router = APIRouter(tags=["openai"])
+
+
+@router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, responses=ERROR_RESPONSES)
+async def embeddings(
+    body: OpenAIEmbeddingRequest,
+    request: Request,
+    runtime: Annotated[Runtime, Depends(ready_runtime)],
+    model: Annotated[Embedder, Depends(embedder)],
+) -> Response:
+    name = model.engine.manifest.name
+    if body.model is not None and body.model != name:
+        raise ModelNotFound(
+            f"the model {body.model!r} does not exist here; this service embeds with {name!r}"
+        )
+    info = model.engine.manifest.embedding
+    dim = info.dim if info is not None else None
+    if body.dimensions is not None and body.dimensions != dim:
+        raise validation_error(
+            [
+                {
+                    "type": "unsupported_dimensions",
+                    "loc": ("body", "dimensions"),
+                    "msg": f"{name} returns {dim}-dimensional vectors; shortening is not supported",
+                    "ctx": {"limit": dim},
+                }
+            ]
+        )
+    embeddings = await embed_texts(request, runtime, model, body.input, "input", truncate=True)
+    vectors = pooled_vectors(embeddings, default_normalize(model))
+    data = [
+        OpenAIEmbedding(index=i, embedding=_encode(vector, body.encoding_format == "base64"))
+        for i, vector in enumerate(vectors)
+    ]
+    tokens = sum(e.n_tokens for e in embeddings)
+    return json_response(
+        OpenAIEmbeddingResponse(
+            data=data, model=name, usage=OpenAIUsage(prompt_tokens=tokens, total_tokens=tokens)
+        )
+    )
+
+
+def _encode(vector: np.ndarray, as_base64: bool) -> list[float] | str:
+    if as_base64:
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    values: list[float] = vector.tolist()
+    return values
+
+
+@router.get("/v1/models", response_model=ModelsResponse)
+async def models(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Response:
+    """The loaded models, OpenAI's shape plus what a client needs (task, languages, limits)."""
+    return json_response(ModelsResponse(data=[_card(engine) for engine in runtime.engines]))
+
+
+def _card(engine: Engine) -> ModelCard:
+    m = engine.manifest
+    card = ModelCard(
+        id=m.name,
+        created=_created(m.created_at),
+        task=m.task,
+        variant=m.variant,
+        provider=engine.provider,
+        max_input_tokens=0,
+    )
+    if m.translation is not None:
+        card.max_input_tokens = m.translation.max_source_len
+        card.source_languages = m.translation.source_languages
+        card.target_languages = m.translation.target_languages
+    if m.embedding is not None:
+        card.max_input_tokens = m.embedding.max_len
+        card.dim = m.embedding.dim
+    return card
+
+
+def _created(timestamp: str) -> int:
+    try:
+        return int(datetime.fromisoformat(timestamp).timestamp())
+    except ValueError:
+        return 0

@@ -1,0 +1,318 @@
+"""Request and response bodies, with a limit on every field.
+
+Requests are strict (``"4"`` is not an int) and forbid unknown fields, so a typo is a 422
+rather than a silently ignored option. Text fields accept one string or a list; an empty or
+whitespace-only text is a 422. The schemas declare absolute ceilings (``HARD_MAX_*``); the
+configured, usually lower, limits (``max_items_per_request``, ``max_chars_per_text``) and the
+loaded model's languages are checked by ``check_*`` below, which produce the same 422 shape.
+
+Contract for a list whose items are valid JSON but one cannot be computed (e.g. a text over
+the model's max length with ``truncate: false``): the whole request fails with 422, and the
+error's ``details`` name every offending index (``texts[3]``). Results are all-or-nothing, so
+the response arrays always line up with the request's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+from starlette.responses import Response
+
+from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS, Settings
+
+MAX_BEAM = 8
+MAX_OUTPUT_TOKENS = 512
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise PydanticCustomError("blank_text", "text must not be empty or whitespace-only")
+    return text
+
+
+def _one_or_many(value: Any) -> Any:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise PydanticCustomError("text_type", "must be a string or a list of strings")
+    return value
+
+
+Text = Annotated[str, StringConstraints(max_length=HARD_MAX_CHARS), AfterValidator(_not_blank)]
+TextList = Annotated[list[Text], Field(min_length=1, max_length=HARD_MAX_ITEMS)]
+# One string or a list; always a list once parsed, so error locations are ``text[i]``.
+OneOrManyTexts = Annotated[
+    TextList,
+    BeforeValidator(_one_or_many),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "minLength": 1, "maxLength": HARD_MAX_CHARS},
+                {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": HARD_MAX_CHARS},
+                    "minItems": 1,
+                    "maxItems": HARD_MAX_ITEMS,
+                },
+            ]
+        }
+    ),
+]
+Language = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$", max_length=16)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def json_response(body: BaseModel, status_code: int = 200) -> Response:
+    """Serialise in pydantic-core (Rust): thousands of floats per embedding response add up."""
+    return Response(body.model_dump_json(exclude_none=True), status_code, media_type="application/json")
+
+
+# ---- configured limits -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    max_items: int
+    max_chars: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RequestLimits:
+        return cls(max_items=settings.max_items_per_request, max_chars=settings.max_chars_per_text)
+
+
+def check_texts(texts: list[str], field: str, limits: RequestLimits) -> list[dict[str, Any]]:
+    """Pydantic-style errors for the configured item and length limits (empty list: fine)."""
+    if len(texts) > limits.max_items:
+        return [
+            {
+                "type": "too_long",
+                "loc": ("body", field),
+                "msg": f"at most {limits.max_items} texts per request, got {len(texts)}",
+                "ctx": {"limit": limits.max_items},
+            }
+        ]
+    return [
+        {
+            "type": "string_too_long",
+            "loc": ("body", field, i),
+            "msg": f"text has {len(text)} characters, more than {limits.max_chars}",
+            "ctx": {"limit": limits.max_chars},
+        }
+        for i, text in enumerate(texts)
+        if len(text) > limits.max_chars
+    ]
+
+
+def check_language(value: str | None, field: str, served: list[str], model: str) -> list[dict[str, Any]]:
+    if value is None or value in served:
+        return []
+    return [
+        {
+            "type": "unsupported_language",
+            "loc": ("body", field),
+            "msg": f"{value!r} is not served by {model} (serves: {', '.join(served)})",
+            "ctx": {"limit": ", ".join(served)},
+        }
+    ]
+
+
+# ---- translation -----------------------------------------------------------------------------
+
+
+class TranslateRequest(_Request):
+    """Translate one text or a list; the response has one translation per text, in order."""
+
+    text: OneOrManyTexts
+    source_language: Language | None = Field(
+        default=None, description="Checked against the model's languages"
+    )
+    target_language: Language | None = Field(
+        default=None, description="Checked against the model's languages"
+    )
+    beam_size: int = Field(default=4, ge=1, le=MAX_BEAM, description="1 = greedy")
+    n_best: int = Field(default=1, ge=1, le=MAX_BEAM, description="Hypotheses per text, at most beam_size")
+    max_length: int = Field(default=256, ge=1, le=MAX_OUTPUT_TOKENS, description="Output tokens")
+    length_penalty: float = Field(
+        default=1.0, ge=0.0, le=2.0, description="score = log-prob / length ** penalty"
+    )
+    alignments: bool = Field(
+        default=False, description="Return tokens and source-target attention per hypothesis"
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"text": "A man is riding a bicycle.", "beam_size": 4}]}
+    )
+
+    @field_validator("n_best")
+    @classmethod
+    def _n_best_within_beam(cls, n_best: int, info: ValidationInfo) -> int:
+        beam_size = info.data.get("beam_size")  # absent when beam_size itself was invalid
+        if beam_size is not None and n_best > beam_size:
+            raise PydanticCustomError(
+                "n_best_over_beam",
+                "n_best ({n_best}) must not exceed beam_size ({limit})",
+                {"n_best": n_best, "limit": beam_size},
+            )
+        return n_best
+
+
+class Hypothesis(_Response):
+    text: str
+    score: float = Field(description="Length-normalised log-probability")
+    tokens: list[str] | None = Field(default=None, description="Target subwords (with alignments)")
+    alignment: list[list[float]] | None = Field(
+        default=None, description="(target tokens × source tokens) attention"
+    )
+
+
+class TranslationResult(_Response):
+    hypotheses: list[Hypothesis] = Field(description="Best first, n_best of them")
+    source_tokens: list[str] | None = Field(default=None, description="Source subwords (with alignments)")
+
+
+class TranslateUsage(_Response):
+    input_tokens: int
+    output_tokens: int
+
+
+class TranslateResponse(_Response):
+    model: str
+    source_language: str
+    target_language: str
+    translations: list[TranslationResult]
+    usage: TranslateUsage
+
+
+# ---- embeddings ------------------------------------------------------------------------------
+
+
+class EmbedRequest(_Request):
+    """Embed a list of texts; one vector per text, in order."""
+
+    texts: Annotated[TextList, Field(description="1 to max_items_per_request texts")]
+    normalize: bool | None = Field(
+        default=None, description="L2-normalise; default: the model's own pipeline"
+    )
+    truncate: bool = Field(
+        default=True, description="Cut texts at the model's max length; false: 422 instead"
+    )
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"texts": ["A man is eating food."]}]})
+
+
+class EmbedUsage(_Response):
+    input_tokens: int
+
+
+class EmbedResponse(_Response):
+    model: str
+    dim: int
+    embeddings: list[list[float]]
+    n_tokens: list[int] = Field(description="Tokens used per text (after truncation)")
+    usage: EmbedUsage
+
+
+# ---- OpenAI-compatible embeddings --------------------------------------------------------------
+
+
+class OpenAIEmbeddingRequest(_Request):
+    """``POST /v1/embeddings`` as OpenAI defines it; texts over the model's length are truncated."""
+
+    input: OneOrManyTexts
+    model: str | None = Field(
+        default=None, max_length=256, description="The served model's name; default: it"
+    )
+    encoding_format: Literal["float", "base64"] = Field(
+        default="float", description="base64: little-endian float32 bytes, as OpenAI"
+    )
+    dimensions: int | None = Field(
+        default=None, ge=1, le=65536, description="Only the model's own dimension is accepted (no shortening)"
+    )
+    user: str | None = Field(default=None, max_length=256, description="Accepted and ignored")
+
+
+class OpenAIEmbedding(_Response):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class OpenAIUsage(_Response):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddingResponse(_Response):
+    object: Literal["list"] = "list"
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: OpenAIUsage
+
+
+# ---- models, health, errors ------------------------------------------------------------------
+
+
+class ModelCard(_Response):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tserve"
+    task: Literal["translate", "embed"]
+    variant: str
+    provider: str
+    max_input_tokens: int
+    source_languages: list[str] | None = None
+    target_languages: list[str] | None = None
+    dim: int | None = None
+
+
+class ModelsResponse(_Response):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class HealthResponse(_Response):
+    status: Literal["alive", "loading", "ready", "draining", "failed"]
+    detail: str | None = None
+    models: list[str] | None = None
+
+
+class ErrorDetail(_Response):
+    field: str
+    message: str
+    type: str
+    limit: int | float | str | None = None
+
+
+class ErrorBody(_Response):
+    type: str = Field(description="Machine-readable kind, e.g. validation_error, queue_full")
+    message: str
+    limit: int | float | str | None = Field(
+        default=None, description="The limit that was exceeded, when one applies"
+    )
+    details: list[ErrorDetail] | None = None
+    request_id: str | None = Field(default=None, description="Quote it when reporting a 5xx")
+
+
+class ErrorResponse(_Response):
+    error: ErrorBody

@@ -1,0 +1,178 @@
+"""The FastAPI application: routes, middleware, and the model lifecycle.
+
+The server listens at once; models load in the background (exporting them first in a
+subprocess when allowed), get verified and warmed up, and only then does ``/health/ready``
+turn 200. So liveness probes pass during a long first start, and readiness gates traffic.
+The service never imports torch: the export step is another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+
+from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from service.api import embed, health, openai, translate
+from service.api.errors import install_error_handlers
+from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from service.api.runtime import Runtime, require_api_key
+from service.artefacts import MANIFEST_NAME, ArtefactError
+from service.engine.base import Engine
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_TAIL_LINES = 20  # of the export's output, quoted when it fails
+
+
+def create_app(
+    settings: Settings,
+    engines: Mapping[str, Engine] | None = None,
+    *,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> FastAPI:
+    """The app; ``engines`` (keyed by task: "translate", "embed") replaces loading from artefacts.
+
+    ``on_fatal`` is called when the models cannot be loaded (``python -m service`` exits 1);
+    without it the app stays up, not ready, and ``/health/ready`` says why.
+    """
+    runtime = Runtime(settings, on_fatal=on_fatal)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        startup = asyncio.create_task(_start(runtime, engines), name="load-models")
+        try:
+            yield
+        finally:
+            runtime.begin_drain()
+            startup.cancel()
+            await asyncio.gather(startup, return_exceptions=True)
+            await runtime.close(settings.shutdown_grace_s)
+
+    app = FastAPI(
+        title="Transformer serving",
+        summary="Translation (en→de) and sentence embeddings on onnxruntime, with dynamic batching",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    install_error_handlers(app)
+    app.include_router(health.router)
+    protected = [Depends(require_api_key)]
+    for module in (translate, embed, openai):
+        app.include_router(module.router, dependencies=protected)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Retry-After"],
+        )
+    app.add_middleware(RequestContextMiddleware)  # outermost: sees every status, CORS and 413 included
+    return app
+
+
+async def _start(runtime: Runtime, given: Mapping[str, Engine] | None) -> None:
+    """Load (or take), warm up, then attach batchers; any failure is fatal and explained."""
+    try:
+        engines = list(given.values()) if given is not None else await load_engines(runtime.settings)
+        for key, engine in (given or {}).items():
+            if key != engine.manifest.task:
+                raise ArtefactError(
+                    f"engine {engine.manifest.name!r} given as {key!r} is a {engine.manifest.task}"
+                )
+        for engine in engines:
+            await asyncio.to_thread(engine.warmup)
+        runtime.attach(engines)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        runtime.fail(e)
+
+
+async def load_engines(settings: Settings) -> list[Engine]:
+    """``artefact_root/<model>/<variant>`` for each configured model, exported first if missing."""
+    provider = settings.resolved_provider()
+    variant = settings.resolved_variant(provider)
+    wanted = [
+        (task, name)
+        for task, name in (("translate", settings.translate_model), ("embed", settings.embed_model))
+        if name
+    ]
+    missing = [n for _, n in wanted if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
+    if missing:
+        if not settings.auto_export:
+            raise ArtefactError(
+                f"no {variant} artefacts for {', '.join(missing)} under {settings.artefact_root}: run "
+                f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
+                "or set TSERVE_AUTO_EXPORT=true"
+            )
+        await run_export(settings.artefact_root, variant, settings.export_timeout_s)
+    from service.engine.loader import (
+        load_engine,
+    )  # onnxruntime sessions: import only when serving real models
+
+    engines: list[Engine] = []
+    for task, name in wanted:
+        directory = settings.model_dir(name, variant)
+        log.info("loading %s (%s, %s) from %s", name, variant, provider, directory)
+        engine = await asyncio.to_thread(
+            load_engine,
+            directory,
+            provider=provider,
+            intra_op_threads=settings.intra_op_threads,
+            inter_op_threads=settings.inter_op_threads,
+            max_batch_size=settings.max_batch_size,
+            max_batch_tokens=settings.max_batch_tokens,
+        )
+        if engine.manifest.task != task:
+            raise ArtefactError(
+                f"{directory / MANIFEST_NAME}: a {engine.manifest.task} model, configured for {task}"
+            )
+        engines.append(engine)
+    return engines
+
+
+async def run_export(out: Path, variant: str, timeout_s: float) -> None:
+    """``python -m export default`` in a subprocess (torch stays out of this process)."""
+    command = [sys.executable, "-m", "export", "default", "--out", str(out), "--variant", variant]
+    log.info("artefacts missing: running %s", " ".join(command))
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    tail: list[str] = []
+
+    async def relay() -> None:
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            log.info("export: %s", line)
+            tail[:] = [*tail[-(_TAIL_LINES - 1) :], line]
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            await relay()
+            code = await process.wait()
+    except (TimeoutError, asyncio.CancelledError) as e:
+        process.kill()
+        await process.wait()
+        if isinstance(e, asyncio.CancelledError):
+            raise
+        raise ArtefactError(f"export did not finish within {timeout_s:g} s") from e
+    if code != 0:
+        missing = re.search(r"No module named '([\w.]+)'", "\n".join(tail))
+        hint = (
+            f" ({missing.group(1)} missing: install the export extra, pip install '.[export]')"
+            if missing
+            else ""
+        )
+        raise ArtefactError(f"export failed with exit code {code}{hint}:\n" + "\n".join(tail))

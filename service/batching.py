@@ -1,0 +1,349 @@
+"""Dynamic batching: many concurrent requests in, few large engine calls out.
+
+Requests ``submit`` items and await their results; one loop per model forms batches and runs
+them on a worker thread, so the event loop keeps serving while the engine computes. A batch
+closes when it reaches ``max_batch_size`` items, or ``max_batch_tokens`` padded tokens (longest
+item × items: what a padded engine actually computes), or when its oldest item has waited
+``max_wait_s``. The oldest item always goes first (no starvation); the rest of the batch is
+filled with the queued items nearest to it in length, so short texts are not padded to long
+ones.
+
+Failure is contained: an engine result that is an exception affects only its item; an engine
+call that raises fails only that batch (``EngineFailure`` in each slot) and the loop goes on.
+Items whose request is cancelled (client gone) or past its deadline are dropped before
+inference. This module knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+from service.metrics import (
+    BATCH_SIZE,
+    BATCH_TOKENS,
+    DROPPED,
+    ITEM_ERRORS,
+    QUEUE_DEPTH,
+    REJECTED,
+    observe_stage,
+)
+
+log = logging.getLogger(__name__)
+
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+
+_LARGE_REQUEST_CHARS = 16_384  # above this, count tokens on a thread, not on the event loop
+
+
+class QueueFull(RuntimeError):
+    """The queue cannot take the request's items; retry after ``retry_after_s`` (→ 429)."""
+
+    def __init__(self, model: str, limit: int, retry_after_s: int) -> None:
+        super().__init__(f"{model}: queue full ({limit} items); retry after {retry_after_s} s")
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(TimeoutError):
+    """The request's deadline passed before all its items were computed (→ 504)."""
+
+    def __init__(self, model: str, timeout_s: float) -> None:
+        super().__init__(f"{model}: no result within the request deadline of {timeout_s:g} s")
+        self.timeout_s = timeout_s
+
+
+class BatcherClosed(RuntimeError):
+    """The batcher is draining or closed: the service is shutting down (→ 503)."""
+
+
+class EngineFailure(RuntimeError):
+    """The engine call for a whole batch raised; every item of that batch gets this (→ 500)."""
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    max_batch_size: int = 32
+    max_batch_tokens: int = 8192
+    max_wait_s: float = 0.005
+    max_queue: int = 1024
+    workers: int = 1  # batches running at once
+
+
+@dataclass(eq=False)
+class _Pending(Generic[ItemT, ResultT]):
+    item: ItemT
+    cost: int
+    deadline: float  # loop.time()
+    enqueued: float  # time.perf_counter()
+    future: asyncio.Future[ResultT | Exception]
+    state: Literal["queued", "running", "dropped"] = "queued"
+
+
+@dataclass
+class _Stats:
+    batch_seconds: float = 0.05  # moving average of one engine call, for Retry-After
+    running: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class DynamicBatcher(Generic[ItemT, ResultT]):
+    """One model's queue and batching loop.
+
+    ``run_batch`` is the engine call (runs on a worker thread, returns one result or exception
+    per item, in order); ``cost`` is an item's token count (the engine's ``count_tokens``).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        run_batch: Callable[[list[ItemT]], Sequence[ResultT | Exception]],
+        cost: Callable[[ItemT], int],
+        policy: BatchPolicy,
+    ) -> None:
+        self.model = model
+        self.policy = policy
+        self._run_batch = run_batch
+        self._cost = cost
+        self._queue: list[_Pending[ItemT, ResultT]] = []  # FIFO, dropped items purged lazily
+        self._queued = 0  # live (state "queued") items in _queue
+        self._accepting = True
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(policy.workers)
+        self._stats = _Stats()
+        self._executor = ThreadPoolExecutor(policy.workers, thread_name_prefix=f"engine-{model}")
+        self._loop_task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._queue_depth = QUEUE_DEPTH.labels(model=model)
+        self._queue_depth.set(0)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(
+                self._loop(), name=f"batcher-{self.model}"
+            )
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def stop_accepting(self) -> None:
+        """New submits raise ``BatcherClosed``; queued and running items still complete."""
+        self._accepting = False
+        self._wakeup.set()
+
+    async def drain(self, timeout_s: float | None = None) -> bool:
+        """Stop accepting and wait until every queued and running item is done; False on timeout."""
+        self.stop_accepting()
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self._queued or self._stats.running:
+                    self._stats.done.clear()
+                    await self._stats.done.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Stop the loop; fail whatever is still queued with ``BatcherClosed``."""
+        self.stop_accepting()
+        tasks = [t for t in (self._loop_task, *self._running) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for pending in self._queue:
+            if pending.state == "queued" and not pending.future.done():
+                pending.future.set_exception(BatcherClosed(f"{self.model}: shutting down"))
+        self._queue.clear()
+        self._set_queued(0)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ---- the request side ------------------------------------------------------------------
+
+    async def submit(self, items: Sequence[ItemT], timeout_s: float) -> list[ResultT | Exception]:
+        """Queue ``items`` and wait for their results, in order (an item's exception in its slot).
+
+        Raises ``QueueFull`` (nothing queued), ``BatcherClosed``, ``DeadlineExceeded`` (items
+        still queued are dropped). If the awaiting task is cancelled (client disconnected),
+        the request's queued items are dropped before inference and counted.
+        """
+        if not self._accepting:
+            REJECTED.labels(model=self.model, reason="shutting_down").inc(len(items))
+            raise BatcherClosed(f"{self.model}: shutting down")
+        if self._queued + len(items) > self.policy.max_queue:
+            REJECTED.labels(model=self.model, reason="queue_full").inc(len(items))
+            raise QueueFull(self.model, self.policy.max_queue, self._retry_after_s())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        costs = await self._costs(items)
+        if not self._accepting:  # may have flipped while counting on a thread
+            raise BatcherClosed(f"{self.model}: shutting down")
+        now = time.perf_counter()
+        entries = [
+            _Pending[ItemT, ResultT](item, cost, deadline, now, loop.create_future())
+            for item, cost in zip(items, costs, strict=True)
+        ]
+        self._queue.extend(entries)
+        self._set_queued(self._queued + len(entries))
+        self._wakeup.set()
+        try:
+            _, not_done = await asyncio.wait([e.future for e in entries], timeout=deadline - loop.time())
+        except asyncio.CancelledError:
+            self._abandon(entries, "disconnected")
+            raise
+        if not_done:
+            self._abandon(entries, "deadline")
+            raise DeadlineExceeded(self.model, timeout_s)
+        return [e.future.result() for e in entries]
+
+    async def _costs(self, items: Sequence[ItemT]) -> list[int]:
+        size = sum(len(text) for item in items if isinstance(text := getattr(item, "text", None), str))
+        if size > _LARGE_REQUEST_CHARS:
+            return await asyncio.to_thread(lambda: [max(1, self._cost(item)) for item in items])
+        return [max(1, self._cost(item)) for item in items]
+
+    def _abandon(self, entries: list[_Pending[ItemT, ResultT]], reason: str) -> None:
+        dropped = 0
+        for entry in entries:
+            if entry.state == "queued":
+                entry.state = "dropped"
+                dropped += 1
+            if not entry.future.done():
+                entry.future.cancel()
+        if dropped:
+            DROPPED.labels(model=self.model, reason=reason).inc(dropped)
+            self._set_queued(self._queued - dropped)
+            self._stats.done.set()
+
+    def _retry_after_s(self) -> int:
+        batches_ahead = math.ceil(self._queued / self.policy.max_batch_size)
+        seconds = batches_ahead * self._stats.batch_seconds / self.policy.workers
+        return min(60, max(1, math.ceil(seconds)))
+
+    def _set_queued(self, n: int) -> None:
+        self._queued = n
+        self._queue_depth.set(n)
+
+    # ---- the batching loop -----------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            await self._slots.acquire()
+            try:
+                batch = await self._next_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            task = asyncio.get_running_loop().create_task(self._execute(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _next_batch(self) -> list[_Pending[ItemT, ResultT]]:
+        """Wait until a batch is due, then take it out of the queue."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._purge(loop.time())
+            timeout: float | None = None
+            if self._queue:
+                waited = time.perf_counter() - self._queue[0].enqueued
+                if self._is_full() or waited >= self.policy.max_wait_s or not self._accepting:
+                    return self._take_batch()
+                timeout = self.policy.max_wait_s - waited
+            self._wakeup.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                pass
+
+    def _purge(self, now: float) -> None:
+        """Drop items past their deadline (their request times out on its own); forget dropped ones."""
+        expired = [p for p in self._queue if p.state == "queued" and p.deadline <= now]
+        for pending in expired:
+            pending.state = "dropped"
+        if expired:
+            DROPPED.labels(model=self.model, reason="deadline").inc(len(expired))
+            self._set_queued(self._queued - len(expired))
+            self._stats.done.set()
+        if len(self._queue) != self._queued:
+            self._queue = [p for p in self._queue if p.state == "queued"]
+
+    def _is_full(self) -> bool:
+        if self._queued >= self.policy.max_batch_size:
+            return True
+        longest = max(p.cost for p in self._queue)
+        return longest * self._queued >= self.policy.max_batch_tokens
+
+    def _take_batch(self) -> list[_Pending[ItemT, ResultT]]:
+        """The oldest item, then the queued items nearest to it in length."""
+        policy = self.policy
+        anchor = self._queue[0]
+        window = self._queue[1 : 1 + 4 * policy.max_batch_size]
+        candidates = sorted(window, key=lambda p: abs(p.cost - anchor.cost))
+        batch = [anchor]
+        longest = anchor.cost
+        for pending in candidates:
+            if len(batch) >= policy.max_batch_size:
+                break
+            if max(longest, pending.cost) * (len(batch) + 1) > policy.max_batch_tokens:
+                continue
+            batch.append(pending)
+            longest = max(longest, pending.cost)
+        for pending in batch:
+            pending.state = "running"
+        self._queue = [p for p in self._queue if p.state == "queued"]
+        self._set_queued(len(self._queue))
+        batch.sort(key=lambda p: p.cost)
+        return batch
+
+    async def _execute(self, batch: list[_Pending[ItemT, ResultT]]) -> None:
+        self._stats.running += 1
+        try:
+            now = time.perf_counter()
+            for pending in batch:
+                observe_stage(self.model, "queue", now - pending.enqueued)
+            BATCH_SIZE.labels(model=self.model).observe(len(batch))
+            BATCH_TOKENS.labels(model=self.model).observe(sum(p.cost for p in batch))
+            items = [p.item for p in batch]
+            loop = asyncio.get_running_loop()
+            try:
+                results = await loop.run_in_executor(self._executor, self._call_engine, items)
+            except asyncio.CancelledError:  # close() while running: nobody will wait for these
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(BatcherClosed(f"{self.model}: shutting down"))
+                raise
+            except Exception as e:
+                log.exception("%s: engine call failed for a batch of %d items", self.model, len(batch))
+                failure = EngineFailure(f"{self.model}: engine failed on a batch: {type(e).__name__}")
+                results = [failure] * len(batch)
+            self._stats.batch_seconds = 0.8 * self._stats.batch_seconds + 0.2 * (time.perf_counter() - now)
+            errors = sum(isinstance(r, Exception) for r in results)
+            if errors:
+                ITEM_ERRORS.labels(model=self.model).inc(errors)
+            for pending, result in zip(batch, results, strict=True):
+                if not pending.future.done():  # its request may be gone (cancelled, deadline)
+                    pending.future.set_result(result)
+        finally:
+            self._stats.running -= 1
+            self._stats.done.set()
+            self._slots.release()
+
+    def _call_engine(self, items: list[ItemT]) -> list[ResultT | Exception]:
+        results = list(self._run_batch(items))
+        if len(results) != len(items):
+            raise RuntimeError(f"engine returned {len(results)} results for {len(items)} items")
+        return results

@@ -1,0 +1,122 @@
+"""Every knob of the service, read once from the environment (prefix ``TSERVE_``).
+
+This is the only place that reads the environment: the rest of the service gets a ``Settings``
+object, so tests build one directly and nothing depends on the process's environment.
+Lists (``TSERVE_API_KEYS``, ``TSERVE_CORS_ORIGINS``) take either a JSON list or a
+comma-separated string.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from service.artefacts import Variant
+
+# Absolute ceilings: the request schemas declare them (OpenAPI shows them); settings may only
+# lower them, and the routes check the configured values.
+HARD_MAX_ITEMS = 2048
+HARD_MAX_CHARS = 100_000
+
+ProviderSetting = Literal["auto", "cuda", "cpu"]
+VariantSetting = Literal["auto", "fp32", "int8", "fp16"]
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TSERVE_", extra="ignore", validate_default=True)
+
+    # Network
+    host: str = "0.0.0.0"
+    port: int = Field(default=8000, ge=1, le=65535)
+
+    # Models: <artefact_root>/<model name>/<variant>/manifest.json; an empty name disables that task.
+    artefact_root: Path = Path(".artefacts")
+    translate_model: str = "transformer-en-de"
+    embed_model: str = "all-MiniLM-L6-v2"
+    variant: VariantSetting = "auto"  # auto: fp16 on CUDA, else cpu_variant
+    cpu_variant: Literal["fp32", "int8"] = "int8"
+    provider: ProviderSetting = "auto"  # auto: CUDA when onnxruntime has it, else CPU
+    auto_export: bool = True  # run `python -m export default` in a subprocess when artefacts are missing
+    export_timeout_s: float = Field(default=3600.0, gt=0)
+
+    # Batching (per model)
+    max_batch_size: int = Field(default=32, ge=1, le=1024)
+    max_batch_tokens: int = Field(default=8192, ge=1)  # padded tokens: longest item × items
+    max_wait_ms: float = Field(default=5.0, ge=0, le=1000)
+    max_queue: int = Field(default=1024, ge=1)  # queued items; beyond it → 429
+    request_timeout_s: float = Field(default=30.0, gt=0)  # deadline from arrival to result → 504
+
+    # Threads
+    intra_op_threads: int = Field(default=0, ge=0)  # onnxruntime, per session; 0 = one per core
+    inter_op_threads: int = Field(default=1, ge=1)
+    worker_threads: int = Field(default=1, ge=1, le=64)  # engine batches running at once, per model
+
+    # Request limits
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_items_per_request: int = Field(default=64, ge=1, le=HARD_MAX_ITEMS)
+    max_chars_per_text: int = Field(default=4096, ge=1, le=HARD_MAX_CHARS)
+
+    # Access
+    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: auth off
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: CORS off
+
+    # Lifecycle
+    drain_delay_s: float = Field(
+        default=0.0, ge=0
+    )  # after SIGTERM, time to answer 503 before closing the listener
+    shutdown_grace_s: float = Field(default=30.0, ge=0)  # then, time for in-flight requests to finish
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    @field_validator("api_keys", "cors_origins", mode="before")
+    @classmethod
+    def _split_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _no_blank_keys(cls, keys: list[str]) -> list[str]:
+        if any(not key.strip() for key in keys):
+            raise ValueError("API keys must not be blank")
+        return keys
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if not self.translate_model and not self.embed_model:
+            raise ValueError("serve at least one model: set translate_model or embed_model")
+        if self.max_queue < self.max_items_per_request:
+            raise ValueError(
+                "max_queue must be at least max_items_per_request (else a full request never fits)"
+            )
+        return self
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    def resolved_provider(self) -> Literal["cuda", "cpu"]:
+        """``auto`` → CUDA when this onnxruntime build offers it (onnxruntime-gpu), else CPU."""
+        if self.provider != "auto":
+            return self.provider
+        import onnxruntime  # the service's own dependency; imported late so settings load fast
+
+        return "cuda" if CUDA_PROVIDER in onnxruntime.get_available_providers() else "cpu"
+
+    def resolved_variant(self, provider: Literal["cuda", "cpu"] | None = None) -> Variant:
+        """``auto`` → fp16 on CUDA (tensor cores), else ``cpu_variant`` (int8 wants a VNNI CPU)."""
+        if self.variant != "auto":
+            return self.variant
+        return "fp16" if (provider or self.resolved_provider()) == "cuda" else self.cpu_variant
+
+    def model_dir(self, model: str, variant: Variant) -> Path:
+        return self.artefact_root / model / variant

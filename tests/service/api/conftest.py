@@ -1,0 +1,114 @@
+"""The app with small NumPy engines, its lifespan running, behind an in-process httpx client."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from prometheus_client import REGISTRY
+
+from service.app import create_app
+from service.engine.base import Engine
+from service.settings import Settings
+from tests.service.small_engines import HashEmbedder, ReverseTranslator
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def small_settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "auto_export": False,
+        "max_wait_ms": 1.0,
+        "request_timeout_s": 5.0,
+        "max_items_per_request": 8,
+        "max_chars_per_text": 200,
+        "max_queue": 64,
+        "max_body_bytes": 4096,
+        **overrides,
+    }
+    return Settings.model_validate(values)
+
+
+@dataclass
+class Served:
+    app: FastAPI
+    client: httpx.AsyncClient
+    embedder: HashEmbedder
+    translator: ReverseTranslator
+
+
+def engines(**hooks: Any) -> tuple[HashEmbedder, ReverseTranslator]:
+    """A fresh pair with unique names, so metric deltas belong to one test."""
+    n = next(_names)
+    return HashEmbedder(name=f"embed-{n}", **hooks), ReverseTranslator(name=f"translate-{n}", **hooks)
+
+
+@asynccontextmanager
+async def serving(
+    settings: Settings | None = None,
+    given: Mapping[str, Engine] | None = None,
+    *,
+    wait_ready: bool = True,
+    **hooks: Any,
+) -> AsyncIterator[Served]:
+    """The app over ``given`` engines, or over a fresh small pair built with ``hooks``."""
+    embedder, translator = engines(**hooks)
+    if given is None:
+        given = {"embed": embedder, "translate": translator}
+    app = create_app(settings or small_settings(), given)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            if wait_ready:
+                await until_ready(client)
+            served_embedder = given.get("embed", embedder)
+            served_translator = given.get("translate", translator)
+            assert isinstance(served_embedder, HashEmbedder) and isinstance(
+                served_translator, ReverseTranslator
+            )
+            yield Served(app, client, served_embedder, served_translator)
+
+
+async def until_ready(client: httpx.AsyncClient, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (await client.get("/health/ready")).status_code != 200:
+        assert time.monotonic() < deadline, "the app never became ready"
+        await asyncio.sleep(0.01)
+
+
+async def eventually(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition never became true"
+        await asyncio.sleep(0.005)
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert error["type"] and error["message"]
+    return error
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    async with serving() as s:
+        yield s

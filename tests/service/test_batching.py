@@ -1,0 +1,279 @@
+"""DynamicBatcher: batch formation (size, tokens, wait, length grouping), isolation,
+cancellation, deadlines, back-pressure and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client import REGISTRY
+
+from service.batching import (
+    BatcherClosed,
+    BatchPolicy,
+    DeadlineExceeded,
+    DynamicBatcher,
+    EngineFailure,
+    QueueFull,
+)
+from service.engine.base import Embedding, EmbedItem, TextTooLong
+from tests.service.small_engines import HashEmbedder
+
+pytestmark = pytest.mark.anyio
+_names = itertools.count()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass(frozen=True)
+class Item:
+    text: str
+    cost: int = 1
+
+
+class Recorder:
+    """An engine function: records each batch, optionally held by a gate, echoes texts."""
+
+    def __init__(self, gate: threading.Event | None = None, fail: str = "", crash: str = "") -> None:
+        self.batches: list[list[str]] = []
+        self.gate = gate
+        self.fail = fail
+        self.crash = crash
+
+    def __call__(self, items: list[Item]) -> list[str | Exception]:
+        self.batches.append([it.text for it in items])
+        if self.gate is not None:
+            assert self.gate.wait(10)
+        if self.crash and any(it.text == self.crash for it in items):
+            raise RuntimeError("the whole call failed")
+        return [ValueError(it.text) if it.text == self.fail else it.text.upper() for it in items]
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition never became true"
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+async def make() -> AsyncIterator[Callable[..., DynamicBatcher[Item, str]]]:
+    made: list[DynamicBatcher[Item, str]] = []
+
+    def factory(engine: Recorder, **policy: float) -> DynamicBatcher[Item, str]:
+        options = {"max_wait_s": 0.001, **policy}
+        batcher: DynamicBatcher[Item, str] = DynamicBatcher(
+            f"test-batcher-{next(_names)}",
+            engine,
+            lambda item: item.cost,
+            BatchPolicy(**options),  # type: ignore[arg-type]
+        )
+        batcher.start()
+        made.append(batcher)
+        return batcher
+
+    yield factory
+    for batcher in made:
+        await batcher.close()
+
+
+async def test_results_come_back_in_order(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    batcher = make(Recorder())
+    assert await batcher.submit([Item("a"), Item("b", 5), Item("c")], 5) == ["A", "B", "C"]
+
+
+async def test_batches_close_at_max_batch_size(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    engine = Recorder()
+    batcher = make(engine, max_batch_size=4, max_wait_s=10)  # only size can close a batch quickly
+    results = await asyncio.wait_for(
+        asyncio.gather(*(batcher.submit([Item(str(i))], 20) for i in range(8))), 5
+    )
+    assert [r[0] for r in results] == [str(i) for i in range(8)]
+    assert sorted(len(b) for b in engine.batches) == [4, 4]
+
+
+async def test_batches_close_at_max_batch_tokens(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    engine = Recorder()
+    batcher = make(engine, max_batch_size=100, max_batch_tokens=10, max_wait_s=10)
+    await asyncio.wait_for(asyncio.gather(*(batcher.submit([Item(str(i), 5)], 20) for i in range(6))), 5)
+    assert [len(b) for b in engine.batches] == [2, 2, 2]  # padded tokens: 5 × 2 = 10
+
+
+async def test_a_lone_item_waits_at_most_max_wait(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    engine = Recorder()
+    batcher = make(engine, max_batch_size=100, max_wait_s=0.05)
+    start = time.perf_counter()
+    await asyncio.gather(batcher.submit([Item("a")], 5), batcher.submit([Item("b")], 5))
+    elapsed = time.perf_counter() - start
+    assert engine.batches == [["a", "b"]]  # waited for company, then went together
+    assert 0.04 <= elapsed < 2
+
+
+async def test_an_item_over_the_token_budget_runs_alone(
+    make: Callable[..., DynamicBatcher[Item, str]],
+) -> None:
+    engine = Recorder()
+    batcher = make(engine, max_batch_tokens=10)
+    assert await batcher.submit([Item("big", 50), Item("small", 1)], 5) == ["BIG", "SMALL"]
+    assert sorted(engine.batches) == [["big"], ["small"]]
+
+
+async def test_queued_items_are_grouped_by_length_and_sorted(
+    make: Callable[..., DynamicBatcher[Item, str]],
+) -> None:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    batcher = make(engine, max_batch_size=3)
+    blocker = asyncio.ensure_future(batcher.submit([Item("blocker")], 10))
+    await wait_for(lambda: len(engine.batches) == 1)  # the worker is busy; the rest queue up
+    costs = [1, 10, 2, 11, 3, 12]
+    waiting = asyncio.ensure_future(batcher.submit([Item(f"c{c}", c) for c in reversed(costs)], 10))
+    await wait_for(lambda: batcher.queued == 6)
+    gate.set()
+    await asyncio.gather(blocker, waiting)
+    # The oldest (c12) anchors the first batch with its nearest lengths; each batch sorted by length.
+    assert engine.batches[1:] == [["c10", "c11", "c12"], ["c1", "c2", "c3"]]
+
+
+async def test_a_failing_item_fails_alone(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    engine = Recorder(fail="bad")
+    batcher = make(engine, max_wait_s=0.05)
+    first, second = await asyncio.gather(
+        batcher.submit([Item("ok"), Item("bad")], 5), batcher.submit([Item("fine")], 5)
+    )
+    assert len(engine.batches) == 1  # all three shared one engine call
+    assert first[0] == "OK" and isinstance(first[1], ValueError)
+    assert second == ["FINE"]
+
+
+async def test_an_engine_crash_fails_only_its_batch(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    engine = Recorder(crash="boom")
+    batcher = make(engine, max_wait_s=0.05)
+    errors_before = metric("tserve_item_errors_total", model=batcher.model)
+    crashed, neighbour = await asyncio.gather(
+        batcher.submit([Item("boom")], 5), batcher.submit([Item("x")], 5)
+    )
+    assert isinstance(crashed[0], EngineFailure) and isinstance(neighbour[0], EngineFailure)
+    assert metric("tserve_item_errors_total", model=batcher.model) - errors_before == 2
+    assert await batcher.submit([Item("after")], 5) == ["AFTER"]  # the loop goes on
+
+
+async def test_a_cancelled_request_is_dropped_before_inference(
+    make: Callable[..., DynamicBatcher[Item, str]],
+) -> None:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    batcher = make(engine)
+    blocker = asyncio.ensure_future(batcher.submit([Item("blocker")], 10))
+    await wait_for(lambda: len(engine.batches) == 1)
+    before = metric("tserve_dropped_total", model=batcher.model, reason="disconnected")
+    gone = asyncio.ensure_future(batcher.submit([Item("gone1"), Item("gone2")], 10))
+    await wait_for(lambda: batcher.queued == 2)
+    gone.cancel()
+    await asyncio.gather(gone, return_exceptions=True)
+    assert batcher.queued == 0
+    assert metric("tserve_dropped_total", model=batcher.model, reason="disconnected") - before == 2
+    assert metric("tserve_queue_depth", model=batcher.model) == 0
+    gate.set()
+    await blocker
+    assert await batcher.submit([Item("next")], 5) == ["NEXT"]
+    assert all("gone1" not in b and "gone2" not in b for b in engine.batches)
+
+
+async def test_items_past_their_deadline_are_dropped(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    batcher = make(engine)
+    blocker = asyncio.ensure_future(batcher.submit([Item("blocker")], 10))
+    await wait_for(lambda: len(engine.batches) == 1)
+    before = metric("tserve_dropped_total", model=batcher.model, reason="deadline")
+    with pytest.raises(DeadlineExceeded):
+        await batcher.submit([Item("late")], 0.05)
+    assert metric("tserve_dropped_total", model=batcher.model, reason="deadline") - before == 1
+    gate.set()
+    await blocker
+    assert engine.batches == [["blocker"]]
+
+
+async def test_a_full_queue_refuses_with_a_retry_hint(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    batcher = make(engine, max_queue=2)
+    blocker = asyncio.ensure_future(batcher.submit([Item("blocker")], 10))
+    await wait_for(lambda: len(engine.batches) == 1)
+    queued = asyncio.ensure_future(batcher.submit([Item("q1"), Item("q2")], 10))
+    await wait_for(lambda: batcher.queued == 2)
+    before = metric("tserve_rejected_total", model=batcher.model, reason="queue_full")
+    with pytest.raises(QueueFull) as refused:
+        await batcher.submit([Item("one too many")], 10)
+    assert refused.value.retry_after_s >= 1 and refused.value.limit == 2
+    assert metric("tserve_rejected_total", model=batcher.model, reason="queue_full") - before == 1
+    gate.set()
+    assert await queued == ["Q1", "Q2"]
+    await blocker
+
+
+async def test_drain_finishes_queued_work_then_refuses(
+    make: Callable[..., DynamicBatcher[Item, str]],
+) -> None:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    batcher = make(engine, max_wait_s=10)  # without draining these would wait for company
+    pending = asyncio.ensure_future(batcher.submit([Item("a"), Item("b")], 10))
+    await wait_for(lambda: len(engine.batches) == 1 or batcher.queued == 2)
+    drained = asyncio.ensure_future(batcher.drain(5))
+    await asyncio.sleep(0.02)
+    assert not drained.done()
+    with pytest.raises(BatcherClosed):
+        await batcher.submit([Item("late")], 5)
+    gate.set()
+    assert await drained is True
+    assert await pending == ["A", "B"]
+
+
+async def test_close_fails_what_is_still_queued(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    batcher = make(engine)
+    blocker = asyncio.ensure_future(batcher.submit([Item("blocker")], 10))
+    await wait_for(lambda: len(engine.batches) == 1)
+    waiting = asyncio.ensure_future(batcher.submit([Item("w")], 10))
+    await wait_for(lambda: batcher.queued == 1)
+    await batcher.close()
+    gate.set()
+    for task in (blocker, waiting):
+        with pytest.raises(BatcherClosed):
+            await task
+
+
+async def test_a_real_engine_behind_the_batcher() -> None:
+    """The small embedder through the batcher: isolation of TextTooLong, metrics per batch."""
+    engine = HashEmbedder(name=f"test-batcher-{next(_names)}", max_len=4)
+    batcher: DynamicBatcher[EmbedItem, Embedding] = DynamicBatcher(
+        engine.manifest.name,
+        engine.embed,
+        lambda it: engine.count_tokens(it.text),
+        BatchPolicy(max_wait_s=0.001),
+    )
+    batcher.start()
+    try:
+        batches_before = metric("tserve_batch_size_count", model=engine.manifest.name)
+        results = await batcher.submit([EmbedItem("a b"), EmbedItem("a b c d e", truncate=False)], 5)
+        assert isinstance(results[0], Embedding) and results[0].n_tokens == 4
+        assert isinstance(results[1], TextTooLong)
+        assert metric("tserve_batch_size_count", model=engine.manifest.name) - batches_before == 1
+        assert metric("tserve_stage_duration_seconds_count", model=engine.manifest.name, stage="queue") >= 2
+    finally:
+        await batcher.close()

@@ -1,0 +1,95 @@
+"""Settings: defaults, the TSERVE_ environment, list parsing, validation, variant choice."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("TSERVE_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults() -> None:
+    s = Settings()
+    assert (s.host, s.port) == ("0.0.0.0", 8000)
+    assert s.artefact_root == Path(".artefacts")
+    assert (s.translate_model, s.embed_model) == ("transformer-en-de", "all-MiniLM-L6-v2")
+    assert s.api_keys == [] and s.cors_origins == []
+    assert s.auto_export is True
+
+
+def test_environment_with_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TSERVE_PORT", "9000")
+    monkeypatch.setenv("TSERVE_MAX_BATCH_SIZE", "8")
+    monkeypatch.setenv("TSERVE_AUTO_EXPORT", "false")
+    monkeypatch.setenv("TSERVE_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("PORT", "1")  # unprefixed: not ours
+    s = Settings()
+    assert (s.port, s.max_batch_size, s.auto_export, s.log_level) == (9000, 8, False, "debug")
+
+
+@pytest.mark.parametrize("raw", ["k1,k2", " k1 , k2 ", '["k1", "k2"]'])
+def test_lists_from_comma_separated_or_json(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("TSERVE_API_KEYS", raw)
+    assert Settings().api_keys == ["k1", "k2"]
+
+
+def test_empty_list_means_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TSERVE_CORS_ORIGINS", "")
+    assert Settings().cors_origins == []
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("port", 0),
+        ("max_batch_size", 0),
+        ("max_items_per_request", 100_000),
+        ("max_chars_per_text", 0),
+        ("request_timeout_s", 0),
+        ("provider", "tpu"),
+        ("variant", "int4"),
+        ("api_keys", ["  "]),
+    ],
+)
+def test_invalid_values_are_refused(field: str, value: object) -> None:
+    with pytest.raises(ValidationError, match=field):
+        Settings.model_validate({field: value})
+
+
+def test_cross_field_checks() -> None:
+    with pytest.raises(ValidationError, match="max_queue"):
+        Settings(max_queue=10, max_items_per_request=20)
+    with pytest.raises(ValidationError, match="at least one model"):
+        Settings(translate_model="", embed_model="")
+
+
+@pytest.mark.parametrize(
+    "variant, provider, cpu_variant, expected",
+    [
+        ("auto", "cuda", "int8", "fp16"),
+        ("auto", "cpu", "int8", "int8"),
+        ("auto", "cpu", "fp32", "fp32"),
+        ("fp32", "cuda", "int8", "fp32"),
+    ],
+)
+def test_variant_resolution(variant: str, provider: str, cpu_variant: str, expected: str) -> None:
+    s = Settings.model_validate({"variant": variant, "provider": provider, "cpu_variant": cpu_variant})
+    assert s.resolved_variant() == expected
+    assert s.model_dir("m", s.resolved_variant()) == Path(".artefacts") / "m" / expected
+
+
+def test_auto_provider_follows_onnxruntime() -> None:
+    import onnxruntime
+
+    has_cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    assert Settings().resolved_provider() == ("cuda" if has_cuda else "cpu")
