@@ -1,0 +1,219 @@
+"""onnxruntime sessions: one per graph, on the provider the operator asked for.
+
+Creating a session is expensive (graph optimisation, kernel selection), so engines build one
+per graph at load time and reuse it for every batch. Shapes change on every call (batch size,
+sequence length, cache length), which drives the memory settings below.
+
+``DeviceGather`` is ``np.take`` for tensors that live on the accelerator: beam search reorders
+the decoder's key/value cache every step, and copying it to the host and back would undo the
+point of keeping it on the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnxruntime as ort
+
+from service.artefacts import ArtefactError, GraphSpec
+
+ProviderPref = Literal["auto", "cuda", "cpu"]
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+# ONNX TensorProto element types, by the dtype names the manifest uses.
+_ONNX_ELEM_TYPE = {"float32": 1, "int64": 7, "float16": 10}
+NUMPY_DTYPE: dict[str, type[np.generic]] = {"float32": np.float32, "int64": np.int64, "float16": np.float16}
+# OrtValue.data_type() names → NumPy.
+ELEMENT_NUMPY: dict[str, type[np.generic]] = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+}
+
+
+class ProviderUnavailable(RuntimeError):
+    """``cuda`` was asked for explicitly but onnxruntime cannot use it here."""
+
+
+def resolve_providers(pref: ProviderPref | str, device_id: int = 0) -> list[Any]:
+    """The provider list for ``InferenceSession``, best first, CPU always last as fallback.
+
+    ``auto`` takes CUDA when this onnxruntime build has it (onnxruntime-gpu); ``cuda`` insists.
+    """
+    if pref not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"provider must be auto, cuda or cpu, got {pref!r}")
+    available = ort.get_available_providers()
+    if pref == "cpu" or (pref == "auto" and CUDA not in available):
+        return [CPU]
+    if CUDA not in available:
+        raise ProviderUnavailable(f"CUDA asked for but onnxruntime offers only {available}")
+    # kSameAsRequested: with dynamic shapes the default power-of-two arena growth wastes memory.
+    cuda_options = {"device_id": device_id, "arena_extend_strategy": "kSameAsRequested"}
+    return [(CUDA, cuda_options), CPU]
+
+
+def session_options(
+    intra_op_threads: int = 0, inter_op_threads: int = 1, *, allow_spinning: bool = True
+) -> ort.SessionOptions:
+    """Thread counts (0 = onnxruntime's default, one per core), full graph optimisation.
+
+    Memory patterns are off: they are planned per input shape, and ours change on every call,
+    so they would only be recomputed and cached. The CPU arena stays on (reuses buffers).
+    Spinning threads lower latency but burn CPU between calls; turn it off on shared hosts.
+    """
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = intra_op_threads
+    so.inter_op_num_threads = inter_op_threads
+    parallel = inter_op_threads > 1  # inter-op threads only matter when independent nodes run in parallel
+    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL if parallel else ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.enable_mem_pattern = False
+    so.enable_cpu_mem_arena = True
+    so.log_severity_level = 3  # errors only; warnings about unused initialisers are noise here
+    if not allow_spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return so
+
+
+def create_session(
+    path: Path,
+    provider_pref: ProviderPref | str = "auto",
+    intra_op_threads: int = 0,
+    inter_op_threads: int = 1,
+    *,
+    allow_spinning: bool = True,
+    device_id: int = 0,
+) -> ort.InferenceSession:
+    """Load one graph; an unloadable file is an ``ArtefactError`` naming it."""
+    providers = resolve_providers(provider_pref, device_id)
+    so = session_options(intra_op_threads, inter_op_threads, allow_spinning=allow_spinning)
+    try:
+        session = ort.InferenceSession(str(path), sess_options=so, providers=providers)
+    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise ArtefactError(f"{path}: onnxruntime cannot load it: {e}") from e
+    if provider_pref == "cuda" and used_provider(session) != CUDA:
+        raise ProviderUnavailable(f"{path}: CUDA asked for but the session runs on {used_provider(session)}")
+    return session
+
+
+def used_provider(session: ort.InferenceSession) -> str:
+    """The provider that actually runs the graph (CUDA can silently fall back to CPU)."""
+    return str(session.get_providers()[0])
+
+
+def check_io(session: ort.InferenceSession, spec: GraphSpec, path: Path) -> None:
+    """The graph must have the inputs and outputs its manifest entry promises."""
+    have_in = {i.name for i in session.get_inputs()}
+    have_out = {o.name for o in session.get_outputs()}
+    missing = [t.name for t in spec.inputs if t.name not in have_in]
+    missing += [t.name for t in spec.outputs if t.name not in have_out]
+    if missing:
+        raise ArtefactError(f"{path}: graph lacks {missing} listed in the manifest")
+
+
+def warmup(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], runs: int = 2) -> None:
+    """Run a few times so the first request does not pay for lazy allocation and kernel tuning."""
+    for _ in range(runs):
+        session.run(None, dict(feeds))
+
+
+def device_type(provider: str) -> str:
+    """The OrtValue device name for a provider."""
+    return "cuda" if provider == CUDA else "cpu"
+
+
+# --- np.take on the device ---------------------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field_int(number: int, value: int) -> bytes:
+    return _varint(number << 3) + _varint(value)
+
+
+def _field_bytes(number: int, payload: bytes | str) -> bytes:
+    data = payload.encode() if isinstance(payload, str) else payload
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _value_info(name: str, elem_type: int, rank: int) -> bytes:
+    dims = b"".join(_field_bytes(1, _field_bytes(2, f"{name}_{i}")) for i in range(rank))  # dim_param
+    tensor_type = _field_int(1, elem_type) + _field_bytes(2, dims)  # elem_type, shape
+    return _field_bytes(1, name) + _field_bytes(2, _field_bytes(1, tensor_type))
+
+
+def gather_model_bytes(dtype: str, axis: int, rank: int) -> bytes:
+    """A one-node ONNX model ``out = Gather(data, indices, axis)``, serialised by hand.
+
+    The service does not depend on the ``onnx`` package, and this graph is small enough to
+    write out in protobuf wire format directly (ModelProto → GraphProto → NodeProto).
+    """
+    if not 0 <= axis < rank:
+        raise ValueError(f"axis must be in [0, {rank}), got {axis}")
+    elem = _ONNX_ELEM_TYPE[dtype]
+    attribute = _field_bytes(1, "axis") + _field_int(3, axis) + _field_int(20, 2)  # type = INT
+    node = (
+        _field_bytes(1, "data")
+        + _field_bytes(1, "indices")
+        + _field_bytes(2, "out")
+        + _field_bytes(3, "gather")
+        + _field_bytes(4, "Gather")
+        + _field_bytes(5, attribute)
+    )
+    graph = (
+        _field_bytes(1, node)
+        + _field_bytes(2, "reorder")
+        + _field_bytes(11, _value_info("data", elem, rank))
+        + _field_bytes(11, _value_info("indices", 7, 1))
+        + _field_bytes(12, _value_info("out", elem, rank))
+    )
+    opset = _field_int(2, 13)  # default domain, opset 13
+    ir_version = _field_int(1, 8)
+    return ir_version + _field_bytes(2, "service.engine") + _field_bytes(7, graph) + _field_bytes(8, opset)
+
+
+class DeviceGather:
+    """``np.take(x, rows, axis)`` for OrtValues, run where they live (CUDA or CPU)."""
+
+    def __init__(self, provider_pref: ProviderPref | str, device: str = "cpu", device_id: int = 0) -> None:
+        self._providers = resolve_providers(provider_pref, device_id)
+        self._device = device
+        self._device_id = device_id
+        self._sessions: dict[tuple[str, int, int], ort.InferenceSession] = {}
+
+    def _session(self, dtype: str, axis: int, rank: int) -> ort.InferenceSession:
+        key = (dtype, axis, rank)
+        if key not in self._sessions:
+            self._sessions[key] = ort.InferenceSession(
+                gather_model_bytes(dtype, axis, rank),
+                sess_options=session_options(1, 1),
+                providers=self._providers,
+            )
+        return self._sessions[key]
+
+    def __call__(self, x: ort.OrtValue, rows: np.ndarray, axis: int) -> ort.OrtValue:
+        dtype = np.dtype(ELEMENT_NUMPY[x.data_type()]).name
+        session = self._session(dtype, axis, len(x.shape()))
+        binding = session.io_binding()
+        binding.bind_ortvalue_input("data", x)
+        binding.bind_cpu_input("indices", np.ascontiguousarray(rows, dtype=np.int64))
+        binding.bind_output("out", self._device, self._device_id)
+        session.run_with_iobinding(binding)
+        out: ort.OrtValue = binding.get_outputs()[0]
+        return out
+
+
+def to_device(x: np.ndarray, device: str, device_id: int = 0) -> ort.OrtValue:
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x), device, device_id)

@@ -1,0 +1,88 @@
+"""A thin wrapper over ``tokenizers.Tokenizer`` with the service's length policy.
+
+The artefact's ``tokenizer.json`` may carry its own truncation and padding settings (the
+MiniLM one pads every text to 128); both are switched off here: the engine pads a batch to
+its longest member only, and decides per item what an over-long text means — truncated
+(keeping the end-of-sequence special tokens the post-processor adds) or ``TextTooLong``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from service.artefacts import ArtefactError
+from service.engine.base import TextTooLong
+
+
+@dataclass(frozen=True)
+class Encoded:
+    ids: list[int]  # with the special tokens the post-processor adds (BERT: [CLS] … [SEP]; ours: … </s>)
+    tokens: list[str]  # the same pieces as strings (for alignments)
+    truncated: bool
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.ids)
+
+
+class TextTokenizer:
+    """Encode/decode with a fixed maximum length; safe to share between threads (never mutated)."""
+
+    def __init__(self, tokenizer: Tokenizer, max_len: int, pad_id: int) -> None:
+        self.max_len = max_len
+        self.pad_id = pad_id
+        self._full = Tokenizer.from_str(tokenizer.to_str())
+        self._full.no_truncation()
+        self._full.no_padding()
+        # A second instance so that truncating never flips settings on a shared object.
+        self._truncating = Tokenizer.from_str(self._full.to_str())
+        self._truncating.enable_truncation(max_len)
+
+    @classmethod
+    def from_file(cls, path: Path, max_len: int, pad_id: int) -> TextTokenizer:
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises plain Exception on a bad file
+            raise ArtefactError(f"{path}: cannot load the tokenizer: {e}") from e
+        return cls(tokenizer, max_len, pad_id)
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` before any truncation, special tokens included."""
+        return len(self._full.encode(text).ids)
+
+    def encode_batch(self, texts: Sequence[str], truncate: Sequence[bool]) -> list[Encoded | TextTooLong]:
+        """One entry per text: its encoding, or ``TextTooLong`` where it is over and may not be cut."""
+        full = self._full.encode_batch(list(texts))
+        out: list[Encoded | TextTooLong] = []
+        for text, enc, may_cut in zip(texts, full, truncate, strict=True):
+            n = len(enc.ids)
+            if n <= self.max_len:
+                out.append(Encoded(list(enc.ids), list(enc.tokens), truncated=False))
+            elif may_cut:
+                # Re-encoded with truncation so the post-processor's specials survive the cut.
+                cut = self._truncating.encode(text)
+                out.append(Encoded(list(cut.ids), list(cut.tokens), truncated=True))
+            else:
+                out.append(TextTooLong(f"text has {n} tokens; the model takes at most {self.max_len}"))
+        return out
+
+    def pad(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Right-pad to the longest sequence: ids (B, T) int64 and mask (B, T) int64, 1 = real."""
+        width = max((len(s) for s in seqs), default=0)
+        ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(seqs), width), dtype=np.int64)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = s
+            mask[i, : len(s)] = 1
+        return ids, mask
+
+    def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        return list(self._full.decode_batch([list(x) for x in ids], skip_special_tokens=True))
+
+    def id_to_tokens(self, ids: Sequence[int]) -> list[str]:
+        return [self._full.id_to_token(i) or "" for i in ids]

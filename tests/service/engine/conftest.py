@@ -1,0 +1,25 @@
+"""Tiny real artefacts, exported once per test session by the export code itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def translation_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory with model.safetensors + tokenizer.json of a tiny trained model of ours."""
+    pytest.importorskip("torch")
+    from tests.tiny_models import tiny_translation_checkpoint
+
+    return tiny_translation_checkpoint(tmp_path_factory.mktemp("checkpoints") / "tiny-en-de")
+
+
+@pytest.fixture(scope="session")
+def translation_artefact(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """<root>/tiny-en-de/fp32, verified against PyTorch by export_translation."""
+    from export.translation import export_translation
+
+    (directory,) = export_translation(translation_checkpoint, tmp_path_factory.mktemp("artefacts"), ["fp32"])
+    return directory

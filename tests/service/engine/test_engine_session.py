@@ -1,0 +1,83 @@
+"""Sessions: provider choice, options, unloadable graphs, and the on-device gather."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from service.artefacts import ArtefactError
+from service.engine import session as sess
+from service.engine.session import (
+    CPU,
+    CUDA,
+    DeviceGather,
+    ProviderUnavailable,
+    create_session,
+    gather_model_bytes,
+    resolve_providers,
+    session_options,
+    to_device,
+)
+
+
+def test_auto_and_cpu_resolve_to_what_onnxruntime_offers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto takes CUDA only when onnxruntime has it; CPU is always the last fallback."""
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CPU])
+    assert resolve_providers("auto") == [CPU]
+    assert resolve_providers("cpu") == [CPU]
+    with pytest.raises(ProviderUnavailable):
+        resolve_providers("cuda")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
+    providers = resolve_providers("auto", device_id=1)
+    assert providers[0][0] == CUDA and providers[0][1]["device_id"] == 1 and providers[-1] == CPU
+    assert resolve_providers("cpu") == [CPU]
+    with pytest.raises(ValueError, match="provider"):
+        resolve_providers("tpu")
+
+
+def test_session_options_follow_the_thread_settings() -> None:
+    so = session_options(3, 1)
+    assert so.intra_op_num_threads == 3 and so.inter_op_num_threads == 1
+    assert so.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+    assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert not so.enable_mem_pattern
+    assert session_options(1, 2).execution_mode == ort.ExecutionMode.ORT_PARALLEL
+
+
+def test_an_unloadable_graph_is_an_artefact_error_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "encoder.onnx"
+    bad.write_bytes(b"not a protobuf")
+    with pytest.raises(ArtefactError, match=str(bad)):
+        create_session(bad, "cpu", 1)
+
+
+def test_gather_model_is_valid_onnx() -> None:
+    onnx = pytest.importorskip("onnx")
+    onnx.checker.check_model(onnx.load_from_string(gather_model_bytes("float16", 3, 5)), full_check=True)
+    with pytest.raises(ValueError, match="axis"):
+        gather_model_bytes("float32", 5, 5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64])
+def test_device_gather_equals_np_take(dtype: type[np.generic]) -> None:
+    """The on-device reorder is np.take, repeats and empty axes included (here on CPU OrtValues)."""
+    gather = DeviceGather("cpu")
+    rng = np.random.default_rng(0)
+    x = (rng.random((2, 4, 3, 5, 2)) * 100).astype(dtype)
+    rows = np.array([3, 3, 0, 2, 1, 0])
+    for axis in (1, 3):
+        out = gather(to_device(x, "cpu"), rows[rows < x.shape[axis]], axis)
+        np.testing.assert_array_equal(out.numpy(), np.take(x, rows[rows < x.shape[axis]], axis))
+    empty = np.zeros((2, 4, 3, 0, 2), dtype=dtype)
+    assert gather(to_device(empty, "cpu"), rows[:2], 1).shape() == [2, 2, 3, 0, 2]
+
+
+def test_used_provider_reports_the_session_provider(tmp_path: Path) -> None:
+    path = tmp_path / "g.onnx"
+    path.write_bytes(gather_model_bytes("float32", 0, 1))
+    s = create_session(path, "auto", 1)
+    assert sess.used_provider(s) in (CPU, CUDA)
+    sess.warmup(s, {"data": np.ones(3, np.float32), "indices": np.array([0], np.int64)})

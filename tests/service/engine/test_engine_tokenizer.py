@@ -1,0 +1,59 @@
+"""The tokenizer wrapper: truncation policy per item, padding, counts, token strings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers.processors import TemplateProcessing
+
+from service.artefacts import ArtefactError
+from service.engine.base import TextTooLong
+from service.engine.tokenizer import Encoded, TextTokenizer
+
+WORDS = ["<pad>", "<s>", "</s>", "<unk>", "a", "b", "c", "d", "e"]
+
+
+def word_tokenizer(pad_to: int | None = None) -> Tokenizer:
+    """Whitespace words, </s> appended, optionally with the file's own padding/truncation set."""
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(WORDS[:4])
+    tok.post_processor = TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    if pad_to:
+        tok.enable_padding(length=pad_to, pad_id=0, pad_token="<pad>")
+        tok.enable_truncation(pad_to)
+    return tok
+
+
+def test_over_long_texts_fail_alone_or_are_cut_keeping_eos() -> None:
+    t = TextTokenizer(word_tokenizer(pad_to=16), max_len=4, pad_id=0)
+    out = t.encode_batch(["a b", "a b c d e", "a b c d e", ""], [False, False, True, False])
+    assert out[0] == Encoded([4, 5, 2], ["a", "b", "</s>"], truncated=False)  # the file's padding is off
+    assert isinstance(out[1], TextTooLong) and "6 tokens" in str(out[1])
+    assert out[2] == Encoded([4, 5, 6, 2], ["a", "b", "c", "</s>"], truncated=True)
+    assert isinstance(out[3], Encoded) and out[3].ids == [2]
+    assert t.count("a b c d e") == 6  # counts ignore truncation
+
+
+def test_pad_to_longest_with_mask() -> None:
+    t = TextTokenizer(word_tokenizer(), max_len=8, pad_id=0)
+    ids, mask = t.pad([[4, 5, 2], [6, 2]])
+    np.testing.assert_array_equal(ids, [[4, 5, 2], [6, 2, 0]])
+    np.testing.assert_array_equal(mask, [[1, 1, 1], [1, 1, 0]])
+    assert ids.dtype == mask.dtype == np.int64
+
+
+def test_decode_skips_specials_and_maps_ids_to_pieces() -> None:
+    t = TextTokenizer(word_tokenizer(), max_len=8, pad_id=0)
+    assert t.decode_batch([[4, 5, 2], []]) == ["a b", ""]
+    assert t.id_to_tokens([4, 2, 99]) == ["a", "</s>", ""]
+
+
+def test_bad_tokenizer_file_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "tokenizer.json"
+    path.write_text("{broken", encoding="utf-8")
+    with pytest.raises(ArtefactError, match=str(path)):
+        TextTokenizer.from_file(path, 8, 0)

@@ -1,0 +1,175 @@
+"""OnnxTranslator on a tiny exported model: parity with the PyTorch reference, options, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.engine.base import TextTooLong, TranslateItem, TranslateOptions, Translation
+from service.engine.translator import DeviceBackend, HostBackend, OnnxTranslator
+from service.metrics import OUTPUT_TOKENS
+
+TEXTS = [
+    "a man rides a bike",
+    "two dogs run",
+    "a small cat sits on the big red street",
+    "the cat",
+    "red",
+    "big dogs sit on a man",
+]
+
+
+@pytest.fixture(scope="module")
+def translator(translation_artefact: Path) -> OnnxTranslator:
+    engine = OnnxTranslator(translation_artefact, "cpu", 1)
+    engine.warmup()
+    return engine
+
+
+def ok(result: Translation | Exception) -> Translation:
+    assert isinstance(result, Translation), result
+    return result
+
+
+def ids_of(engine: OnnxTranslator, result: Translation | Exception, n: int = 0) -> list[int]:
+    """Hypothesis n's ids, back from its piece strings."""
+    vocab = engine.tokenizer._full.get_vocab()
+    return [vocab[p] for p in ok(result).hypotheses[n].tokens]
+
+
+def torch_ids(checkpoint: Path, texts: list[str], beam_size: int, max_len: int) -> list[list[int]]:
+    from tokenizers import Tokenizer
+
+    from export.checkpoint import load_checkpoint
+    from export.data import encode_source
+    from export.translate import translate_ids
+
+    model = load_checkpoint(checkpoint / "model.safetensors")
+    tok = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    return translate_ids(
+        model, encode_source(tok, texts, model.cfg.max_len), beam_size=beam_size, max_len=max_len
+    )
+
+
+def items(texts: list[str], **options: object) -> list[TranslateItem]:
+    return [TranslateItem(t, TranslateOptions(**options)) for t in texts]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_tokens_equal_the_pytorch_reference(
+    translator: OnnxTranslator, translation_checkpoint: Path, beam: int
+) -> None:
+    """Greedy (and beam 4) output ids equal export.translate's TorchDecoder under the same search."""
+    want = torch_ids(translation_checkpoint, TEXTS, beam, max_len=12)
+    got = translator.translate(items(TEXTS, beam_size=beam, max_length=12))
+    assert [ids_of(translator, r) for r in got] == want
+    assert len({len(w) for w in want}) > 1, "the tiny model should stop at different lengths"
+    if beam == 1:
+        assert translator.provider == "CPUExecutionProvider"
+
+
+def test_io_binding_backend_matches_the_host_backend(
+    translation_artefact: Path, translator: OnnxTranslator
+) -> None:
+    """The CUDA code path (IO binding, cache kept as OrtValues, on-device Gather reorder), on CPU."""
+    device = OnnxTranslator(translation_artefact, "cpu", 1, io_binding=True)
+    assert isinstance(device.backend, DeviceBackend) and isinstance(translator.backend, HostBackend)
+    batch = items(TEXTS, beam_size=3, n_best=2, max_length=10, alignments=True)
+    for a, b in zip(device.translate(batch), translator.translate(batch), strict=True):
+        assert [h.tokens for h in ok(a).hypotheses] == [h.tokens for h in ok(b).hypotheses]
+        np.testing.assert_allclose(
+            [h.score for h in ok(a).hypotheses], [h.score for h in ok(b).hypotheses], rtol=1e-5
+        )
+        align_a, align_b = ok(a).hypotheses[0].alignment, ok(b).hypotheses[0].alignment
+        assert align_a is not None and align_b is not None
+        np.testing.assert_allclose(align_a, align_b, atol=1e-6)
+
+
+def test_n_best_hypotheses_are_sorted_and_distinct(translator: OnnxTranslator) -> None:
+    for result in translator.translate(items(TEXTS, beam_size=4, n_best=3, max_length=10)):
+        hyps = ok(result).hypotheses
+        assert len(hyps) == 3
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 3
+        assert ok(result).n_output_tokens == len(hyps[0].tokens)
+
+
+def test_mixed_options_in_one_batch_equal_each_item_alone(translator: OnnxTranslator) -> None:
+    """Items are grouped by search options; neither the groups nor the padding change results."""
+    batch = [
+        TranslateItem(TEXTS[0], TranslateOptions(beam_size=1, max_length=8)),
+        TranslateItem(TEXTS[2], TranslateOptions(beam_size=4, n_best=2, max_length=12, alignments=True)),
+        TranslateItem(TEXTS[1], TranslateOptions(beam_size=1, max_length=3)),
+        TranslateItem(TEXTS[3], TranslateOptions(beam_size=4, n_best=2, max_length=12, alignments=True)),
+        TranslateItem(TEXTS[5], TranslateOptions(beam_size=2, length_penalty=0.6, max_length=12)),
+    ]
+    together = translator.translate(batch)
+    for item, result in zip(batch, together, strict=True):
+        (alone,) = translator.translate([item])
+        assert [h.tokens for h in ok(result).hypotheses] == [h.tokens for h in ok(alone).hypotheses]
+        for a, b in zip(ok(result).hypotheses, ok(alone).hypotheses, strict=True):
+            assert a.score == pytest.approx(b.score, rel=1e-5)
+            assert (a.alignment is None) == (b.alignment is None) == (not item.options.alignments)
+
+
+def test_max_length_is_respected_per_item(translator: OnnxTranslator) -> None:
+    """Each item stops at its own max_length, and gets what it would get with that limit alone."""
+    long_run = translator.translate(items([TEXTS[2]], beam_size=1, max_length=20))
+    assert ok(long_run[0]).n_output_tokens > 2
+    results = translator.translate(
+        [
+            TranslateItem(TEXTS[2], TranslateOptions(beam_size=1, max_length=2)),
+            TranslateItem(TEXTS[2], TranslateOptions(beam_size=1, max_length=20)),
+        ]
+    )
+    assert ok(results[0]).hypotheses[0].tokens == ok(long_run[0]).hypotheses[0].tokens[:2]
+    assert ok(results[1]).hypotheses[0].tokens == ok(long_run[0]).hypotheses[0].tokens
+    for r in translator.translate(items(TEXTS, beam_size=3, n_best=3, max_length=3)):
+        assert all(len(h.tokens) <= 3 for h in ok(r).hypotheses)
+
+
+def test_alignments_are_target_by_source_attention(translator: OnnxTranslator) -> None:
+    (result,) = translator.translate(items([TEXTS[0]], beam_size=2, n_best=2, alignments=True, max_length=8))
+    r = ok(result)
+    assert r.source_tokens[-1] == "</s>" and len(r.source_tokens) == r.n_input_tokens
+    for h in r.hypotheses:
+        assert h.alignment is not None
+        assert np.shape(h.alignment) == (len(h.tokens), len(r.source_tokens))
+        np.testing.assert_allclose(np.sum(h.alignment, axis=1), 1.0, atol=1e-4)  # softmax over real tokens
+    (plain,) = translator.translate(items([TEXTS[0]], beam_size=2, max_length=8))
+    assert ok(plain).hypotheses[0].alignment is None
+
+
+def test_bad_items_fail_alone(translator: OnnxTranslator) -> None:
+    """Too long, impossible options and empty text are per-item outcomes; the rest is translated."""
+    too_long = " ".join(["red"] * 60)
+    batch = [
+        TranslateItem(TEXTS[0], TranslateOptions(beam_size=1, max_length=12)),
+        TranslateItem(too_long),
+        TranslateItem(TEXTS[1], TranslateOptions(beam_size=2, n_best=3)),
+        TranslateItem("   "),
+        TranslateItem(TEXTS[1], TranslateOptions(max_length=0)),
+        TranslateItem(TEXTS[4], TranslateOptions(beam_size=1, max_length=12)),
+    ]
+    got = translator.translate(batch)
+    assert isinstance(got[1], TextTooLong)
+    assert isinstance(got[2], ValueError) and "n_best" in str(got[2])
+    assert isinstance(got[4], ValueError) and "max_length" in str(got[4])
+    assert ok(got[3]).hypotheses[0].text == "" and ok(got[3]).n_input_tokens == 0
+    assert ok(got[0]).hypotheses == ok(translator.translate([batch[0]])[0]).hypotheses
+    assert ok(got[5]).hypotheses == ok(translator.translate([batch[5]])[0]).hypotheses
+    assert translator.count_tokens(too_long) == 61
+
+
+def test_detokenized_text_and_output_token_counter(translator: OnnxTranslator) -> None:
+    counter = OUTPUT_TOKENS.labels(model=translator.name)
+    before = counter._value.get()
+    results = [ok(r) for r in translator.translate(items(TEXTS[:3], beam_size=1, max_length=12))]
+    assert counter._value.get() - before == sum(r.n_output_tokens for r in results)
+    for r in results:
+        h = r.hypotheses[0]
+        assert h.text == translator.tokenizer.decode_batch([ids_of(translator, r)])[0]
+        assert "</s>" not in h.tokens and "<s>" not in h.text

@@ -1,0 +1,170 @@
+"""Tiny real models for tests that need artefacts: built in seconds, exported by the export code.
+
+* ``tiny_translation_checkpoint``: our Transformer (d_model 32), trained for a few dozen steps to
+  reverse word order, so that greedy and beam outputs vary in length and end with </s> (a random
+  model repeats one token to the limit, which would leave finishing and reordering untested).
+* ``tiny_bert_dir``: a random BertModel in the sentence-transformers layout (mean pooling) with a
+  small WordPiece ``tokenizer.json``.
+
+They import torch/transformers (the export world); callers in the service tests skip without them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+WORDS = [
+    "a",
+    "man",
+    "rides",
+    "bike",
+    "two",
+    "dogs",
+    "run",
+    "small",
+    "cat",
+    "sits",
+    "on",
+    "the",
+    "big",
+    "red",
+    "street",
+]
+REVERSE_STEPS = 40
+
+
+def _reversal_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    sources = [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(n)]
+    return sources, [" ".join(reversed(s.split())) for s in sources]
+
+
+def tiny_translation_checkpoint(directory: Path, max_len: int = 40, seed: int = 0) -> Path:
+    """``directory/model.safetensors`` + ``tokenizer.json`` (a checkpoint of ours); returns directory.
+
+    The directory's name becomes the artefact name (e.g. ``tiny-en-de``).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from export.checkpoint import save_checkpoint
+    from export.data import encode_source, encode_target, pad, train_tokenizer
+    from export.model import Transformer, TransformerConfig
+
+    corpus = [" ".join(WORDS[i:] + WORDS[:i]) + "." for i in range(len(WORDS))] * 3
+    tok = train_tokenizer(corpus, vocab_size=80)
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(
+        vocab_size=tok.get_vocab_size(),
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        n_encoder_layers=1,
+        n_decoder_layers=2,
+        max_len=max_len,
+        dropout=0.0,
+    )
+    model = Transformer(cfg)
+    sources, targets = _reversal_pairs(64, seed)
+    src = pad(encode_source(tok, sources, max_len), cfg.pad_id)
+    tgt = pad(encode_target(tok, targets, max_len), cfg.pad_id)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(REVERSE_STEPS):
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(
+            logits.reshape(-1, cfg.vocab_size), tgt[:, 1:].reshape(-1), ignore_index=cfg.pad_id
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    directory.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(model.eval(), directory / "model.safetensors")
+    tok.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+BERT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", ".", ",", "!", "?"]
+
+
+def tiny_bert_dir(directory: Path, max_len: int = 16, seed: int = 0) -> Path:
+    """A random 2-layer BertModel saved in the sentence-transformers layout; returns directory."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel
+
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = {w: i for i, w in enumerate(BERT_VOCAB)}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    tok.add_special_tokens(BERT_VOCAB[:5])
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "vocab.txt").write_text("\n".join(BERT_VOCAB) + "\n", encoding="utf-8")
+
+    torch.manual_seed(seed)
+    cfg = BertConfig(
+        vocab_size=len(BERT_VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=max_len + 8,
+    )
+    BertModel(cfg).eval().save_pretrained(str(directory))
+    _write_json(
+        directory / "tokenizer_config.json",
+        {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": True,
+            "model_max_length": max_len,
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "mask_token": "[MASK]",
+        },
+    )
+    _write_json(
+        directory / "special_tokens_map.json",
+        {
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "mask_token": "[MASK]",
+        },
+    )
+    _write_json(
+        directory / "modules.json",
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        ],
+    )
+    _write_json(directory / "sentence_bert_config.json", {"max_seq_length": max_len, "do_lower_case": False})
+    _write_json(
+        directory / "1_Pooling" / "config.json",
+        {
+            "word_embedding_dimension": 32,
+            "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": True,
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        },
+    )
+    (directory / "2_Normalize").mkdir(exist_ok=True)
+    return directory
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
