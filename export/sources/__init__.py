@@ -1,0 +1,94 @@
+"""Checkpoints that can be exported: each source loads into modules with the project's ONNX layout.
+
+A translation source (ours in ``export.translation_graphs``, Marian in ``export.sources.marian``)
+turns a checkpoint into a :class:`TranslationSource`: two wrapper modules with exactly the I/O of
+``encoder.onnx``/``decoder.onnx``, a ``tokenizers`` tokenizer for the service, and a PyTorch
+reference (the source framework's own code) the exported graphs are verified against.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+from torch import nn
+
+from service.artefacts import SpecialIds
+
+
+class IncrementalDecoder(Protocol):
+    """The search's decoder protocol (see ``service.engine.search``), restated for type checking."""
+
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]: ...
+
+    def reorder(self, rows: np.ndarray) -> None: ...
+
+
+class TorchReference(Protocol):
+    """What the exported graphs must reproduce, computed by the source framework's own code."""
+
+    def memory_kv(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) padded ids → cross-attention keys, values (n_layers, B, h, S, d_head)."""
+        ...
+
+    def decoder(self, src: torch.Tensor) -> IncrementalDecoder:
+        """A cached decoder over (B, S) padded ids whose step also returns cross-attention."""
+        ...
+
+    def greedy(self, src_ids: Sequence[Sequence[int]], max_lens: Sequence[int]) -> list[list[int]]:
+        """Greedy output ids (no start token, no </s>) per source, at most ``max_lens[i]`` tokens,
+        as the framework decodes them."""
+        ...
+
+
+GraphBuilder = Callable[[torch.dtype], tuple[nn.Module, nn.Module]]
+
+
+@dataclass(frozen=True)
+class TranslationSource:
+    """A loaded translation checkpoint, ready to export."""
+
+    kind: Literal["ours", "marian"]
+    name: str  # artefact name: <out_root>/<name>/<variant>/
+    path: Path
+    weight_files: tuple[Path, ...]  # hashed into the manifest's source.sha256
+    tokenizer: Tokenizer  # written as tokenizer.json; encode appends </s>
+    special: SpecialIds  # bos = decoder start token
+    vocab_size: int  # of log_probs
+    n_layers: int  # decoder layers
+    n_heads: int
+    d_head: int
+    max_source_len: int
+    max_target_len: int
+    source_languages: list[str]
+    target_languages: list[str]
+    build_graphs: GraphBuilder  # dtype → (encoder, decoder step) modules with the ONNX layout
+    reference: TorchReference
+    tokenizer_file: Path | None = None  # copied verbatim when the source has a tokenizer.json
+    # The source framework's own tokenizer, when it is not ``tokenizer`` (e.g. a converted one):
+    # the export checks both give the same ids.
+    reference_encode: Callable[[Sequence[str]], list[list[int]]] | None = None
+
+
+def weights_sha256(files: Sequence[Path]) -> str:
+    """sha256 over the weight files' bytes in sorted name order: one file hashes as itself."""
+    h = hashlib.sha256()
+    for path in sorted(files, key=lambda p: p.name):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def languages_from_name(name: str, default: tuple[str, str] = ("en", "de")) -> tuple[list[str], list[str]]:
+    """ "transformer-en-de", "opus-mt-en-de" → ["en"], ["de"]: the last two short dash-separated parts."""
+    parts = name.split("-")
+    if len(parts) >= 2 and all(1 < len(p) <= 3 and p.isalpha() for p in parts[-2:]):
+        return [parts[-2]], [parts[-1]]
+    return [default[0]], [default[1]]

@@ -1,0 +1,259 @@
+"""The translation ONNX layout, our Transformer wrapped into it, and the torch → ONNX export.
+
+The service engine is written against exactly these names and shapes:
+
+* ``encoder.onnx``: ``input_ids`` int64 (batch, src_len) → ``memory_keys``, ``memory_values``
+  (n_layers, batch, n_heads, src_len, d_head): every decoder layer's cross-attention K/V, computed
+  once per batch.
+* ``decoder.onnx``, one step: ``input_ids`` int64 (batch, 1), ``source_mask`` int64 (batch, src_len)
+  (1 = real token), ``memory_keys``/``memory_values``, ``past_keys``/``past_values``
+  (n_layers, batch, n_heads, past_len, d_head; past_len may be 0) → ``log_probs`` float32
+  (batch, vocab), ``present_keys``/``present_values`` (…, past_len + 1, d_head) and
+  ``cross_attention`` float32 (batch, src_len): the last layer's weights, mean over heads.
+
+The new token's position is past_len, read inside the graph from ``past_keys``' shape, so the
+service never tracks positions.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+from torch import Tensor, nn
+
+from export.checkpoint import load_checkpoint, read_config
+from export.data import pad
+from export.model import Transformer
+from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
+from export.translate import TorchDecoder
+from service.artefacts import SpecialIds
+from service.engine.search import beam_search
+
+OPSET = 17  # LayerNormalization is a single op from 17; onnxruntime >= 1.14 loads it
+
+ENCODER_INPUTS = ["input_ids"]
+ENCODER_OUTPUTS = ["memory_keys", "memory_values"]
+DECODER_INPUTS = ["input_ids", "source_mask", "memory_keys", "memory_values", "past_keys", "past_values"]
+DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "cross_attention"]
+
+_KV_SRC = {1: "batch", 3: "src_len"}
+ENCODER_AXES: dict[str, dict[int, str]] = {
+    "input_ids": {0: "batch", 1: "src_len"},
+    "memory_keys": _KV_SRC,
+    "memory_values": _KV_SRC,
+}
+DECODER_AXES: dict[str, dict[int, str]] = {
+    "input_ids": {0: "batch"},
+    "source_mask": {0: "batch", 1: "src_len"},
+    "memory_keys": _KV_SRC,
+    "memory_values": _KV_SRC,
+    "past_keys": {1: "batch", 3: "past_len"},
+    "past_values": {1: "batch", 3: "past_len"},
+    "log_probs": {0: "batch"},
+    "present_keys": {1: "batch", 3: "past_len_plus_1"},
+    "present_values": {1: "batch", 3: "past_len_plus_1"},
+    "cross_attention": {0: "batch", 1: "src_len"},
+}
+
+
+def stack_kv(kv: Sequence[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+    """Per-layer (k, v) pairs of (B, h, T, d) → keys, values (n_layers, B, h, T, d)."""
+    return torch.stack([k for k, _ in kv]), torch.stack([v for _, v in kv])
+
+
+def step_outputs(
+    logits: Tensor, presents: Sequence[tuple[Tensor, Tensor]], cross_weights: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The decoder graph's outputs from one step's (B, V) logits, per-layer caches and (B, h, 1, S)
+    last-layer cross-attention; log-softmax and alignments in float32 whatever the model dtype,
+    so an fp16 graph keeps full-precision scores."""
+    present_keys, present_values = stack_kv(presents)
+    log_probs = logits.float().log_softmax(dim=-1)
+    return log_probs, present_keys, present_values, cross_weights.float().mean(dim=1)[:, 0]
+
+
+class EncoderGraph(nn.Module):
+    """Our model's encoder plus every decoder layer's cross-attention K/V projection."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor) -> tuple[Tensor, Tensor]:
+        return stack_kv(self.model.memory_kv(self.model.encode(input_ids)))
+
+
+class DecoderStepGraph(nn.Module):
+    """One cached decoder step of our model, with positions and masks taken from tensor shapes.
+
+    It calls the model's own layers, so numerics equal ``Transformer.decode`` with ``past``; only
+    the glue differs: the single new query may see every cached key (no causal mask needed), and
+    its position is ``past_keys.shape[3]``.
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        source_mask: Tensor,
+        memory_keys: Tensor,
+        memory_values: Tensor,
+        past_keys: Tensor,
+        past_values: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        m = self.model
+        position = past_keys.shape[3]
+        y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + m.pos.pe[position].to(memory_keys.dtype)
+        cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S)
+        presents: list[tuple[Tensor, Tensor]] = []
+        cross_weights = memory_keys.new_zeros(0)
+        for i, layer in enumerate(m.decoder):
+            y, kv, cross_weights = layer(
+                y, (memory_keys[i], memory_values[i]), None, cross_mask, (past_keys[i], past_values[i])
+            )
+            presents.append(kv)
+        logits = y[:, 0] @ m.embed.weight.t()  # (B, V), tied output projection
+        return step_outputs(logits, presents, cross_weights)
+
+
+class OursReference:
+    """The PyTorch reference for our checkpoints: ``Transformer`` and ``TorchDecoder`` as trained."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+
+    @torch.no_grad()
+    def memory_kv(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        return stack_kv(self.model.memory_kv(self.model.encode(src)))
+
+    def decoder(self, src: Tensor) -> IncrementalDecoder:
+        return TorchDecoder(self.model, src, with_attention=True)
+
+    @torch.no_grad()
+    def greedy(self, src_ids: Sequence[Sequence[int]], max_lens: Sequence[int]) -> list[list[int]]:
+        """``TorchDecoder`` under the project's search with beam 1, in length-sorted batches of 64."""
+        cfg = self.model.cfg
+        order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
+        out: list[list[int]] = [[] for _ in src_ids]
+        for start in range(0, len(order), 64):
+            chunk = order[start : start + 64]
+            src = pad([src_ids[i] for i in chunk], cfg.pad_id)
+            hyps = beam_search(
+                TorchDecoder(self.model, src),
+                len(chunk),
+                beam_size=1,
+                max_len=[max_lens[i] for i in chunk],
+                bos_id=cfg.bos_id,
+                eos_id=cfg.eos_id,
+            )
+            for i, h in zip(chunk, hyps, strict=True):
+                out[i] = h[0].tokens
+        return out
+
+
+def load_ours(source: Path, name: str | None = None) -> TranslationSource:
+    """A checkpoint of ours: ``model.safetensors`` (or any ``.safetensors`` of ours) with
+    ``tokenizer.json`` beside it. The name defaults to the checkpoint's directory name."""
+    path = source / "model.safetensors" if source.is_dir() else source
+    tokenizer_path = path.parent / "tokenizer.json"
+    if not tokenizer_path.is_file():
+        raise FileNotFoundError(f"{tokenizer_path}: the checkpoint's tokenizer is missing")
+    cfg = read_config(path)
+    model = load_checkpoint(path)
+    name = name or path.parent.name
+    src_langs, tgt_langs = languages_from_name(name)
+
+    def build(dtype: torch.dtype) -> tuple[nn.Module, nn.Module]:
+        m = load_checkpoint(path).to(dtype)  # a fresh copy: the reference stays fp32
+        return EncoderGraph(m).eval(), DecoderStepGraph(m).eval()
+
+    return TranslationSource(
+        kind="ours",
+        name=name,
+        path=path,
+        weight_files=(path,),
+        tokenizer=Tokenizer.from_file(str(tokenizer_path)),
+        special=SpecialIds(pad=cfg.pad_id, bos=cfg.bos_id, eos=cfg.eos_id, unk=cfg.unk_id),
+        vocab_size=cfg.vocab_size,
+        n_layers=cfg.n_decoder_layers,
+        n_heads=cfg.n_heads,
+        d_head=cfg.d_k,
+        max_source_len=cfg.max_len,
+        max_target_len=cfg.max_len,
+        source_languages=src_langs,
+        target_languages=tgt_langs,
+        build_graphs=build,
+        reference=OursReference(model),
+        tokenizer_file=tokenizer_path,
+    )
+
+
+def example_inputs(
+    n_layers: int, n_heads: int, d_head: int, vocab_size: int, dtype: torch.dtype, pad_id: int
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Tracing inputs whose dynamic sizes all differ (batch 2, src_len 7, past_len 3), so the
+    tracer cannot confuse one axis with another; the second row is padded."""
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab_size, (2, 7), generator=g)
+    src[1, 5:] = pad_id
+    mask = (src != pad_id).long()
+    kv_src = (n_layers, 2, n_heads, 7, d_head)
+    kv_past = (n_layers, 2, n_heads, 3, d_head)
+    step = (
+        torch.randint(4, vocab_size, (2, 1), generator=g),
+        mask,
+        torch.randn(kv_src, generator=g).to(dtype),
+        torch.randn(kv_src, generator=g).to(dtype),
+        torch.randn(kv_past, generator=g).to(dtype),
+        torch.randn(kv_past, generator=g).to(dtype),
+    )
+    return src, step
+
+
+@torch.no_grad()
+def export_graphs(
+    encoder: nn.Module, decoder: nn.Module, src: Tensor, step: tuple[Tensor, ...], out_dir: Path
+) -> tuple[Path, Path]:
+    """Trace both wrappers to ``encoder.onnx`` and ``decoder.onnx`` with the layout's names and
+    dynamic axes. The TorchScript exporter is used: it keeps shape arithmetic (positions from
+    ``past_keys``) dynamic and loads in onnxruntime >= 1.20 at opset 17."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    encoder.eval(), decoder.eval()  # the exporter restores the wrapper's mode, recursively, afterwards
+    enc_path, dec_path = out_dir / "encoder.onnx", out_dir / "decoder.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # legacy-exporter deprecation and tracer notices
+        torch.onnx.export(
+            encoder,
+            (src,),
+            str(enc_path),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=ENCODER_INPUTS,
+            output_names=ENCODER_OUTPUTS,
+            dynamic_axes=ENCODER_AXES,
+        )
+        torch.onnx.export(
+            decoder,
+            step,
+            str(dec_path),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=DECODER_INPUTS,
+            output_names=DECODER_OUTPUTS,
+            dynamic_axes=DECODER_AXES,
+        )
+    return enc_path, dec_path
+
+
+def pad_batch(src_ids: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
+    """Right-padded (B, S) int64 array: the encoder's input and the source of ``source_mask``."""
+    return pad(src_ids, pad_id).numpy()

@@ -1,0 +1,224 @@
+"""Exporting our Transformer to the translation ONNX layout: parity, greedy tokens, manifest.
+
+One tiny checkpoint (d_model 32, 2+2 layers), briefly trained to reverse word order so that its
+outputs vary in length and end with </s>, is exported once (fp32 + int8, with a tiny eval
+directory so the validation and BLEU paths run too) and shared by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from export.checkpoint import load_checkpoint, save_checkpoint
+from export.data import encode_source, encode_target, pad, train_tokenizer
+from export.model import Transformer, TransformerConfig, padding_mask
+from export.translate import translate_ids
+from export.translation import (
+    BUILTIN_SENTENCES,
+    FP32_TOLERANCE,
+    OrtTranslator,
+    VerificationError,
+    default_limits,
+    export_translation,
+    load_source,
+    onnx_translate_ids,
+)
+from export.translation_graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
+from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest
+
+WORDS = [
+    "a",
+    "man",
+    "rides",
+    "bike",
+    "two",
+    "dogs",
+    "run",
+    "small",
+    "cat",
+    "sits",
+    "on",
+    "the",
+    "big",
+    "red",
+    "street",
+]
+TEXTS = ["a man rides a bike.", "two dogs run on the street.", "the big red cat sits.", "dogs"]
+
+
+def _reversal_pairs(n: int) -> tuple[list[str], list[str]]:
+    rng = random.Random(0)
+    sources = [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(n)]
+    return sources, [" ".join(reversed(s.split())) for s in sources]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``transformer-en-de/model.safetensors`` + tokenizer.json, trained 40 steps on reversal."""
+    corpus = [" ".join(WORDS[i:] + WORDS[:i]) + "." for i in range(len(WORDS))] * 3
+    tok = train_tokenizer(corpus, vocab_size=90)
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        vocab_size=tok.get_vocab_size(),
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        max_len=48,
+        dropout=0.0,
+    )
+    model = Transformer(cfg)
+    sources, targets = _reversal_pairs(64)
+    src = pad(encode_source(tok, sources, cfg.max_len), cfg.pad_id)
+    tgt = pad(encode_target(tok, targets, cfg.max_len), cfg.pad_id)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(
+            logits.reshape(-1, cfg.vocab_size), tgt[:, 1:].reshape(-1), ignore_index=cfg.pad_id
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    directory = tmp_path_factory.mktemp("ckpt") / "transformer-en-de"
+    directory.mkdir()
+    save_checkpoint(model.eval(), directory / "model.safetensors")
+    tok.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def eval_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few validation and test lines, so the export's greedy-on-val and BLEU checks run."""
+    d = tmp_path_factory.mktemp("eval")
+    sources, targets = _reversal_pairs(12)
+    (d / "val.en").write_text("\n".join(sources[:6]) + "\n", encoding="utf-8")
+    (d / "test_2016_flickr.en").write_text("\n".join(sources[6:]) + "\n", encoding="utf-8")
+    (d / "test_2016_flickr.de").write_text("\n".join(targets[6:]) + "\n", encoding="utf-8")
+    return d
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoint: Path, eval_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("artefacts")
+    dirs = export_translation(checkpoint, out, ["fp32", "int8"], eval_dir=eval_dir)
+    assert dirs == [out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"]
+    return out
+
+
+def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
+    """Both variants verify against their manifest; fp32 parity is within tolerance and the
+    greedy checks ran on the built-in and validation sentences; int8 records its figures."""
+    fp32 = load_and_verify(exported / "transformer-en-de" / "fp32")
+    int8 = load_and_verify(exported / "transformer-en-de" / "int8")
+    for m in (fp32, int8):
+        assert m.task == "translate" and m.name == "transformer-en-de"
+        assert [t.name for t in m.graphs["encoder"].inputs] == ENCODER_INPUTS
+        assert [t.name for t in m.graphs["encoder"].outputs] == ENCODER_OUTPUTS
+        assert [t.name for t in m.graphs["decoder"].inputs] == DECODER_INPUTS
+        assert [t.name for t in m.graphs["decoder"].outputs] == DECODER_OUTPUTS
+        assert m.translation is not None and m.translation.has_alignments
+        assert (m.translation.n_layers, m.translation.n_heads, m.translation.d_head) == (2, 4, 8)
+        assert m.translation.source_languages == ["en"] and m.translation.target_languages == ["de"]
+        assert (m.special_ids.pad, m.special_ids.bos, m.special_ids.eos, m.special_ids.unk) == (0, 1, 2, 3)
+        assert m.opset >= 17 and m.onnxruntime_version
+        assert {"max_abs_memory", "max_abs_log_probs", "max_abs_cross_attention"} <= set(m.parity)
+        assert "bleu" in m.parity and "bleu_fp32" in m.parity
+    assert max(fp32.parity[k] for k in ("max_abs_memory", "max_abs_log_probs")) <= FP32_TOLERANCE
+    assert fp32.parity["greedy_builtin_sentences"] == len(BUILTIN_SENTENCES)
+    assert fp32.parity["greedy_val_sentences"] == 6
+    assert int8.parity["bleu_drop"] <= 0.5
+    assert int8.fusions.get("MatMulInteger", 0) + int8.fusions.get("DynamicQuantizeMatMul", 0) > 0
+    decoder = {t.name: t for t in fp32.graphs["decoder"].inputs}
+    assert decoder["past_keys"].shape == [2, "batch", 4, "past_len", 8]
+    assert decoder["past_keys"].dtype == "float32" and decoder["input_ids"].dtype == "int64"
+
+
+def test_onnx_search_gives_the_same_tokens_as_pytorch(checkpoint: Path, exported: Path) -> None:
+    """The cached ONNX decoder under the service's search equals TorchDecoder, greedy and beam."""
+    model = load_checkpoint(checkpoint / "model.safetensors")
+    source = load_source(checkpoint)
+    src_ids = encode_source(source.tokenizer, TEXTS + BUILTIN_SENTENCES[:4], model.cfg.max_len)
+    translator = OrtTranslator(exported / "transformer-en-de" / "fp32", threads=1)
+    limits = default_limits(src_ids, model.cfg.max_len)
+    for beam in (1, 3):
+        want = translate_ids(model, src_ids, beam_size=beam)
+        got = onnx_translate_ids(translator, source, src_ids, beam_size=beam, max_lens=limits, batch_size=3)
+        assert got == want
+    assert any(0 < len(t) < limit for t, limit in zip(want, limits, strict=True))  # some end with </s>
+
+
+def test_first_step_with_empty_past(checkpoint: Path, exported: Path) -> None:
+    """past_len 0 runs; log_probs equal the model's first step, alignments are distributions over
+    real source tokens, and the cache grows by one position."""
+    model = load_checkpoint(checkpoint / "model.safetensors")
+    translator = OrtTranslator(exported / "transformer-en-de" / "fp32", threads=1)
+    src = pad(encode_source(load_source(checkpoint).tokenizer, TEXTS[:2], 48), 0)
+    memory = translator.encode(src.numpy())
+    bos = np.full(2, model.cfg.bos_id, dtype=np.int64)
+    mask = (src != 0).long().numpy()
+    log_probs, keys, values, attn = translator.step(bos, mask, memory, translator.empty_past(2))
+    assert keys.shape == values.shape == (2, 2, 4, 1, 8)
+    assert log_probs.dtype == np.float32 and log_probs.shape == (2, model.cfg.vocab_size)
+    with torch.no_grad():
+        mem_kv = model.memory_kv(model.encode(src))
+        logits, _, ref_attn = model.decode(torch.from_numpy(bos)[:, None], mem_kv, padding_mask(src, 0))
+    np.testing.assert_allclose(log_probs, logits[:, -1].log_softmax(-1).numpy(), atol=FP32_TOLERANCE)
+    np.testing.assert_allclose(attn, ref_attn[:, -1].numpy(), atol=FP32_TOLERANCE)
+    np.testing.assert_allclose(attn.sum(-1), 1.0, atol=1e-5)
+    assert np.all(attn[mask == 0] == 0)
+
+
+def test_manifest_round_trip(exported: Path) -> None:
+    directory = exported / "transformer-en-de" / "int8"
+    manifest = read_manifest(directory)
+    assert Manifest.model_validate_json(manifest.model_dump_json()) == manifest
+    on_disk = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    assert Manifest.model_validate(on_disk) == manifest
+    assert {f.path for f in manifest.files} == {"encoder.onnx", "decoder.onnx", "tokenizer.json"}
+
+
+def test_rerun_skips_until_an_artefact_is_corrupted(checkpoint: Path, exported: Path, tmp_path: Path) -> None:
+    """Same weights: nothing is rebuilt. A corrupted decoder.onnx is named by load_and_verify, and
+    the next export rebuilds that variant only."""
+    out = tmp_path / "artefacts"
+    shutil.copytree(exported, out)
+    fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
+    before = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
+    export_translation(checkpoint, out, ["fp32", "int8"])
+    assert {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)} == before
+
+    data = bytearray((fp32 / "decoder.onnx").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (fp32 / "decoder.onnx").write_bytes(bytes(data))
+    with pytest.raises(ArtefactError, match=r"decoder\.onnx"):
+        load_and_verify(fp32)
+
+    export_translation(checkpoint, out, ["fp32", "int8"])
+    load_and_verify(fp32)
+    assert (int8 / "manifest.json").stat().st_mtime_ns == before[int8]
+    assert sorted(p.name for p in (out / "transformer-en-de").iterdir()) == ["fp32", "int8"]
+
+
+def test_failed_verification_writes_no_manifest(
+    checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("export.translation.FP32_TOLERANCE", -1.0)
+    with pytest.raises(VerificationError, match="differ from PyTorch"):
+        export_translation(checkpoint, tmp_path, ["fp32"])
+    assert not (tmp_path / "transformer-en-de" / "fp32").exists()
+    assert list((tmp_path / "transformer-en-de").iterdir()) == []  # no partial directory left
+
+
+def test_unknown_variant_is_refused(checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown variants"):
+        export_translation(checkpoint, tmp_path, ["int4"])
