@@ -334,9 +334,11 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             errors = sum(isinstance(r, Exception) for r in results)
             if errors:
                 ITEM_ERRORS.labels(model=self.model).inc(errors)
+            end = time.perf_counter()
             for pending, result in zip(batch, results, strict=True):
                 if not pending.future.done():  # its request may be gone (cancelled, deadline)
                     pending.future.set_result(result)
+                    observe_stage(self.model, "total", end - pending.enqueued)
         finally:
             self._stats.running -= 1
             self._stats.done.set()

@@ -165,6 +165,8 @@ def _describe(detail: ErrorDetail) -> str:
 def _message(error: dict[str, Any]) -> str:
     if error.get("type") == "extra_forbidden":
         return "unknown field"
+    if error.get("type") in ("model_attributes_type", "model_type", "dict_type"):
+        return "expected a JSON object"
     if error.get("type") == "json_invalid":
         return f"invalid JSON: {(error.get('ctx') or {}).get('error', 'decode error')}"
     return str(error.get("msg", "invalid"))

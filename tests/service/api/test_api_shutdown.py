@@ -100,3 +100,19 @@ def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
         print(log_path.read_text(errors="replace"))
+
+
+def test_models_that_cannot_be_served_exit_1(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TSERVE_HOST": "127.0.0.1",
+        "TSERVE_PORT": str(_free_port()),
+        "TSERVE_ARTEFACT_ROOT": str(tmp_path),
+        "TSERVE_AUTO_EXPORT": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "service"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "python -m export default" in done.stderr + done.stdout
