@@ -180,17 +180,11 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         still queued are dropped). If the awaiting task is cancelled (client disconnected),
         the request's queued items are dropped before inference and counted.
         """
-        if not self._accepting:
-            REJECTED.labels(model=self.model, reason="shutting_down").inc(len(items))
-            raise BatcherClosed(f"{self.model}: shutting down")
-        if self._queued + len(items) > self.policy.max_queue:
-            REJECTED.labels(model=self.model, reason="queue_full").inc(len(items))
-            raise QueueFull(self.model, self.policy.max_queue, self._retry_after_s())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        self._admit(len(items))
         costs = await self._costs(items)
-        if not self._accepting:  # may have flipped while counting on a thread
-            raise BatcherClosed(f"{self.model}: shutting down")
+        self._admit(len(items))  # again: the queue may have filled while a thread counted tokens
         now = time.perf_counter()
         entries = [
             _Pending[ItemT, ResultT](item, cost, deadline, now, loop.create_future())
@@ -208,6 +202,14 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             self._abandon(entries, "deadline")
             raise DeadlineExceeded(self.model, timeout_s)
         return [e.future.result() for e in entries]
+
+    def _admit(self, n: int) -> None:
+        if not self._accepting:
+            REJECTED.labels(model=self.model, reason="shutting_down").inc(n)
+            raise BatcherClosed(f"{self.model}: shutting down")
+        if self._queued + n > self.policy.max_queue:
+            REJECTED.labels(model=self.model, reason="queue_full").inc(n)
+            raise QueueFull(self.model, self.policy.max_queue, self._retry_after_s())
 
     async def _costs(self, items: Sequence[ItemT]) -> list[int]:
         size = sum(len(text) for item in items if isinstance(text := getattr(item, "text", None), str))
