@@ -66,10 +66,10 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: CORS off
 
     # Lifecycle
-    drain_delay_s: float = Field(
-        default=0.0, ge=0
-    )  # after SIGTERM, time to answer 503 before closing the listener
-    shutdown_grace_s: float = Field(default=30.0, ge=0)  # then, time for in-flight requests to finish
+    # After SIGTERM: answer 503 for drain_delay_s (load balancers notice), close the listener,
+    # then give in-flight requests shutdown_grace_s to finish.
+    drain_delay_s: float = Field(default=0.0, ge=0)
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
     @field_validator("api_keys", "cors_origins", mode="before")
