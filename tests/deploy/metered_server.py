@@ -1,0 +1,74 @@
+"""``python tests/deploy/metered_server.py [--delay-s S]``: tests/service/run_small_server.py's
+server — the real entry point ``service.__main__.serve`` over the small NumPy engines — with the
+engine-level metrics the ONNX engines record (service/engine/embedder.py, translator.py):
+tokenize/encoder/pool/decoder/detokenize stage times and the input/output token counters.
+
+The small engines model the engines' results, not their instrumentation; without this, the
+token panels of the dashboard would have nothing to show in tests/deploy/test_prometheus_live.py.
+Settings come from ``TSERVE_*`` as for ``python -m service``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from service.__main__ import serve
+from service.app import create_app
+from service.engine.base import Embedding, EmbedItem, Engine, TranslateItem, Translation
+from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, observe_stage
+from service.settings import Settings
+from tests.service.small_engines import HashEmbedder, ReverseTranslator
+
+
+class MeteredEmbedder(HashEmbedder):
+    def embed(self, items: list[EmbedItem]) -> list[Embedding | Exception]:
+        name = self.manifest.name
+        start = time.perf_counter()
+        observe_stage(name, "tokenize", 0.0)
+        out = super().embed(items)
+        INPUT_TOKENS.labels(model=name).inc(sum(r.n_tokens for r in out if not isinstance(r, Exception)))
+        elapsed = time.perf_counter() - start
+        observe_stage(name, "encoder", elapsed * 0.9)
+        observe_stage(name, "pool", elapsed * 0.1)
+        return out
+
+
+class MeteredTranslator(ReverseTranslator):
+    def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]:
+        name = self.manifest.name
+        start = time.perf_counter()
+        observe_stage(name, "tokenize", 0.0)
+        out = super().translate(items)
+        done = [r for r in out if isinstance(r, Translation)]
+        INPUT_TOKENS.labels(model=name).inc(sum(r.n_input_tokens for r in done))
+        elapsed = time.perf_counter() - start
+        observe_stage(name, "encoder", elapsed * 0.2)
+        observe_stage(name, "decoder", elapsed * 0.8)
+        observe_stage(name, "detokenize", 0.0)
+        OUTPUT_TOKENS.labels(model=name).inc(sum(r.n_output_tokens for r in done))
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--delay-s", type=float, default=0.0, help="seconds each engine batch takes")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    engines: dict[str, Engine] = {
+        "embed": MeteredEmbedder(name="small-embed", delay_s=args.delay_s),
+        "translate": MeteredTranslator(name="small-translate", delay_s=args.delay_s),
+    }
+    return serve(create_app(settings, engines), settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
