@@ -173,3 +173,15 @@ def test_detokenized_text_and_output_token_counter(translator: OnnxTranslator) -
         h = r.hypotheses[0]
         assert h.text == translator.tokenizer.decode_batch([ids_of(translator, r)])[0]
         assert "</s>" not in h.tokens and "<s>" not in h.text
+
+
+@pytest.mark.parametrize("io_binding", [False, True])
+def test_fp16_variant_keeps_a_float16_cache(
+    translation_fp16: Path, translator: OnnxTranslator, io_binding: bool
+) -> None:
+    """The CUDA default variant: float16 memory/cache fed back as float16; tokens as fp32 here."""
+    engine = OnnxTranslator(translation_fp16, "cpu", 1, io_binding=io_binding)
+    assert engine.manifest.variant == "fp16" and engine._cache_dtype == np.float16
+    batch = items(TEXTS, beam_size=2, max_length=10, alignments=True)
+    for half, full in zip(engine.translate(batch), translator.translate(batch), strict=True):
+        assert ok(half).hypotheses[0].tokens == ok(full).hypotheses[0].tokens
