@@ -61,7 +61,7 @@ VAL_GREEDY_SENTENCES = 100
 NEAR_TIE = 1e-3  # a greedy divergence where PyTorch's top two log-probs are closer is a tie, not a bug
 EVAL_BEAM, EVAL_BATCH = 4, 32
 TEST_SPLIT, VAL_SPLIT = "test_2016_flickr", "val"
-MAX_FORCED_STEPS = 40
+MAX_FORCED_STEPS = 40  # teacher-forced parity steps per built-in sentence (a prefix of its output)
 FLOOR = -1e9  # log-probs of suppressed tokens (-inf in PyTorch, the lowest float in the graph) compare equal
 
 # Real sentences for parity and greedy checks, independent of any data directory.

@@ -223,7 +223,13 @@ class MarianReference:
 
 
 def _spm_proto(path: Path) -> Any:
-    from sentencepiece import sentencepiece_model_pb2  # protobuf, installed with the export extra
+    try:
+        from sentencepiece import sentencepiece_model_pb2  # needs protobuf (the export extra)
+    except ImportError as e:
+        raise MarianImportError(
+            f"{path}: converting the MarianTokenizer needs sentencepiece and protobuf ({e}); "
+            "install the export extra or provide a tokenizer.json"
+        ) from e
 
     proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]  # generated protobuf
     proto.ParseFromString(path.read_bytes())
