@@ -357,3 +357,20 @@ def test_runtime_env_imports_and_starts_without_torch(tmp_path: Path) -> None:
     result = run([python, "-m", "service"], cwd=tmp_path, env=env, timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "no-artefacts" in result.stdout + result.stderr
+
+
+def test_export_command_of_the_images_matches_the_cli() -> None:
+    """The export stages run `python -m export default --out /artefacts --variant V [--variant V]`:
+    the CLI must know those options (repeated --variant adds variants)."""
+    if not (REPO / "export" / "__main__.py").is_file():
+        pytest.skip("export/__main__.py (the `python -m export` CLI) does not exist yet")
+    result = run([sys.executable, "-m", "export", "default", "--help"], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for option in ("--out", "--variant"):
+        assert option in result.stdout, f"`python -m export default --help` lists no {option}"
+    for flavour, path in DOCKERFILES.items():
+        _, stages = parse_dockerfile(path)
+        runs = " ".join(stages[[s.name for s in stages].index("export")].all("RUN"))
+        command = runs[runs.index("python -m export default") :].split("&&")[0].split()
+        variants = [command[i + 1] for i, word in enumerate(command) if word == "--variant"]
+        assert variants and set(variants) <= {"fp32", "int8", "fp16"}, flavour
