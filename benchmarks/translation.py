@@ -1,0 +1,312 @@
+"""Translation: the same weights in Hugging Face generate, CTranslate2 and our engine/service.
+
+Every system gets text in and gives text out: HF and CTranslate2 are fed ids from the same
+``tokenizers`` tokenizer our engine uses (encode + decode are inside the timed region for all).
+Batches are formed once, from length-sorted sentences, and every system decodes the same
+batches in the same order. Throughput is target tokens/s (generated tokens, without the start
+token and ``</s>``). Decoding is either natural (stops at ``</s>``; the same max length for all)
+or forced to a fixed length (``</s>`` suppressed: HF/CT2 ``min = max length``, ours a wrapped
+decoder backend that masks ``</s>``), so every system does the same work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from benchmarks.common import Results, Row, percentiles_ms
+
+BASELINE = "HF transformers"
+CT2_INT8 = "CTranslate2 int8"
+
+
+@dataclass(frozen=True)
+class Workload:
+    beam: int
+    batch: int
+    max_len: int  # natural: upper bound; forced: exact output length
+    forced: bool
+
+
+class Translator(Protocol):
+    name: str
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        """Translations and the number of generated target tokens."""
+        ...
+
+
+class TextCodec:
+    """Our ``tokenizers`` tokenizer as the shared front/back end of HF and CTranslate2."""
+
+    def __init__(self, tokenizer: Any, eos_id: int, pad_id: int) -> None:
+        """tokenizer: a ``tokenizers.Tokenizer`` or the path of its JSON file."""
+        from tokenizers import Tokenizer
+
+        self.tok = Tokenizer.from_file(str(tokenizer)) if isinstance(tokenizer, str | Path) else tokenizer
+        self.eos_id, self.pad_id = eos_id, pad_id
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        ids = [e.ids for e in self.tok.encode_batch(list(texts))]
+        return [x if x and x[-1] == self.eos_id else [*x, self.eos_id] for x in ids]
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        return self.tok.decode_batch([list(x) for x in ids])
+
+    def tokens(self, ids: Sequence[int]) -> list[str]:
+        return [self.tok.id_to_token(i) for i in ids]  # type: ignore[misc]
+
+
+class HFGenerate:
+    name = BASELINE
+
+    def __init__(self, model_dir: Path, codec: TextCodec, threads: int) -> None:
+        import torch
+        from transformers import MarianMTModel
+
+        torch.set_num_threads(threads)
+        self.torch = torch
+        self.model = MarianMTModel.from_pretrained(model_dir).eval()
+        self.codec = codec
+        self.start = int(self.model.config.decoder_start_token_id)
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        torch, codec = self.torch, self.codec
+        ids = codec.encode(texts)
+        width = max(map(len, ids))
+        src = torch.tensor([x + [codec.pad_id] * (width - len(x)) for x in ids])
+        kwargs: dict[str, Any] = {"min_new_tokens": w.max_len} if w.forced else {}
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=src,
+                attention_mask=(src != codec.pad_id).long(),
+                num_beams=w.beam,
+                do_sample=False,
+                max_new_tokens=w.max_len,
+                early_stopping=True,
+                length_penalty=1.0,
+                num_return_sequences=1,
+                **kwargs,
+            )
+        hyps = []
+        for row in out.tolist():
+            row = row[1:] if row and row[0] == self.start else row
+            cut = row.index(codec.eos_id) if codec.eos_id in row else len(row)
+            hyps.append([t for t in row[:cut] if t != codec.pad_id])
+        return codec.decode(hyps), sum(map(len, hyps))
+
+
+class CTranslate2:
+    def __init__(self, model_dir: Path, codec: TextCodec, threads: int, name: str) -> None:
+        import ctranslate2
+
+        self.name = name
+        self.tr = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=threads, inter_threads=1)
+        self.codec = codec
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        codec = self.codec
+        tokens = [codec.tokens(x) for x in codec.encode(texts)]
+        res = self.tr.translate_batch(
+            tokens,
+            beam_size=w.beam,
+            max_batch_size=0,
+            max_decoding_length=w.max_len,
+            min_decoding_length=w.max_len if w.forced else 0,
+            length_penalty=1.0,
+            return_scores=False,
+        )
+        hyps = [[codec.tok.token_to_id(t) for t in r.hypotheses[0]] for r in res]
+        return codec.decode(hyps), sum(map(len, hyps))  # type: ignore[arg-type]
+
+
+class _EosMask:
+    """Wraps the engine's decoder backend: ``</s>`` never wins, so every output has max_len tokens."""
+
+    def __init__(self, inner: Any, eos_id: int) -> None:
+        self.inner, self.eos_id = inner, eos_id
+
+    def encode(self, input_ids: np.ndarray) -> Any:
+        return self.inner.encode(input_ids)
+
+    def take(self, x: Any, rows: np.ndarray, axis: int) -> Any:
+        return self.inner.take(x, rows, axis)
+
+    def step(self, feeds: dict[str, Any], with_attention: bool) -> Any:
+        log_probs, attn, keys, values = self.inner.step(feeds, with_attention)
+        log_probs = np.array(log_probs, copy=True)
+        log_probs[:, self.eos_id] = -np.inf
+        return log_probs, attn, keys, values
+
+
+class OursInProcess:
+    """Our ``OnnxTranslator`` called directly (no batcher, no HTTP)."""
+
+    def __init__(self, artefact_dir: Path, threads: int, name: str) -> None:
+        from service.engine.translator import OnnxTranslator
+
+        self.name = name
+        self.engine: Any = OnnxTranslator(artefact_dir, "cpu", threads)
+        self.engine.warmup()
+        self._plain = self.engine.backend
+        self._masked = _EosMask(self._plain, self.engine.eos_id)
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        from service.engine.base import TranslateItem, TranslateOptions
+
+        self.engine.backend = self._masked if w.forced else self._plain
+        opts = TranslateOptions(beam_size=w.beam, max_length=w.max_len)
+        out = self.engine.translate([TranslateItem(t, opts) for t in texts])
+        errors = [r for r in out if isinstance(r, Exception)]
+        if errors:
+            raise errors[0]
+        return [r.hypotheses[0].text for r in out], sum(r.n_output_tokens for r in out)
+
+
+class OursHTTP:
+    """Our service over HTTP: one POST /v1/translate per batch (natural decoding only)."""
+
+    def __init__(self, base_url: str, name: str = "ours HTTP (int8)") -> None:
+        import httpx
+
+        self.name = name
+        self.client = httpx.Client(base_url=base_url, timeout=600)
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        if w.forced:
+            raise NotImplementedError("the service has no option to suppress </s>")
+        r = self.client.post(
+            "/v1/translate", json={"text": list(texts), "beam_size": w.beam, "max_length": w.max_len}
+        )
+        r.raise_for_status()
+        return parse_translate_response(r.json())
+
+
+def parse_translate_response(body: dict[str, Any]) -> tuple[list[str], int]:
+    """Texts and output-token count from our /v1/translate answer."""
+    items = body.get("translations") or body.get("data") or body.get("results") or []
+    texts, n = [], 0
+    for it in items:
+        if isinstance(it, str):
+            texts.append(it)
+            continue
+        hyp = (it.get("hypotheses") or [it])[0]
+        texts.append(hyp.get("text", it.get("text", "")))
+        n += int(it.get("n_output_tokens") or len(hyp.get("tokens") or []))
+    return texts, n
+
+
+# --- measurement -------------------------------------------------------------------------------
+
+
+def batches(texts: Sequence[str], codec: TextCodec, size: int) -> list[list[int]]:
+    """Index batches of ``size`` over length-sorted sentences (the same for every system)."""
+    lengths = [len(x) for x in codec.encode(texts)]
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def natural_max_len(texts: Sequence[str], codec: TextCodec) -> int:
+    return min(256, 2 * max(len(x) for x in codec.encode(texts)) + 10)
+
+
+def throughput(
+    system: Translator, texts: Sequence[str], w: Workload, codec: TextCodec
+) -> tuple[float, list[str], float]:
+    """(target tokens/s, outputs in input order, seconds) over all ``texts``."""
+    outputs = [""] * len(texts)
+    tokens, seconds = 0, 0.0
+    warm = Workload(w.beam, 1, min(w.max_len, 8) if w.forced else 8, w.forced)
+    system.translate(texts[: min(2, len(texts))], warm)  # warm-up
+    for idx in batches(texts, codec, w.batch):
+        chunk = [texts[i] for i in idx]
+        wl = w if w.forced else Workload(w.beam, w.batch, natural_max_len(chunk, codec), False)
+        t0 = time.perf_counter()
+        out, n = system.translate(chunk, wl)
+        seconds += time.perf_counter() - t0
+        tokens += n
+        for i, o in zip(idx, out, strict=True):
+            outputs[i] = o
+    return tokens / seconds, outputs, seconds
+
+
+def bleu(hyps: Sequence[str], refs: Sequence[str]) -> float:
+    import sacrebleu
+
+    return float(sacrebleu.corpus_bleu(list(hyps), [list(refs)]).score)
+
+
+def latency(system: Translator, texts: Sequence[str], beam: int, codec: TextCodec) -> dict[str, float]:
+    """p50/p99 of one-sentence calls, one after the other (no concurrency)."""
+    lat = []
+    system.translate(texts[:1], Workload(beam, 1, 8, False))
+    for t in texts:
+        t0 = time.perf_counter()
+        system.translate([t], Workload(beam, 1, natural_max_len([t], codec), False))
+        lat.append(time.perf_counter() - t0)
+    return percentiles_ms(lat)
+
+
+def add_vs(results: Results, section: str, reference: str, key: str) -> None:
+    """extra[key] = value / reference's value, for every row of ``section``."""
+    rows = [r for r in results.rows if r.section == section]
+    ref = next((r for r in rows if r.system == reference), None)
+    if ref is None or not ref.value:
+        return
+    for r in rows:
+        r.extra[key] = r.value / ref.value
+
+
+def run_suite(
+    results: Results,
+    label: str,
+    systems: Sequence[Translator],
+    src: Sequence[str],
+    refs: Sequence[str] | None,
+    codec: TextCodec,
+    workloads: Sequence[tuple[Workload, int]],  # (workload, number of sentences)
+    short: Sequence[str] = (),
+) -> None:
+    """Every workload on every system; BLEU for the beam-4 natural runs when refs are given."""
+    for w, n in workloads:
+        mode = f"forced {w.max_len} tok" if w.forced else "natural"
+        section = f"translate {label}: beam {w.beam}, batch {w.batch}, {mode}, {n} sent."
+        for system in systems:
+            try:
+                tps, outputs, secs = throughput(system, src[:n], w, codec)
+            except NotImplementedError:
+                continue
+            except Exception as e:
+                results.note(f"{section}: {system.name} failed: {type(e).__name__}: {e}")
+                continue
+            extra: dict[str, Any] = {"seconds": round(secs, 2)}
+            if refs is not None and not w.forced:
+                extra["bleu"] = round(bleu(outputs, refs[:n]), 2)
+            results.add(
+                Row(section, system.name, tps, "tok/s", baseline=system.name == BASELINE, extra=extra)
+            )
+        add_vs(results, section, CT2_INT8, "x_ct2_int8")
+    if short:
+        section = f"translate {label}: latency of single short requests, beam 4, {len(short)} req."
+        for system in systems:
+            try:
+                p = latency(system, short, 4, codec)
+            except Exception as e:
+                results.note(f"{section}: {system.name} failed: {type(e).__name__}: {e}")
+                continue
+            results.add(
+                Row(
+                    section,
+                    system.name,
+                    p["p50_ms"],
+                    "ms p50",
+                    baseline=system.name == BASELINE,
+                    higher_is_better=False,
+                    extra={"p99_ms": round(p["p99_ms"], 1)},
+                )
+            )
