@@ -42,6 +42,8 @@ PACKAGES = [
     "uvicorn",
     "fastapi",
 ]
+OURS_HTTP = "ours HTTP (int8)"
+INFINITY = "Infinity (torch)"
 STAGES = ("translation", "base", "embedding", "serving")
 
 
@@ -76,6 +78,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "/tmp/venv-infinity); skipped when none is found",
     )
     p.add_argument("--no-infinity", action="store_true")
+    p.add_argument(
+        "--rounds", type=int, help="in-process runs per system, in turn; best kept (default 2 quick, 3)"
+    )
     p.add_argument("--duration", type=float, help="seconds per HTTP load level (default 6 quick, 30 full)")
     return p.parse_args(argv)
 
@@ -98,6 +103,8 @@ class Harness:
         self.artefacts = self.cache / "artefacts"
         self.results = Results()
         self.duration = args.duration or (6.0 if self.quick else 30.0)
+        self.rounds = args.rounds or (2 if self.quick else 3)
+        self.http_rounds = 1 if self.quick else 2
         self.service: Any = None
         self.models: dict[str, Path] = {}  # key → artefact dir
         self.multi30k = args.data_dir / "multi30k"
@@ -196,17 +203,19 @@ class Harness:
         from benchmarks.serving import Service
 
         t, e = self.models.get("small/int8"), self.models.get("embed/int8")
+        if t is None and e is None:
+            self.results.note("service not measured: no int8 artefact of either model")
+            return None
         if t is None or e is None:
             self.results.note(
-                f"service not measured: int8 artefacts of both models are needed (translate: {t}, embed: {e})"
+                f"service runs with one model only (translate: {t}, embed: {e}); RSS is not comparable"
             )
-            return None
         print(f"== starting our service{tag}", flush=True)
         try:
             return Service(
                 self.artefacts,
-                t.parent.name,
-                e.parent.name,
+                t.parent.name if t else "",
+                e.parent.name if e else "",
                 variant="int8",
                 threads=self.threads,
                 log=self.out / f"service{tag.replace(' ', '-')}.log",
@@ -237,7 +246,7 @@ class Harness:
                 systems += self._system(
                     tr.OursInProcess, self.models[f"small/{v}"], self.threads, f"ours in-process ({v})"
                 )
-        if self.service is not None:
+        if self.service is not None and "small/int8" in self.models:
             systems.append(tr.OursHTTP(self.service.base, "ours HTTP (int8)"))
         n_big, n_one = (200, 24) if self.quick else (1000, 200)
         src, ref = self.test_set(n_big)
@@ -249,7 +258,7 @@ class Harness:
             (W(4, 32, 0, False), n_big),
             (W(4, 32, 20, True), min(n_big, 96 if self.quick else 500)),
         ]
-        short = [s for s in src if len(s.split()) <= 8][: 20 if self.quick else 100]
+        short = [s for s in src if len(s.split()) <= 8][: 10 if self.quick else 50]
         print("== translation: our checkpoint", flush=True)
         tr.run_suite(
             self.results,
@@ -261,6 +270,7 @@ class Harness:
             codec,
             workloads,
             short,
+            rounds=self.rounds,
         )
         del systems
         gc.collect()
@@ -295,6 +305,7 @@ class Harness:
             None,
             codec,
             workloads,
+            rounds=self.rounds,
         )
         del systems
         gc.collect()
@@ -307,28 +318,19 @@ class Harness:
         sents = sents[:n]
         print(f"== embeddings ({n} STS-dev sentences)", flush=True)
         sec = em.SECTION
-        base = em.st_throughput(model_dir, sents, self.threads)
-        self.results.add(Row(sec, em.BASELINE, base, "sent/s", baseline=True, extra={"batch": 32}))
+        systems: list[Any] = self._system(em.STInProcess, model_dir, self.threads, em.BASELINE)
         for v in ("fp32", "int8"):
             if f"embed/{v}" in self.models:
-                try:
-                    val = em.ours_throughput(self.models[f"embed/{v}"], sents, self.threads)
-                    self.results.add(Row(sec, f"ours in-process ({v})", val, "sent/s", extra={"batch": 32}))
-                except Exception as e:
-                    self.results.note(f"ours in-process embed {v} failed: {type(e).__name__}: {e}")
-        curves: dict[str, dict[str, dict[str, float]]] = {}
-        if self.service is not None:
-            runs = em.http_levels(
-                self.results,
-                "ours HTTP (int8)",
-                f"{self.service.base}/v1/embeddings",
-                None,
-                sents,
-                [self.service.pid],
-                self.duration,
+                systems += self._system(
+                    em.OursInProcess, self.models[f"embed/{v}"], self.threads, f"ours in-process ({v})"
+                )
+        best = em.in_process(systems, sents, self.rounds)
+        targets: list[em.HttpTarget] = []
+        infinity = None
+        if self.service is not None and "embed/int8" in self.models:
+            targets.append(
+                em.HttpTarget(OURS_HTTP, f"{self.service.base}/v1/embeddings", None, [self.service.pid])
             )
-            curves["ours (dynamic batching)"] = _curve(runs)
-            self.results.series["ours_http_embed"] = {k: v.summary() for k, v in runs.items()}
         if not self.args.no_infinity:
             exe = em.find_infinity(self.args.infinity_venv)
             if exe is None:
@@ -338,35 +340,51 @@ class Harness:
                 )
             else:
                 try:
-                    server, url = em.start_infinity(exe, model_dir, self.threads, self.out / "infinity.log")
+                    infinity, url = em.start_infinity(exe, model_dir, self.threads, self.out / "infinity.log")
+                    targets.append(em.HttpTarget(INFINITY, f"{url}/embeddings", "minilm", [infinity.pid]))
                 except Exception as e:
                     self.results.note(f"Infinity failed to start: {type(e).__name__}: {str(e)[:300]}")
-                else:
-                    try:
-                        runs = em.http_levels(
-                            self.results,
-                            "Infinity (torch)",
-                            f"{url}/embeddings",
-                            "minilm",
-                            sents,
-                            [server.pid],
-                            self.duration,
-                        )
-                        curves["Infinity (torch engine)"] = _curve(runs)
-                        from benchmarks.common import rss_mb
+        runs: dict[str, Any] = {}
+        try:
+            if targets:
+                print(
+                    f"   HTTP: {', '.join(t.name for t in targets)} in turn, {self.duration:.0f} s per run",
+                    flush=True,
+                )
+                runs = em.http_compare(self.results, targets, sents, self.duration, self.http_rounds)
+            if infinity is not None:
+                from benchmarks.common import rss_mb
 
-                        self.results.series["infinity_rss_mb"] = rss_mb(server.pid)
-                    finally:
-                        server.stop()
-                    for label in runs:
-                        ours = next(
-                            (r for r in self.results.rows if r.system == f"ours HTTP (int8), {label}"), None
-                        )
-                        inf = next(
-                            (r for r in self.results.rows if r.system == f"Infinity (torch), {label}"), None
-                        )
-                        if ours and inf and inf.value:
-                            ours.extra["x_infinity"] = ours.value / inf.value
+                self.results.series["infinity_rss_mb"] = rss_mb(infinity.pid)
+        finally:
+            if infinity is not None:
+                infinity.stop()
+        # The in-process systems once more, after the HTTP runs: the best of all runs is kept.
+        for name, run in em.in_process(systems, sents, 1).items():
+            if run[0] > best[name][0]:
+                best[name] = run
+        for name, (value, cores) in best.items():
+            self.results.add(
+                Row(
+                    sec,
+                    name,
+                    value,
+                    "sent/s",
+                    baseline=name == em.BASELINE,
+                    extra={"batch": 32, "cores_used": round(cores, 2)},
+                )
+            )
+        del systems
+        gc.collect()
+        for label, _, _ in em.levels():
+            ours = next((r for r in self.results.rows if r.system == f"{OURS_HTTP}, {label}"), None)
+            inf = next((r for r in self.results.rows if r.system == f"{INFINITY}, {label}"), None)
+            if ours and inf and inf.value:
+                ours.extra["x_infinity"] = ours.value / inf.value
+        curves = {name: _curve(r) for name, r in runs.items()}
+        self.results.series["embed_http"] = {
+            name: {k: v.summary() for k, v in r.items()} for name, r in runs.items()
+        }
         if curves:
             self.results.series["embed_concurrency"] = curves
 
@@ -379,83 +397,81 @@ class Harness:
         sents = sts_sentences(self.args.data_dir)
         src, _ = self.test_set(1000)
         short = [s for s in src if len(s.split()) <= 10]
-        rss_loaded = self.service.rss_mb()
-        embed_body = lambda i: {"input": [sents[i % len(sents)]]}  # noqa: E731
-        tr_body = lambda i: {"text": [short[i % len(short)]], "beam_size": 4}  # noqa: E731
-        embed_url = f"{self.service.base}/v1/embeddings"
         tr_clients = 16
-        sec_e = "serving: embed, 64 clients × 1 sentence/request"
-        sec_t = f"serving: translate, {tr_clients} clients × 1 short sentence/request, beam 4"
-        dyn_e = load_row(
-            self.results,
-            sec_e,
-            "dynamic batching (max batch 32)",
-            embed_url,
-            embed_body,
-            [self.service.pid],
-            clients=64,
-            items=1,
-            duration_s=self.duration,
-        )
-        load_row(
-            self.results,
-            sec_t,
-            "dynamic batching (max batch 32)",
-            f"{self.service.base}/v1/translate",
-            tr_body,
-            [self.service.pid],
-            clients=tr_clients,
-            items=1,
-            duration_s=self.duration,
-        )
-        rss_after = self.service.rss_mb()
-        # HTTP vs in-process: the same int8 artefact, called directly with the service's max batch.
-        from benchmarks.embedding import ours_throughput
-
-        if dyn_e is not None:
-            inproc = ours_throughput(
-                self.models["embed/int8"],
-                [sents[i % len(sents)] for i in range(2048)],
-                self.threads,
-                batch=32,
+        # (task, section, path, body, clients): one item per request, so the batcher must combine them
+        tasks = []
+        if "embed/int8" in self.models:
+            tasks.append(
+                (
+                    "embed",
+                    "serving: embed, 64 clients × 1 sentence/request",
+                    "/v1/embeddings",
+                    lambda i: {"input": [sents[i % len(sents)]]},
+                    64,
+                )
             )
-            sec_h = "serving: HTTP (64 clients × 1 sentence) vs in-process engine (batches of 32), embed int8"
-            self.results.add(Row(sec_h, "in-process engine", inproc, "sent/s", baseline=True))
-            self.results.add(Row(sec_h, "HTTP, 64 clients", dyn_e.value, "sent/s", extra=dict(dyn_e.extra)))
+        if "small/int8" in self.models:
+            tasks.append(
+                (
+                    "translate",
+                    f"serving: translate, {tr_clients} clients × 1 short sentence/request, beam 4",
+                    "/v1/translate",
+                    lambda i: {"text": [short[i % len(short)]], "beam_size": 4},
+                    tr_clients,
+                )
+            )
+        dynamic: dict[str, Row | None] = {}
+        for task, section, path, body, clients in tasks:
+            dynamic[task] = load_row(
+                self.results,
+                section,
+                "dynamic batching (max batch 32)",
+                f"{self.service.base}{path}",
+                body,
+                [self.service.pid],
+                clients=clients,
+                items=1,
+                duration_s=self.duration,
+            )
+        rss_start, rss_after = self.service.rss_at_start, self.service.rss_mb()
         self.service.stop()
         self.service = None
+        # HTTP vs in-process: the same int8 artefact, called directly with the service's max batch.
+        dyn_e = dynamic.get("embed")
+        if dyn_e is not None:
+            from benchmarks.embedding import ours_throughput
+
+            n = 1024 if self.quick else 4096
+            inproc = ours_throughput(
+                self.models["embed/int8"], [sents[i % len(sents)] for i in range(n)], self.threads, batch=32
+            )
+            sec_h = "serving: embed int8, HTTP (64 clients × 1 sentence) vs in-process engine (batches of 32)"
+            self.results.add(Row(sec_h, "in-process engine", inproc, "sent/s", baseline=True))
+            self.results.add(Row(sec_h, "HTTP, 64 clients", dyn_e.value, "sent/s", extra=dict(dyn_e.extra)))
         serial = self.start_service({"TSERVE_MAX_BATCH_SIZE": "1"}, " (max batch 1)")
         if serial is not None:
             try:
-                load_row(
-                    self.results,
-                    sec_e,
-                    "batch size 1 (serial)",
-                    f"{serial.base}/v1/embeddings",
-                    embed_body,
-                    [serial.pid],
-                    clients=64,
-                    items=1,
-                    duration_s=self.duration,
-                    baseline=True,
-                )
-                load_row(
-                    self.results,
-                    sec_t,
-                    "batch size 1 (serial)",
-                    f"{serial.base}/v1/translate",
-                    tr_body,
-                    [serial.pid],
-                    clients=tr_clients,
-                    items=1,
-                    duration_s=self.duration,
-                    baseline=True,
-                )
+                for _task, section, path, body, clients in tasks:
+                    load_row(
+                        self.results,
+                        section,
+                        "batch size 1 (serial)",
+                        f"{serial.base}{path}",
+                        body,
+                        [serial.pid],
+                        clients=clients,
+                        items=1,
+                        duration_s=self.duration,
+                        baseline=True,
+                    )
             finally:
                 serial.stop()
-        sec_m = "serving: service process RSS, both models loaded (int8)"
-        self.results.add(Row(sec_m, "after start-up and warm-up", rss_loaded, "MB", higher_is_better=False))
-        self.results.add(Row(sec_m, "after the load runs", rss_after, "MB", higher_is_better=False))
+        both = "both models" if len(tasks) == 2 else "ONE model only"
+        sec_m = f"serving: process RSS ({both} loaded, int8)"
+        self.results.add(Row(sec_m, "our service, after start-up", rss_start, "MB", higher_is_better=False))
+        self.results.add(
+            Row(sec_m, "our service, after all its load runs", rss_after, "MB", higher_is_better=False)
+        )
         if "infinity_rss_mb" in self.results.series:
             self.results.add(
                 Row(

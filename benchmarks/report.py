@@ -74,6 +74,7 @@ def markdown(results: Results, meta: dict[str, Any]) -> str:
         "",
     ]
     for name, rows in sections(results.rows).items():
+        rows = sorted(rows, key=lambda r: not r.baseline)  # baseline first, otherwise as measured
         keys = [k for k in _EXTRA_ORDER if any(k in r.extra for r in rows)]
         keys += sorted({k for r in rows for k in r.extra} - set(keys) - {"seconds", "requests"})
         keys = [k for k in keys if k not in ("seconds", "requests")]

@@ -58,6 +58,7 @@ class Service:
             tail = self.server.log_tail()
             self.server.stop()
             raise RuntimeError(f"service did not become ready: {e}\n{tail}") from e
+        self.rss_at_start = self.rss_mb()
 
     @property
     def pid(self) -> int:
