@@ -29,7 +29,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -37,15 +36,22 @@ import onnxruntime as ort
 import torch
 
 from export.data import read_lines
-from export.sources import TranslationSource, weights_sha256
+from export.onnx_tools import (
+    VerificationError,
+    cpu_session,
+    file_entries,
+    graph_spec,
+    opset_and_ir,
+    optimize,
+    quantize_int8,
+    source_sha256,
+)
+from export.sources import TranslationSource
 from export.translation_graphs import example_inputs, export_graphs, load_ours
 from service.artefacts import (
     ArtefactError,
-    FileEntry,
-    GraphSpec,
     Manifest,
     SourceInfo,
-    TensorSpec,
     TranslationInfo,
     load_and_verify,
     read_manifest,
@@ -81,8 +87,7 @@ BUILTIN_SENTENCES = [
 ]
 
 
-class VerificationError(RuntimeError):
-    """An exported variant that does not reproduce its source; no manifest was written."""
+__all__ = ["VerificationError", "export_translation"]  # VerificationError: onnx_tools' shared one
 
 
 def progress(message: str) -> None:
@@ -95,27 +100,11 @@ _NP_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tenso
 
 
 class OrtTranslator:
-    """The encoder/decoder sessions of one artefact directory (CPU unless told otherwise)."""
+    """The encoder/decoder sessions of one artefact directory, on CPU as the service makes them."""
 
-    def __init__(
-        self,
-        directory: Path,
-        threads: int = 2,
-        providers: Sequence[str] = ("CPUExecutionProvider",),
-        spinning: bool = False,
-    ) -> None:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Idle workers spin by default: faster alone, but they steal cores from everything else.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-        options.log_severity_level = 3  # fp16 on CPU logs every inserted Cast otherwise
-        self.encoder = ort.InferenceSession(
-            str(directory / "encoder.onnx"), options, providers=list(providers)
-        )
-        self.decoder = ort.InferenceSession(
-            str(directory / "decoder.onnx"), options, providers=list(providers)
-        )
+    def __init__(self, directory: Path, threads: int = 2) -> None:
+        self.encoder = cpu_session(directory / "encoder.onnx", threads)
+        self.decoder = cpu_session(directory / "decoder.onnx", threads)
         past = next(i for i in self.decoder.get_inputs() if i.name == "past_keys")
         self.kv_dtype = _NP_DTYPES[past.type]
         self.n_layers, self.n_heads, self.d_head = (int(past.shape[i]) for i in (0, 2, 4))
@@ -408,38 +397,14 @@ def validation_ids(source: TranslationSource, eval_dir: Path | None) -> list[lis
 
 
 def optimize_graph(path: Path, source: TranslationSource) -> dict[str, int]:
-    """onnxruntime's transformer optimiser (bart: encoder-decoder fusions), in place, portable
-    (opt_level 0: no provider-specific kernels baked in). Returns what fused; {} if nothing applies."""
-    from onnxruntime.transformers.optimizer import optimize_model
-
+    """onnxruntime's transformer optimiser with the encoder-decoder ("bart") fusions, in place and
+    portable (opt_level 0). Returns what fused; {} when it does not apply (best effort: an unfused
+    graph is still correct, and verification runs on whatever is written)."""
     try:
-        model = optimize_model(
-            str(path),
-            model_type="bart",
-            num_heads=source.n_heads,
-            hidden_size=source.n_heads * source.d_head,
-            opt_level=0,
-        )
-    except Exception as e:  # the optimiser is best effort: an unfused graph is still correct
+        return optimize(path, path, "bart", source.n_heads, source.n_heads * source.d_head, opt_level=0)
+    except Exception as e:
         progress(f"  optimiser skipped for {path.name}: {e}")
         return {}
-    stats = {k: int(v) for k, v in (model.get_fused_operator_statistics() or {}).items() if v}
-    model.save_model_to_file(str(path))
-    return stats
-
-
-def quantize_graph(src: Path, dst: Path) -> None:
-    """Dynamic int8 (weights int8 per tensor, activations quantised at run time): the CPU variant."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(
-        src,
-        dst,
-        weight_type=QuantType.QInt8,
-        op_types_to_quantize=["MatMul", "Gather"],
-        # fused contrib ops (SkipLayerNormalization) have no ONNX shape inference: they are float
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )
 
 
 def _merge_fusions(*counts: dict[str, int]) -> dict[str, int]:
@@ -472,7 +437,7 @@ def export_raw(
 
 def build_int8(fp32_dir: Path, out_dir: Path) -> dict[str, int]:
     for name in ("encoder.onnx", "decoder.onnx"):
-        quantize_graph(fp32_dir / name, out_dir / name)
+        quantize_int8(fp32_dir / name, out_dir / name)  # per-channel, MatMul weights (VNNI path)
     return _count_ops(out_dir, ("MatMulInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLinear"))
 
 
@@ -513,34 +478,6 @@ def cpu_fp16_casts(directory: Path, work: Path) -> float:
 
 # --- manifest --------------------------------------------------------------------------------------
 
-_ONNX_DTYPES = {
-    onnx.TensorProto.FLOAT: "float32",
-    onnx.TensorProto.FLOAT16: "float16",
-    onnx.TensorProto.INT64: "int64",
-}
-
-
-def graph_spec(path: Path) -> GraphSpec:
-    graph = onnx.load(str(path), load_external_data=False).graph
-
-    def spec(value: Any) -> TensorSpec:
-        t = value.type.tensor_type
-        dims: list[int | str] = [d.dim_param if d.dim_param else int(d.dim_value) for d in t.shape.dim]
-        return TensorSpec(name=value.name, dtype=_ONNX_DTYPES[t.elem_type], shape=dims)
-
-    initializers = {i.name for i in graph.initializer}
-    return GraphSpec(
-        file=path.name,
-        inputs=[spec(v) for v in graph.input if v.name not in initializers],
-        outputs=[spec(v) for v in graph.output],
-    )
-
-
-def opset_and_ir(path: Path) -> tuple[int, int]:
-    model = onnx.load(str(path), load_external_data=False)
-    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    return int(opset), int(model.ir_version)
-
 
 def build_manifest(
     source: TranslationSource,
@@ -551,10 +488,7 @@ def build_manifest(
     fusions: dict[str, int],
 ) -> Manifest:
     opset, ir_version = opset_and_ir(directory / "decoder.onnx")
-    files = [
-        FileEntry(path=n, sha256=sha256_of(directory / n), size=(directory / n).stat().st_size)
-        for n in ("encoder.onnx", "decoder.onnx", "tokenizer.json")
-    ]
+    files = file_entries(directory, ["encoder.onnx", "decoder.onnx", "tokenizer.json"])
     return Manifest(
         name=source.name,
         task="translate",
@@ -562,8 +496,8 @@ def build_manifest(
         source=SourceInfo(kind=source.kind, path=str(source.path), sha256=sha),
         files=files,
         graphs={
-            "encoder": graph_spec(directory / "encoder.onnx"),
-            "decoder": graph_spec(directory / "decoder.onnx"),
+            "encoder": graph_spec(directory, "encoder.onnx"),
+            "decoder": graph_spec(directory, "decoder.onnx"),
         },
         vocab_size=source.vocab_size,
         special_ids=source.special,
@@ -765,7 +699,7 @@ def export_translation(
         raise ValueError(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     progress(f"loading {source}")
     src = load_source(source)
-    sha = weights_sha256(src.weight_files)
+    sha = source_sha256(src.weight_files)
     root = out_root / src.name
     targets = [root / v for v in variants]
     todo = [v for v in variants if not up_to_date(root / v, src, sha, v)]

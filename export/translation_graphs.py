@@ -18,7 +18,6 @@ service never tracks positions.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,12 +29,11 @@ from torch import Tensor, nn
 from export.checkpoint import load_checkpoint, read_config
 from export.data import pad
 from export.model import Transformer
+from export.onnx_tools import export_onnx
 from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
 from export.translate import TorchDecoder
 from service.artefacts import SpecialIds
 from service.engine.search import beam_search
-
-OPSET = 17  # LayerNormalization is a single op from 17; onnxruntime >= 1.14 loads it
 
 ENCODER_INPUTS = ["input_ids"]
 ENCODER_OUTPUTS = ["memory_keys", "memory_values"]
@@ -219,38 +217,29 @@ def example_inputs(
     return src, step
 
 
-@torch.no_grad()
 def export_graphs(
     encoder: nn.Module, decoder: nn.Module, src: Tensor, step: tuple[Tensor, ...], out_dir: Path
 ) -> tuple[Path, Path]:
     """Trace both wrappers to ``encoder.onnx`` and ``decoder.onnx`` with the layout's names and
-    dynamic axes. The TorchScript exporter is used: it keeps shape arithmetic (positions from
-    ``past_keys``) dynamic and loads in onnxruntime >= 1.20 at opset 17."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    dynamic axes (``onnx_tools.export_onnx``: the TorchScript exporter at opset 17, which keeps
+    the shape arithmetic, positions from ``past_keys``, dynamic)."""
     encoder.eval(), decoder.eval()  # the exporter restores the wrapper's mode, recursively, afterwards
-    enc_path, dec_path = out_dir / "encoder.onnx", out_dir / "decoder.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # legacy-exporter deprecation and tracer notices
-        torch.onnx.export(
-            encoder,
-            (src,),
-            str(enc_path),
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=ENCODER_INPUTS,
-            output_names=ENCODER_OUTPUTS,
-            dynamic_axes=ENCODER_AXES,
-        )
-        torch.onnx.export(
-            decoder,
-            step,
-            str(dec_path),
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=DECODER_INPUTS,
-            output_names=DECODER_OUTPUTS,
-            dynamic_axes=DECODER_AXES,
-        )
+    enc_path = export_onnx(
+        encoder,
+        (src,),
+        out_dir / "encoder.onnx",
+        input_names=ENCODER_INPUTS,
+        output_names=ENCODER_OUTPUTS,
+        dynamic_axes=ENCODER_AXES,
+    )
+    dec_path = export_onnx(
+        decoder,
+        step,
+        out_dir / "decoder.onnx",
+        input_names=DECODER_INPUTS,
+        output_names=DECODER_OUTPUTS,
+        dynamic_axes=DECODER_AXES,
+    )
     return enc_path, dec_path
 
 

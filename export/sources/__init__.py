@@ -8,7 +8,6 @@ reference (the source framework's own code) the exported graphs are verified aga
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,16 +73,6 @@ class TranslationSource:
     # The source framework's own tokenizer, when it is not ``tokenizer`` (e.g. a converted one):
     # the export checks both give the same ids.
     reference_encode: Callable[[Sequence[str]], list[list[int]]] | None = None
-
-
-def weights_sha256(files: Sequence[Path]) -> str:
-    """sha256 over the weight files' bytes in sorted name order: one file hashes as itself."""
-    h = hashlib.sha256()
-    for path in sorted(files, key=lambda p: p.name):
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
 
 
 def languages_from_name(name: str, default: tuple[str, str] = ("en", "de")) -> tuple[list[str], list[str]]:
