@@ -21,7 +21,6 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
@@ -198,17 +197,18 @@ def load_ours(source: Path, name: str | None = None) -> TranslationSource:
 def example_inputs(
     n_layers: int, n_heads: int, d_head: int, vocab_size: int, dtype: torch.dtype, pad_id: int
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
-    """Tracing inputs whose dynamic sizes all differ (batch 2, src_len 7, past_len 3), so the
-    tracer cannot confuse one axis with another; the second row is padded."""
+    """Tracing inputs whose dynamic sizes (batch 5, src_len 11, past_len 7) differ from each other
+    and from usual layer/head counts, so no exporter can mistake one axis for another; the last
+    row is padded."""
+    batch, src_len, past_len = 5, 11, 7
     g = torch.Generator().manual_seed(0)
-    src = torch.randint(4, vocab_size, (2, 7), generator=g)
-    src[1, 5:] = pad_id
-    mask = (src != pad_id).long()
-    kv_src = (n_layers, 2, n_heads, 7, d_head)
-    kv_past = (n_layers, 2, n_heads, 3, d_head)
+    src = torch.randint(4, vocab_size, (batch, src_len), generator=g)
+    src[-1, src_len - 3 :] = pad_id
+    kv_src = (n_layers, batch, n_heads, src_len, d_head)
+    kv_past = (n_layers, batch, n_heads, past_len, d_head)
     step = (
-        torch.randint(4, vocab_size, (2, 1), generator=g),
-        mask,
+        torch.randint(4, vocab_size, (batch, 1), generator=g),
+        (src != pad_id).long(),
         torch.randn(kv_src, generator=g).to(dtype),
         torch.randn(kv_src, generator=g).to(dtype),
         torch.randn(kv_past, generator=g).to(dtype),
@@ -241,8 +241,3 @@ def export_graphs(
         dynamic_axes=DECODER_AXES,
     )
     return enc_path, dec_path
-
-
-def pad_batch(src_ids: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
-    """Right-padded (B, S) int64 array: the encoder's input and the source of ``source_mask``."""
-    return pad(src_ids, pad_id).numpy()
