@@ -32,3 +32,21 @@ def translation_fp16(translation_checkpoint: Path, translation_artefact: Path) -
 
     (directory,) = export_translation(translation_checkpoint, translation_artefact.parent.parent, ["fp16"])
     return directory
+
+
+@pytest.fixture(scope="session")
+def embedding_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BertModel in the sentence-transformers layout (mean pooling, max length 16)."""
+    pytest.importorskip("transformers")
+    from tests.tiny_models import tiny_bert_dir
+
+    return tiny_bert_dir(tmp_path_factory.mktemp("sources") / "tiny-bert")
+
+
+@pytest.fixture(scope="session")
+def embedding_artefact(embedding_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """<root>/tiny-bert/fp32, written and verified by export_embedding."""
+    from export.embedding import export_embedding
+
+    (directory,) = export_embedding(embedding_source, tmp_path_factory.mktemp("artefacts"), ["fp32"])
+    return directory

@@ -1,0 +1,164 @@
+"""Sentence embeddings with one encoder ONNX graph: batch in, one pooled vector per item out.
+
+pre: tokenize (over-long texts are cut or fail alone). core: sort by length and run the
+encoder on padded sub-batches, so a long text does not make every short one pay for its
+padding. post: pool each sub-batch (mean over real tokens or [CLS]) and put the vectors back in
+request order. Vectors are returned un-normalised; L2 normalisation is an API option.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from service.artefacts import ArtefactError, EmbeddingInfo, Manifest, load_and_verify
+from service.engine.base import Embedding, EmbedItem
+from service.engine.pooling import pool
+from service.engine.session import (
+    ProviderPref,
+    check_io,
+    create_session,
+    used_provider,
+    warmup,
+)
+from service.engine.tokenizer import Encoded, TextTokenizer
+from service.metrics import INPUT_TOKENS, observe_stage, timed
+
+
+class OnnxEmbedder:
+    """``EmbedEngine`` over a verified embedding artefact directory.
+
+    threads: onnxruntime intra-op threads (0 = one per core). A batch is split into sub-batches
+    of at most ``max_batch_size`` texts and ``max_batch_tokens`` padded tokens (rows × longest).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        provider_pref: ProviderPref | str = "auto",
+        threads: int = 0,
+        *,
+        inter_op_threads: int = 1,
+        allow_spinning: bool = True,
+        max_batch_size: int = 64,
+        max_batch_tokens: int = 16384,
+        device_id: int = 0,
+    ) -> None:
+        self.manifest: Manifest = load_and_verify(directory)
+        self.info = _embedding_info(self.manifest, directory)
+        self.name = self.manifest.name
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.tokenizer = TextTokenizer.from_file(
+            directory / self.manifest.tokenizer, self.info.max_len, self.manifest.special_ids.pad
+        )
+        if "encoder" not in self.manifest.graphs:
+            raise ArtefactError(f"{directory / 'manifest.json'}: no encoder graph listed")
+        spec = self.manifest.graphs["encoder"]
+        self.session: ort.InferenceSession = create_session(
+            directory / spec.file,
+            provider_pref,
+            threads,
+            inter_op_threads,
+            allow_spinning=allow_spinning,
+            device_id=device_id,
+        )
+        check_io(self.session, spec, directory / spec.file)
+        self.provider: str = used_provider(self.session)
+        self._inputs = {i.name for i in self.session.get_inputs()}
+        self._output = "last_hidden_state"
+
+    # -- Engine protocol --
+
+    def count_tokens(self, text: str) -> int:
+        return self.tokenizer.count(text)
+
+    def warmup(self) -> None:
+        """Two batch shapes through the graph, without metrics."""
+        texts = ["warm up", "a longer warm-up sentence"]
+        encoded = [e for e in self.tokenizer.encode_batch(texts, [True, True]) if isinstance(e, Encoded)]
+        warmup(self.session, self._feeds([e.ids for e in encoded])[0])
+        warmup(self.session, self._feeds([encoded[0].ids])[0])
+
+    def embed(self, items: list[EmbedItem]) -> list[Embedding | Exception]:
+        results: list[Embedding | Exception | None] = [None] * len(items)
+        todo = self._pre(items, results)
+        self._core_and_post(todo, results)
+        return [r if r is not None else RuntimeError("item was not processed") for r in results]
+
+    # -- pre --
+
+    def _pre(
+        self, items: Sequence[EmbedItem], results: list[Embedding | Exception | None]
+    ) -> dict[int, Encoded]:
+        with timed(self.name, "tokenize"):
+            encoded = self.tokenizer.encode_batch([it.text for it in items], [it.truncate for it in items])
+        todo: dict[int, Encoded] = {}
+        for i, enc in enumerate(encoded):
+            if isinstance(enc, Exception):
+                results[i] = enc
+            else:
+                todo[i] = enc
+        INPUT_TOKENS.labels(model=self.name).inc(sum(e.n_tokens for e in todo.values()))
+        return todo
+
+    # -- core + post, per length-sorted sub-batch --
+
+    def _core_and_post(self, todo: dict[int, Encoded], results: list[Embedding | Exception | None]) -> None:
+        encoder_s = pool_s = 0.0
+        for chunk in self._sub_batches(todo):
+            try:
+                start = time.perf_counter()
+                feeds, mask = self._feeds([todo[i].ids for i in chunk])
+                (hidden,) = self.session.run([self._output], feeds)
+                mid = time.perf_counter()
+                vectors = self._pool(hidden, mask)
+                pool_s += time.perf_counter() - mid
+                encoder_s += mid - start
+            except Exception as e:  # a failing sub-batch fails its own items only
+                for i in chunk:
+                    results[i] = e
+                continue
+            for i, vector in zip(chunk, vectors, strict=True):
+                results[i] = Embedding(vector=vector, n_tokens=todo[i].n_tokens)
+        if todo:
+            observe_stage(self.name, "encoder", encoder_s)
+            observe_stage(self.name, "pool", pool_s)
+
+    def _sub_batches(self, todo: dict[int, Encoded]) -> list[list[int]]:
+        """Item indices sorted by length, cut where rows × longest would exceed the budgets."""
+        order = sorted(todo, key=lambda i: todo[i].n_tokens)
+        chunks: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            longest = todo[i].n_tokens  # sorted: the newcomer is the longest
+            if current and (
+                len(current) == self.max_batch_size or longest * (len(current) + 1) > self.max_batch_tokens
+            ):
+                chunks.append(current)
+                current = []
+            current.append(i)
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def _feeds(self, ids: Sequence[Sequence[int]]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        input_ids, mask = self.tokenizer.pad(ids)
+        feeds = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        return {k: v for k, v in feeds.items() if k in self._inputs}, mask
+
+    def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """(B, T, D) → (B, D) float32 (float16 graphs too), per the manifest's pooling."""
+        return pool(hidden, mask, self.info.pooling)
+
+
+def _embedding_info(manifest: Manifest, directory: Path) -> EmbeddingInfo:
+    if manifest.task != "embed" or manifest.embedding is None:
+        raise ArtefactError(f"{directory / 'manifest.json'}: task {manifest.task!r} is not an embedding")
+    return manifest.embedding

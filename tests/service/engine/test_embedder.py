@@ -1,0 +1,141 @@
+"""OnnxEmbedder on a tiny exported BERT: parity with PyTorch pooling, per-item errors, batching."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.artefacts import ArtefactError, read_manifest, write_manifest
+from service.engine.base import Embedding, EmbedItem, TextTooLong
+from service.engine.embedder import OnnxEmbedder
+from service.engine.loader import load_engine
+from service.engine.translator import OnnxTranslator
+from service.metrics import INPUT_TOKENS
+
+TEXTS = [
+    "a man rides a bike",
+    "two dogs",
+    "the small cat sits on the big red street, the big red street!",
+    "red",
+    "dogs sit on a man?",
+]
+
+
+@pytest.fixture(scope="module")
+def embedder(embedding_artefact: Path) -> OnnxEmbedder:
+    engine = OnnxEmbedder(embedding_artefact, "cpu", 1)
+    engine.warmup()
+    return engine
+
+
+def ok(result: Embedding | Exception) -> Embedding:
+    assert isinstance(result, Embedding), result
+    return result
+
+
+def torch_hidden(source: Path, texts: list[str], max_len: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """PyTorch last_hidden_state and attention mask of the source model, texts padded together
+    and truncated at the model's max length (as sentence-transformers does)."""
+    import torch
+    from transformers import AutoTokenizer, BertModel
+
+    tok = AutoTokenizer.from_pretrained(str(source))
+    model = BertModel.from_pretrained(str(source)).eval()
+    enc = tok(texts, padding=True, truncation=True, max_length=max_len, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**enc).last_hidden_state
+    return hidden.numpy(), enc["attention_mask"].numpy()
+
+
+def test_vectors_equal_pytorch_mean_pooling(embedder: OnnxEmbedder, embedding_source: Path) -> None:
+    """Un-normalised mean pooling over real tokens, as the source model computes it; and the
+    L2-normalised vectors equal sentence-transformers' encode()."""
+    from sentence_transformers import SentenceTransformer
+
+    assert embedder.count_tokens(TEXTS[2]) > embedder.info.max_len == 16  # one text is truncated
+    hidden, mask = torch_hidden(embedding_source, TEXTS)
+    want = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+    got = np.stack([ok(r).vector for r in embedder.embed([EmbedItem(t) for t in TEXTS])])
+    assert got.dtype == np.float32 and got.shape == (len(TEXTS), embedder.info.dim)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    st = SentenceTransformer(str(embedding_source), device="cpu").encode(TEXTS, convert_to_numpy=True)
+    np.testing.assert_allclose(got / np.linalg.norm(got, axis=1, keepdims=True), st, atol=1e-5)
+    assert embedder.provider == "CPUExecutionProvider"
+
+
+def test_mixed_lengths_and_sub_batches_do_not_change_results(embedding_artefact: Path) -> None:
+    """Length-sorted, padded sub-batches give each text what it gets alone, in request order."""
+    engine = OnnxEmbedder(embedding_artefact, "cpu", 1, max_batch_size=2, max_batch_tokens=24)
+    together = engine.embed([EmbedItem(t) for t in TEXTS])
+    for text, result in zip(TEXTS, together, strict=True):
+        (alone,) = engine.embed([EmbedItem(text)])
+        np.testing.assert_allclose(ok(result).vector, ok(alone).vector, atol=1e-5)
+        assert ok(result).n_tokens == ok(alone).n_tokens == min(engine.count_tokens(text), 16)
+
+
+def test_too_long_fails_alone_unless_truncation_is_on(embedder: OnnxEmbedder) -> None:
+    long_text = " ".join(["red dogs"] * 20)
+    assert embedder.count_tokens(long_text) > embedder.info.max_len
+    got = embedder.embed(
+        [EmbedItem(TEXTS[0]), EmbedItem(long_text, truncate=False), EmbedItem(long_text), EmbedItem(TEXTS[1])]
+    )
+    assert isinstance(got[1], TextTooLong)
+    assert ok(got[2]).n_tokens == embedder.info.max_len
+    for i, text in ((0, TEXTS[0]), (3, TEXTS[1])):
+        np.testing.assert_allclose(
+            ok(got[i]).vector, ok(embedder.embed([EmbedItem(text)])[0]).vector, atol=1e-5
+        )
+
+
+def test_empty_text_embeds_the_special_tokens(embedder: OnnxEmbedder) -> None:
+    empty, blank = embedder.embed([EmbedItem(""), EmbedItem("   ")])
+    assert ok(empty).n_tokens == ok(blank).n_tokens == 2  # [CLS] [SEP]
+    assert np.isfinite(ok(empty).vector).all()
+    assert embedder.embed([]) == []
+
+
+def test_input_tokens_are_counted(embedder: OnnxEmbedder) -> None:
+    counter = INPUT_TOKENS.labels(model=embedder.name)
+    before = counter._value.get()
+    results = embedder.embed([EmbedItem(t) for t in TEXTS[:3]])
+    assert counter._value.get() - before == sum(ok(r).n_tokens for r in results)
+
+
+def test_cls_pooling_takes_the_first_token(
+    embedding_artefact: Path, embedding_source: Path, tmp_path: Path
+) -> None:
+    """The pooling follows the manifest (here switched to cls; the manifest itself is not hashed)."""
+    directory = Path(shutil.copytree(embedding_artefact, tmp_path / "fp32"))
+    manifest = read_manifest(directory)
+    assert manifest.embedding is not None
+    info = manifest.embedding.model_copy(update={"pooling": "cls"})
+    write_manifest(directory, manifest.model_copy(update={"embedding": info}))
+    engine = OnnxEmbedder(directory, "cpu", 1)
+    hidden, _ = torch_hidden(embedding_source, TEXTS[:2])
+    got = np.stack([ok(r).vector for r in engine.embed([EmbedItem(t) for t in TEXTS[:2]])])
+    np.testing.assert_allclose(got, hidden[:, 0], atol=1e-5)
+
+
+def test_loader_and_task_checks(embedding_artefact: Path, translation_artefact: Path) -> None:
+    assert isinstance(load_engine(embedding_artefact, provider="cpu", intra_op_threads=1), OnnxEmbedder)
+    with pytest.raises(ArtefactError, match="not an embedding"):
+        OnnxEmbedder(translation_artefact, "cpu")
+    with pytest.raises(ArtefactError, match="not a translation"):
+        OnnxTranslator(embedding_artefact, "cpu")
+
+
+def test_sub_batches_are_length_sorted_within_both_budgets(embedding_artefact: Path) -> None:
+    engine = OnnxEmbedder(embedding_artefact, "cpu", 1, max_batch_size=2, max_batch_tokens=20)
+    encoded = engine.tokenizer.encode_batch(TEXTS, [True] * len(TEXTS))
+    todo = {i: e for i, e in enumerate(encoded) if not isinstance(e, Exception)}
+    chunks = engine._sub_batches(todo)
+    order = [i for chunk in chunks for i in chunk]
+    assert sorted(order) == list(range(len(TEXTS)))
+    lengths = [todo[i].n_tokens for i in order]
+    assert lengths == sorted(lengths)
+    for chunk in chunks:
+        longest = max(todo[i].n_tokens for i in chunk)
+        assert len(chunk) == 1 or (len(chunk) <= 2 and len(chunk) * longest <= 20)
