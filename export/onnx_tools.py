@@ -1,0 +1,335 @@
+"""ONNX helpers shared by the embedding and translation exports (torch → ONNX → variants).
+
+Compatibility target: every graph written here uses **ONNX opset 17** (default domain) and
+**IR version ≤ 10**, which onnxruntime 1.20+ loads (1.20 reads IR ≤ 10 and opsets ≤ 21); the
+contrib ops the optimizer and quantizer add live in the ``com.microsoft`` domain, version 1.
+Graphs are single files (no external data): our models are far below protobuf's 2 GiB limit
+and one file is one sha256 in the manifest. If the legacy TorchScript exporter ever disappears
+from torch, :func:`export_onnx` falls back to the dynamo exporter, which needs opset ≥ 18.
+
+Variant choices, measured in-process on the 2-core AVX-512 VNNI box (all-MiniLM-L6-v2,
+STS-dev sentences, length-sorted batches of 32, onnxruntime 1.32; best of 5 rounds while a
+training job shared the CPU, so absolute figures are low; the ratios are what count):
+
+==========================================  ==============  ======================
+graph                                        sentences / s   mean cosine to fp32
+==========================================  ==============  ======================
+fp32, plain torch export                           238             1
+fp32, offline-fused (Attention, SkipLN…)           217             1
+int8 per-channel, plain graph, MatMul only         604           0.9932
+int8 per-channel, fused graph (QAttention)         518           0.9932
+int8 per-tensor, plain graph                   ≈ per-channel       0.964
+==========================================  ==============  ======================
+
+Hence :func:`quantize_int8`'s defaults: QInt8 weights (the u8×s8 VNNI kernels; QUInt8 weights
+ran at about half the speed), **per-channel** (per-tensor loses 3 points of cosine for no speed),
+``reduce_range`` off (only needed on CPUs without VNNI), MatMul/Attention only with constant
+weights (the embedding table stays fp32: a gather is not compute, and quantizing it costs
+accuracy). The int8 graph is about 2.5× the fp32 throughput, so it does use the VNNI path.
+Fusion helps onnxruntime's CUDA kernels far more than its CPU ones, so the exports keep the
+plain graph for fp32/int8 (CPU) and use the fused graph as the base of fp16 (GPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import onnx
+
+from service.artefacts import MANIFEST_NAME, FileEntry, GraphSpec, TensorSpec, file_entry
+
+if TYPE_CHECKING:  # torch and onnxruntime are imported where used: the CLI starts fast
+    import onnxruntime
+    import torch
+
+OPSET = 17
+MAX_IR_VERSION = 10
+DYNAMO_MIN_OPSET = 18
+
+
+class VerificationError(RuntimeError):
+    """An exported graph is out of tolerance against its source; no manifest is written."""
+
+
+# --------------------------------------------------------------------------------------------
+# torch → ONNX
+
+
+def export_onnx(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    path: Path,
+    *,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    dynamic_axes: Mapping[str, Mapping[int, str]],
+    opset: int = OPSET,
+) -> Path:
+    """Export ``module(*args)`` to one ONNX file with named dynamic axes; return ``path``.
+
+    Uses the TorchScript exporter (``dynamo=False``): it gives the plain MatMul/Softmax graphs
+    that onnxruntime's optimizer recognises and fuses, at opset 17. ``input_names`` must follow
+    the order of ``args``. Trace-time warnings are silenced because the callers verify the
+    graph numerically on shapes other than the example's, which is the real test of a trace.
+    """
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    module = module.eval()
+    common: dict[str, Any] = {
+        "input_names": list(input_names),
+        "output_names": list(output_names),
+        "dynamic_axes": {k: dict(v) for k, v in dynamic_axes.items()},
+    }
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(
+                module, args, str(path), opset_version=opset, dynamo=False, do_constant_folding=True, **common
+            )
+        except Exception as legacy_error:  # any failure: the other exporter may still work
+            print(f"TorchScript ONNX exporter failed ({legacy_error!r}); trying the dynamo exporter")
+            torch.onnx.export(
+                module,
+                args,
+                str(path),
+                opset_version=max(opset, DYNAMO_MIN_OPSET),
+                dynamo=True,
+                external_data=False,
+                **common,
+            )
+    onnx.checker.check_model(str(path))
+    clamp_ir_version(path)
+    return path
+
+
+def clamp_ir_version(path: Path, max_ir: int = MAX_IR_VERSION) -> None:
+    """Lower the file's IR version to ``max_ir`` so that onnxruntime 1.20 loads it.
+
+    Newer onnx/onnxruntime tools stamp the newest IR they know even when the graph uses
+    nothing beyond IR 8 (opset 17 needs IR ≥ 8); the stamp alone makes older runtimes refuse it.
+    """
+    model = onnx.load(str(path), load_external_data=False)
+    if model.ir_version > max_ir:
+        model.ir_version = max_ir
+        onnx.save(model, str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# graph variants
+
+
+def optimize(
+    model_path: Path,
+    out_path: Path,
+    model_type: str = "bert",
+    num_heads: int = 0,
+    hidden_size: int = 0,
+    *,
+    opt_level: int | None = 0,
+) -> dict[str, int]:
+    """Fuse the graph with onnxruntime's transformer optimizer; return the non-zero fusion counts.
+
+    ``opt_level=0`` runs only the Python fusions (Attention, SkipLayerNormalization, BiasGelu,
+    EmbedLayerNormalization…), so the result is portable across CPUs and GPUs; higher levels let
+    onnxruntime bake hardware-specific rewrites into the file. ``num_heads``/``hidden_size`` 0
+    means "detect from the graph". When the optimizer does not apply (an unknown
+    ``model_type``, or an empty one) the graph is copied unchanged and ``{}`` returned.
+    """
+    from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if not model_type or model_type not in MODEL_TYPES:
+        if Path(model_path).resolve() != Path(out_path).resolve():
+            shutil.copyfile(model_path, out_path)
+        return {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optimized = optimize_model(
+            str(model_path),
+            model_type=model_type,
+            num_heads=num_heads,
+            hidden_size=hidden_size,
+            opt_level=opt_level,
+        )
+    optimized.save_model_to_file(str(out_path), use_external_data_format=False)
+    clamp_ir_version(out_path)
+    stats = optimized.get_fused_operator_statistics()
+    return {op: int(n) for op, n in stats.items() if n}
+
+
+def quantize_int8(
+    in_path: Path,
+    out_path: Path,
+    *,
+    per_channel: bool = True,
+    op_types: Sequence[str] = ("MatMul", "Attention"),
+    exclude_nodes: Sequence[str] = (),
+) -> None:
+    """Dynamic int8 quantization tuned for AVX-512 VNNI CPUs (see the module docstring).
+
+    Weights QInt8 per output channel, activations quantized per batch at run time (uint8),
+    ``reduce_range`` off. Only ``op_types`` with constant weights are quantized; pass node
+    names in ``exclude_nodes`` to keep sensitive layers in fp32.
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    root_logger = logging.getLogger()  # the quantizer logs advice on the root logger
+    level = root_logger.level
+    root_logger.setLevel(logging.ERROR)
+    try:
+        _quantize(quantize_dynamic, QuantType.QInt8, in_path, out_path, per_channel, op_types, exclude_nodes)
+    finally:
+        root_logger.setLevel(level)
+    clamp_ir_version(out_path)
+
+
+def _quantize(
+    quantize_dynamic: Any,
+    weight_type: Any,
+    in_path: Path,
+    out_path: Path,
+    per_channel: bool,
+    op_types: Sequence[str],
+    exclude_nodes: Sequence[str],
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(
+            str(in_path),
+            str(out_path),
+            op_types_to_quantize=list(op_types),
+            per_channel=per_channel,
+            reduce_range=False,
+            weight_type=weight_type,
+            nodes_to_exclude=list(exclude_nodes),
+            use_external_data_format=False,
+            extra_options={
+                "MatMulConstBOnly": True,  # activation×activation products stay fp32
+                # contrib ops (fused graphs) defeat shape inference; their outputs are float
+                "DefaultTensorType": onnx.TensorProto.FLOAT,
+            },
+        )
+
+
+def to_fp16(
+    in_path: Path,
+    out_path: Path,
+    *,
+    keep_io_types: bool = True,
+    op_block_list: Sequence[str] | None = None,
+) -> None:
+    """Convert weights and activations to float16 (onnxconverter-common's algorithm, via ORT).
+
+    ``keep_io_types=True`` keeps graph inputs/outputs in their fp32/int64 types (casts are
+    inserted inside), so the service feeds every variant the same arrays and the manifest's
+    GraphSpec still says float32. Give it the fused graph: fused LayerNorm/Attention kernels
+    accumulate in fp32, which keeps fp16 accurate. ``op_block_list`` ops stay in fp32.
+    """
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    model = OnnxModel(onnx.load(str(in_path)))
+    kwargs: dict[str, Any] = {"keep_io_types": keep_io_types}
+    if op_block_list is not None:
+        kwargs["op_block_list"] = list(op_block_list)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.convert_float_to_float16(**kwargs)
+    model.save_model_to_file(str(out_path), use_external_data_format=False)
+    clamp_ir_version(out_path)
+
+
+# --------------------------------------------------------------------------------------------
+# manifest pieces
+
+
+def _tensor_spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    tensor_type = value.type.tensor_type
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
+    shape: list[int | str] = []
+    for i, dim in enumerate(tensor_type.shape.dim):
+        if dim.HasField("dim_value"):
+            shape.append(int(dim.dim_value))
+        else:
+            shape.append(dim.dim_param or f"d{i}")
+    return TensorSpec(name=value.name, dtype=dtype, shape=shape)
+
+
+def graph_spec(path: Path, file: str | None = None) -> GraphSpec:
+    """The graph's input/output names, dtypes and shapes as the manifest records them.
+
+    ``path`` is the ONNX file, or the artefact directory when ``file`` names the graph inside
+    it; ``file`` (default: the file name) is what GraphSpec.file records, relative to the
+    artefact directory. Initializers that older exporters list as inputs are left out.
+    """
+    path = Path(path)
+    onnx_path = path / file if path.is_dir() and file else path
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [_tensor_spec(v) for v in model.graph.input if v.name not in initializers]
+    outputs = [_tensor_spec(v) for v in model.graph.output]
+    return GraphSpec(file=file or onnx_path.name, inputs=inputs, outputs=outputs)
+
+
+def opset_and_ir(path: Path) -> tuple[int, int]:
+    """(default-domain opset, IR version) of an ONNX file, for Manifest.opset/ir_version."""
+    model = onnx.load(str(path), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return int(opset), int(model.ir_version)
+
+
+def file_entries(directory: Path, names: Iterable[str] | None = None) -> list[FileEntry]:
+    """Manifest.files for ``names`` (relative paths), or for every file under ``directory``.
+
+    Without ``names`` the whole tree is listed (sorted, POSIX separators) except the manifest
+    itself and temporary ``*.tmp`` files, so nothing served escapes the sha256 check.
+    """
+    directory = Path(directory)
+    if names is None:
+        names = [
+            p.relative_to(directory).as_posix()
+            for p in directory.rglob("*")
+            if p.is_file() and p.name != MANIFEST_NAME and not p.name.endswith(".tmp")
+        ]
+    return [file_entry(directory, name) for name in sorted(names)]
+
+
+def source_sha256(paths: Iterable[Path]) -> str:
+    """SourceInfo.sha256: one hash over the files' bytes, concatenated in sorted name order.
+
+    For a single file this is simply the file's sha256, so it can be checked with sha256sum.
+    """
+    h = hashlib.sha256()
+    for path in sorted(Path(p) for p in paths):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# running graphs during verification
+
+
+def cpu_session(path: Path, threads: int = 2) -> onnxruntime.InferenceSession:
+    """A CPU InferenceSession as the service makes one (full graph optimisation), ``threads`` wide.
+
+    Spinning is off: on a shared machine a spinning idle pool steals the CPU from the work.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3  # the fp16 graph's "unused initializer" notes are noise
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
