@@ -148,7 +148,12 @@ def export_defaults(out: Path, variants: list[str], eval_dir: Path | None) -> No
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m export", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m export",
+        description="Export a checkpoint or model to verified ONNX artefacts (<out>/<name>/<variant>/). "
+        "SOURCE is detected: this project's .safetensors checkpoint or a Marian directory → translation; "
+        "a BERT-family Hugging Face directory → embeddings; 'default' → both default models.",
+    )
     p.add_argument("source", help="checkpoint file/directory, Hugging Face model directory, or 'default'")
     p.add_argument("--out", type=Path, default=Path(".artefacts"), help="artefact root (default: .artefacts)")
     p.add_argument(

@@ -645,6 +645,7 @@ def _write_variant(
     target: Path,
 ) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{variant}.staging-", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would hide the published artefact from other users
     try:
         shutil.copyfile(graph, staging / GRAPH_FILE)
         tokenizer.save(str(staging / TOKENIZER_FILE))

@@ -154,6 +154,7 @@ def test_layout_and_manifest(exported: Path) -> None:
         directory = exported / "tiny" / variant
         manifest = load_and_verify(directory)
         assert manifest.task == "embed" and manifest.variant == variant and manifest.name == "tiny"
+        assert directory.stat().st_mode & 0o777 == 0o755  # readable by a service running as another user
         assert {f.path for f in manifest.files} == {"encoder.onnx", "tokenizer.json"}
         assert manifest.embedding is not None
         assert manifest.embedding.model_dump() == {
