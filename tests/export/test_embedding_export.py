@@ -291,6 +291,34 @@ def test_cls_pooling_without_normalize(tmp_path: Path) -> None:
     assert manifest.parity["min_cosine_vs_st"] >= 0.9999
 
 
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "distilbert", "mpnet"])
+def test_other_supported_families(model_type: str, tmp_path: Path) -> None:
+    """Every model_type the CLI accepts for embeddings exports and verifies (tiny random weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    source = make_tiny_st_model(tmp_path / model_type)
+    vocab_size = json.loads((source / "config.json").read_text())["vocab_size"]
+    for name in ("config.json", "model.safetensors"):
+        (source / name).unlink()
+    shape: dict[str, int] = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    shape["intermediate_size"] = 64
+    if model_type == "distilbert":
+        shape = {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64}
+    if model_type in ("roberta", "xlm-roberta"):
+        shape |= {"bos_token_id": 2, "eos_token_id": 3, "type_vocab_size": 1}
+    config = AutoConfig.for_model(
+        model_type, vocab_size=vocab_size, max_position_embeddings=66, pad_token_id=0, **shape
+    )
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(str(source))
+    (directory,) = export_embedding(source, tmp_path / "out", ["fp32"])
+    manifest = load_and_verify(directory)
+    assert manifest.embedding is not None and not manifest.embedding.needs_token_type_ids
+    assert [t.name for t in manifest.graphs["encoder"].inputs] == ["input_ids", "attention_mask"]
+    assert manifest.parity["min_cosine_vs_st"] >= 0.9999
+
+
 def test_read_sts_takes_first_seven_columns(sts_csv: Path) -> None:
     sts = read_sts(sts_csv)
     assert len(sts.gold) == len(STS_ROWS) and sts.second[1] == STS_ROWS[1][2]
