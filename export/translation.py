@@ -544,11 +544,12 @@ def up_to_date(directory: Path, source: TranslationSource, sha: str, variant: st
 # --- the export ------------------------------------------------------------------------------------
 
 
-def load_source(path: Path) -> TranslationSource:
-    """A Marian directory (config.json with model_type marian) or a checkpoint of ours."""
+def load_source(path: Path, name: str | None = None) -> TranslationSource:
+    """A Marian directory (config.json with model_type marian) or a checkpoint of ours; the
+    artefact name defaults to the checkpoint's directory name."""
     from export.sources.marian import is_marian_dir, load_marian
 
-    return load_marian(path) if is_marian_dir(path) else load_ours(path)
+    return load_marian(path, name) if is_marian_dir(path) else load_ours(path, name)
 
 
 class _Exporter:
@@ -684,11 +685,11 @@ class _Exporter:
 
 
 def export_translation(
-    source: Path, out_root: Path, variants: list[str], eval_dir: Path | None = None
+    source: Path, out_root: Path, variants: list[str], eval_dir: Path | None = None, name: str | None = None
 ) -> list[Path]:
     """Export ``source`` (a checkpoint of ours or a Marian directory) to
     ``<out_root>/<name>/<variant>/`` for each variant (``["all"]``: every one); returns those
-    directories.
+    directories. ``name`` overrides the artefact name (default: the checkpoint directory's).
 
     Each variant is built in a scratch directory next to its target and moved into place only
     once verified with its manifest, so a failed export leaves any previous artefact intact.
@@ -698,7 +699,7 @@ def export_translation(
     if unknown:
         raise ValueError(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     progress(f"loading {source}")
-    src = load_source(source)
+    src = load_source(source, name)
     sha = source_sha256(src.weight_files)
     root = out_root / src.name
     targets = [root / v for v in variants]

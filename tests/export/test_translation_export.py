@@ -222,3 +222,11 @@ def test_failed_verification_writes_no_manifest(
 def test_unknown_variant_is_refused(checkpoint: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown variants"):
         export_translation(checkpoint, tmp_path, ["int4"])
+
+
+def test_name_defaults_to_the_directory_and_can_be_overridden(checkpoint: Path) -> None:
+    """The artefact name gives the languages too (…-en-de); the CLI may pass its own."""
+    assert load_source(checkpoint).name == "transformer-en-de"
+    custom = load_source(checkpoint, "tiny-en-fr")
+    assert custom.name == "tiny-en-fr"
+    assert (custom.source_languages, custom.target_languages) == (["en"], ["fr"])
