@@ -189,16 +189,8 @@ class OursHTTP:
 
 def parse_translate_response(body: dict[str, Any]) -> tuple[list[str], int]:
     """Texts and output-token count from our /v1/translate answer."""
-    items = body.get("translations") or body.get("data") or body.get("results") or []
-    texts, n = [], 0
-    for it in items:
-        if isinstance(it, str):
-            texts.append(it)
-            continue
-        hyp = (it.get("hypotheses") or [it])[0]
-        texts.append(hyp.get("text", it.get("text", "")))
-        n += int(it.get("n_output_tokens") or len(hyp.get("tokens") or []))
-    return texts, n
+    texts = [(t.get("hypotheses") or [{}])[0].get("text", "") for t in body.get("translations", [])]
+    return texts, int(body.get("usage", {}).get("output_tokens", 0))
 
 
 # --- measurement -------------------------------------------------------------------------------
@@ -312,7 +304,9 @@ def run_suite(
             if system.name not in best:
                 continue
             tps, outputs, secs, cores = best[system.name]
-            extra: dict[str, Any] = {"seconds": round(secs, 2), "cores_used": round(cores, 2)}
+            extra: dict[str, Any] = {"seconds": round(secs, 2)}
+            if not isinstance(system, OursHTTP):  # over HTTP this process is only the client
+                extra["cores_used"] = round(cores, 2)
             if refs is not None and not w.forced:
                 extra["bleu"] = round(bleu(outputs, refs[:n]), 2)
             results.add(
