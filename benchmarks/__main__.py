@@ -43,6 +43,7 @@ PACKAGES = [
     "fastapi",
 ]
 OURS_HTTP = "ours HTTP (int8)"
+EMBED_NAME = "all-MiniLM-L6-v2"
 INFINITY = "Infinity (torch)"
 STAGES = ("translation", "base", "embedding", "serving")
 
@@ -131,13 +132,15 @@ class Harness:
 
     def export_embedding(self, model_dir: Path) -> None:
         try:
-            from export.embedding import export_embedding  # type: ignore[import-not-found]
+            from export.embedding import export_embedding
         except ImportError as e:
             self.results.note(f"export.embedding not available ({e}); our embedding engine not measured")
             return
         for variant in ("fp32", "int8"):
             try:
-                paths = export_embedding(model_dir, self.artefacts, [variant])
+                paths = export_embedding(
+                    model_dir, self.artefacts, [variant], name=EMBED_NAME, threads=self.threads
+                )
                 self.models[f"embed/{variant}"] = Path(paths[0])
             except Exception as e:
                 self.results.note(f"embedding export {variant} failed: {type(e).__name__}: {str(e)[:300]}")

@@ -1,0 +1,41 @@
+# The two commands of the README: `make serve` and `make test`. Both set everything up.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: serve test test-long lint export bench install
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[export,dev]'
+	touch $@
+
+install: $(STAMP)
+
+## Serve the default models (exports the ONNX artefacts first if they are missing).
+serve: $(STAMP)
+	$(PY) -m service
+
+## Lint, type-check and run the test suite (what CI runs).
+test: $(STAMP)
+	$(VENV)/bin/ruff check service export tests benchmarks
+	$(VENV)/bin/mypy
+	$(PY) -m pytest
+
+## Long reliability tests: full fuzzing, overload, soak.
+test-long: $(STAMP)
+	$(PY) -m pytest -m long -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check service export tests benchmarks
+	$(VENV)/bin/ruff format --check service export tests benchmarks
+	$(VENV)/bin/mypy
+
+## Export both default models in every variant (fp32, int8, fp16) into .artefacts/.
+export: $(STAMP)
+	$(PY) -m export default --out .artefacts --variant all
+
+bench: $(STAMP)
+	$(PY) -m benchmarks --quick

@@ -1,0 +1,47 @@
+"""sacreBLEU of a PyTorch checkpoint on a parallel test set (the figure in the model card).
+
+    python -m export.evaluate --data-dir ../shared/data/multi30k --split test_2016_flickr --beam 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import sacrebleu
+from tokenizers import Tokenizer
+
+from export.checkpoint import load_checkpoint
+from export.data import read_parallel
+from export.translate import DEFAULT_CHECKPOINT, translate
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m export.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    p.add_argument("--tokenizer", type=Path, help="default: tokenizer.json next to the checkpoint")
+    p.add_argument("--data-dir", type=Path, required=True)
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--src-lang", default="en")
+    p.add_argument("--tgt-lang", default="de")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--length-penalty", type=float, default=1.0)
+    args = p.parse_args(argv)
+
+    model = load_checkpoint(args.checkpoint)
+    tokenizer = Tokenizer.from_file(str(args.tokenizer or args.checkpoint.parent / "tokenizer.json"))
+    sources, references = read_parallel(args.data_dir, args.split, args.src_lang, args.tgt_lang)
+    start = time.time()
+    hyps = translate(model, tokenizer, sources, beam_size=args.beam, length_penalty=args.length_penalty)
+    bleu = sacrebleu.BLEU()
+    score = bleu.corpus_score(hyps, [references])
+    print(json.dumps({"split": args.split, "beam": args.beam, "bleu": round(score.score, 2),
+                      "signature": str(bleu.get_signature()), "seconds": round(time.time() - start, 1)}))
+
+
+if __name__ == "__main__":
+    main()
