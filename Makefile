@@ -4,22 +4,26 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test test-long lint export bench install
+.PHONY: serve test test-long lint export bench install tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[export,dev]'
+	$(PY) -m pip install -q -e '.[export,dev,bench]'
 	touch $@
 
 install: $(STAMP)
+
+## Tools of the deployment checks: promtool/prometheus, docker-compose (Debian), hadolint, kubectl.
+tools: $(STAMP)
+	VENV=$(VENV) bash .ci/install-tools.sh
 
 ## Serve the default models (exports the ONNX artefacts first if they are missing).
 serve: $(STAMP)
 	$(PY) -m service
 
 ## Lint, type-check and run the test suite (what CI runs).
-test: $(STAMP)
+test: $(STAMP) tools
 	$(VENV)/bin/ruff check service export tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
