@@ -46,4 +46,3 @@ def load_checkpoint(path: Path, device: str | torch.device = "cpu") -> Transform
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     states = [load_state(p) for p in paths]
     return {k: torch.stack([s[k] for s in states]).mean(0) for k in states[0]}
-

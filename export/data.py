@@ -16,13 +16,22 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3
 
 
+def special_id(tok: Tokenizer, token: str) -> int:
+    i = tok.token_to_id(token)
+    if i is None:
+        raise ValueError(f"tokenizer has no {token} token")
+    return i
+
+
 def read_lines(path: Path) -> list[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
 
 
-def read_parallel(data_dir: Path, split: str, src: str = "en", tgt: str = "de") -> tuple[list[str], list[str]]:
+def read_parallel(
+    data_dir: Path, split: str, src: str = "en", tgt: str = "de"
+) -> tuple[list[str], list[str]]:
     """Read ``{split}.{src}[.gz]`` and ``{split}.{tgt}[.gz]`` as aligned sentence lists."""
 
     def find(lang: str) -> Path:
@@ -51,9 +60,7 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int) -> Tokenizer:
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, min_frequency=2, show_progress=False
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    tok.post_processor = TemplateProcessing(
-        single=f"$A {EOS}", special_tokens=[(EOS, tok.token_to_id(EOS))]
-    )
+    tok.post_processor = TemplateProcessing(single=f"$A {EOS}", special_tokens=[(EOS, tok.token_to_id(EOS))])
     for i, token in enumerate(SPECIAL_TOKENS):
         assert tok.token_to_id(token) == i, f"{token} must have id {i}"
     return tok
@@ -64,16 +71,15 @@ def encode_source(tok: Tokenizer, texts: Sequence[str], max_len: int) -> list[li
     out = []
     for enc in tok.encode_batch(list(texts)):
         ids = enc.ids
-        out.append(ids if len(ids) <= max_len else ids[: max_len - 1] + [ids[-1]])
+        out.append(ids if len(ids) <= max_len else [*ids[: max_len - 1], ids[-1]])
     return out
 
 
 def encode_target(tok: Tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
     """[<s>] + ids + [</s>], truncated to max_len."""
-    bos, eos = tok.token_to_id(BOS), tok.token_to_id(EOS)
+    bos, eos = special_id(tok, BOS), special_id(tok, EOS)
     return [
-        [bos] + enc.ids[: max_len - 2] + [eos]
-        for enc in tok.encode_batch(list(texts), add_special_tokens=False)
+        [bos, *enc.ids[: max_len - 2], eos] for enc in tok.encode_batch(list(texts), add_special_tokens=False)
     ]
 
 

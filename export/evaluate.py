@@ -1,6 +1,6 @@
 """sacreBLEU of a PyTorch checkpoint on a parallel test set (the figure in the model card).
 
-    python -m export.evaluate --data-dir ../shared/data/multi30k --split test_2016_flickr --beam 4
+python -m export.evaluate --data-dir ../shared/data/multi30k --split test_2016_flickr --beam 4
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from export.translate import DEFAULT_CHECKPOINT, translate
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m export.evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m export.evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     p.add_argument("--tokenizer", type=Path, help="default: tokenizer.json next to the checkpoint")
     p.add_argument("--data-dir", type=Path, required=True)
@@ -39,8 +42,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     hyps = translate(model, tokenizer, sources, beam_size=args.beam, length_penalty=args.length_penalty)
     bleu = sacrebleu.BLEU()
     score = bleu.corpus_score(hyps, [references])
-    print(json.dumps({"split": args.split, "beam": args.beam, "bleu": round(score.score, 2),
-                      "signature": str(bleu.get_signature()), "seconds": round(time.time() - start, 1)}))
+    print(
+        json.dumps(
+            {
+                "split": args.split,
+                "beam": args.beam,
+                "bleu": round(score.score, 2),
+                "signature": str(bleu.get_signature()),
+                "seconds": round(time.time() - start, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

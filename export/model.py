@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -97,18 +97,14 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, x: Tensor) -> KeyValue:
         return self._split_heads(self.w_k(x)), self._split_heads(self.w_v(x))
 
-    def attend(
-        self, x_q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
+    def attend(self, x_q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         q = self._split_heads(self.w_q(x_q))  # (B, h, T_q, d_k)
         heads, weights = scaled_dot_product_attention(q, k, v, mask)
         b, _, t, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k)  # (B, T_q, d_model)
         return self.w_o(concat), weights
 
-    def forward(
-        self, x_q: Tensor, x_kv: Tensor, mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
+    def forward(self, x_q: Tensor, x_kv: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         k, v = self.project_kv(x_kv)
         return self.attend(x_q, k, v, mask)
 
@@ -246,7 +242,8 @@ class Transformer(nn.Module):
 
     def memory_kv(self, memory: Tensor) -> list[KeyValue]:
         """Encoder-decoder keys/values of every decoder layer, computed once per source."""
-        return [layer.cross_attn.project_kv(memory) for layer in self.decoder]
+        layers = cast(list[DecoderLayer], list(self.decoder))
+        return [layer.cross_attn.project_kv(memory) for layer in layers]
 
     def decode(
         self,

@@ -44,18 +44,28 @@ def inverse_sqrt(step: int, warmup: int) -> float:
     return min(step / warmup, (warmup / step) ** 0.5)
 
 
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float) -> torch.Tensor:
+def label_smoothed_loss(
+    logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
+) -> torch.Tensor:
     """Summed cross-entropy against (1-ε)·one-hot + ε/V, ignoring padding."""
     return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(), target.reshape(-1),
-        ignore_index=pad_id, label_smoothing=smoothing, reduction="sum",
+        logits.reshape(-1, logits.size(-1)).float(),
+        target.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=smoothing,
+        reduction="sum",
     )
 
 
 @torch.no_grad()
 def evaluate(
-    model: Transformer, tokenizer: Tokenizer, src_ids: list[list[int]], tgt_ids: list[list[int]],
-    references: Sequence[str], max_tokens: int, beam_size: int = 1,
+    model: Transformer,
+    tokenizer: Tokenizer,
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    references: Sequence[str],
+    max_tokens: int,
+    beam_size: int = 1,
 ) -> dict[str, float]:
     model.eval()
     device = next(model.parameters()).device
@@ -63,8 +73,14 @@ def evaluate(
     for batch in token_batches(src_ids, tgt_ids, max_tokens, model.cfg.pad_id):
         batch = batch.to(device)
         logits = model(batch.src, batch.tgt_in)
-        total += float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),
-                                       ignore_index=model.cfg.pad_id, reduction="sum"))
+        total += float(
+            F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)),
+                batch.tgt_out.reshape(-1),
+                ignore_index=model.cfg.pad_id,
+                reduction="sum",
+            )
+        )
         n_tokens += batch.n_tokens
     hyps = tokenizer.decode_batch(translate_ids(model, src_ids, beam_size=beam_size, batch_size=128))
     bleu = sacrebleu.corpus_bleu(hyps, [list(references)])
@@ -72,8 +88,11 @@ def evaluate(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m export.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m export.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--data-dir", type=Path, required=True, help="holds train.{en,de}[.gz], val.{en,de}[.gz]")
     p.add_argument("--work-dir", type=Path, required=True, help="checkpoints, tokenizer, state.pt, log")
     p.add_argument("--src-lang", default="en")
@@ -95,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (about 1.4x faster on AVX-512 CPUs)")
+    p.add_argument(
+        "--bf16", action="store_true", help="bfloat16 autocast (about 1.4x faster on AVX-512 CPUs)"
+    )
     p.add_argument("--limit", type=int, default=0, help="use only the first N training pairs (smoke runs)")
     args = p.parse_args(argv)
 
@@ -118,8 +139,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         tokenizer.save(str(tok_path))
 
     cfg = TransformerConfig(
-        vocab_size=tokenizer.get_vocab_size(), d_model=args.d_model, n_heads=args.heads, d_ff=args.d_ff,
-        n_encoder_layers=args.layers, n_decoder_layers=args.layers, max_len=args.max_len, dropout=args.dropout,
+        vocab_size=tokenizer.get_vocab_size(),
+        d_model=args.d_model,
+        n_heads=args.heads,
+        d_ff=args.d_ff,
+        n_encoder_layers=args.layers,
+        n_decoder_layers=args.layers,
+        max_len=args.max_len,
+        dropout=args.dropout,
     )
     limit = cfg.max_len - 1
     tr_s, tr_t = encode_source(tokenizer, train_src, limit), encode_target(tokenizer, train_tgt, limit)
@@ -142,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         torch.set_rng_state(state["torch_rng"])
         print(f"resumed after epoch {epoch0} (best val BLEU {best_bleu:.2f})")
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{n_params / 1e6:.1f}M parameters, vocab {cfg.vocab_size}, {len(tr_s)} training pairs, device {device}")
+    print(f"{n_params / 1e6:.1f}M parameters, vocab {cfg.vocab_size}, {len(tr_s)} pairs, device {device}")
 
     for epoch in range(epoch0 + 1, args.epochs + 1):
         model.train()
@@ -164,9 +191,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             bar.set_postfix(loss=f"{train_loss / train_tokens:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
         train_time = time.time() - t0
         metrics = evaluate(model, tokenizer, va_s, va_t, val_tgt, args.max_tokens)
-        record = {"epoch": epoch, "train_loss": train_loss / train_tokens, "val_loss": metrics["loss"],
-                  "val_bleu_greedy": metrics["bleu"], "train_seconds": round(train_time, 1),
-                  "tokens_per_second": round(train_tokens / train_time), "step": scheduler.last_epoch}
+        record = {
+            "epoch": epoch,
+            "train_loss": train_loss / train_tokens,
+            "val_loss": metrics["loss"],
+            "val_bleu_greedy": metrics["bleu"],
+            "train_seconds": round(train_time, 1),
+            "tokens_per_second": round(train_tokens / train_time),
+            "step": scheduler.last_epoch,
+        }
         history.append(record)
         print(json.dumps(record), flush=True)
 
@@ -177,9 +210,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             best_bleu = metrics["bleu"]
             save_checkpoint(model, work / "best.safetensors")
         tmp = state_path.with_suffix(".tmp")
-        torch.save({"config": cfg.to_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "epoch": epoch, "best_bleu": best_bleu,
-                    "history": history, "py_rng": random.getstate(), "torch_rng": torch.get_rng_state()}, tmp)
+        torch.save(
+            {
+                "config": cfg.to_dict(),
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "epoch": epoch,
+                "best_bleu": best_bleu,
+                "history": history,
+                "py_rng": random.getstate(),
+                "torch_rng": torch.get_rng_state(),
+            },
+            tmp,
+        )
         tmp.replace(state_path)
         (work / "history.json").write_text(json.dumps(history, indent=1))
 
@@ -188,8 +232,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         model.load_state_dict(average_checkpoints(last))
         save_checkpoint(model, work / "averaged.safetensors")
         metrics = evaluate(model, tokenizer, va_s, va_t, val_tgt, args.max_tokens)
-        print(json.dumps({"averaged": [p.name for p in last], "val_loss": metrics["loss"],
-                          "val_bleu_greedy": metrics["bleu"]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "averaged": [p.name for p in last],
+                    "val_loss": metrics["loss"],
+                    "val_bleu_greedy": metrics["bleu"],
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Translate with a PyTorch checkpoint: the reference the ONNX artefacts must match.
 
-    python -m export.translate "A man is riding a bike." --beam 4
-    python -m export.translate --input test.en --beam 4 > hyp.de
+python -m export.translate "A man is riding a bike." --beam 4
+python -m export.translate --input test.en --beam 4 > hyp.de
 """
 
 from __future__ import annotations
@@ -68,8 +68,13 @@ def translate_ids(
         # Each sentence's own limit, so that its translation does not depend on its batch.
         limits = [max_len or min(cfg.max_len - 1, 2 * len(src_ids[i]) + 10) for i in chunk]
         hyps: list[list[Hypothesis]] = beam_search(
-            TorchDecoder(model, src), len(chunk), beam_size=beam_size, max_len=limits,
-            bos_id=cfg.bos_id, eos_id=cfg.eos_id, length_penalty=length_penalty,
+            TorchDecoder(model, src),
+            len(chunk),
+            beam_size=beam_size,
+            max_len=limits,
+            bos_id=cfg.bos_id,
+            eos_id=cfg.eos_id,
+            length_penalty=length_penalty,
         )
         for i, h in zip(chunk, hyps, strict=True):
             out[i] = h[0].tokens
@@ -85,8 +90,11 @@ def translate(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m export.translate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m export.translate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("text", nargs="*", help="sentences to translate (else --input or stdin)")
     p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     p.add_argument("--tokenizer", type=Path, help="default: tokenizer.json next to the checkpoint")
@@ -104,8 +112,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         texts = args.input.read_text(encoding="utf-8").splitlines()
     else:
         texts = sys.stdin.read().splitlines()
-    for line in translate(model, tokenizer, texts, beam_size=args.beam,
-                          length_penalty=args.length_penalty, batch_size=args.batch_size):
+    for line in translate(
+        model,
+        tokenizer,
+        texts,
+        beam_size=args.beam,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+    ):
         print(line)
 
 
