@@ -35,16 +35,19 @@ WORDS = [
 REVERSE_STEPS = 40
 
 
-def _reversal_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+def reversal_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
     rng = random.Random(seed)
     sources = [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(n)]
     return sources, [" ".join(reversed(s.split())) for s in sources]
 
 
-def tiny_translation_checkpoint(directory: Path, max_len: int = 40, seed: int = 0) -> Path:
+def tiny_translation_checkpoint(
+    directory: Path, max_len: int = 40, seed: int = 0, vocab_size: int = 80, **config: int
+) -> Path:
     """``directory/model.safetensors`` + ``tokenizer.json`` (a checkpoint of ours); returns directory.
 
-    The directory's name becomes the artefact name (e.g. ``tiny-en-de``).
+    The directory's name becomes the artefact name (e.g. ``tiny-en-de``); ``config`` overrides
+    the TransformerConfig's sizes (d_model, n_heads, n_encoder_layers, ...).
     """
     import torch
     import torch.nn.functional as F
@@ -54,20 +57,12 @@ def tiny_translation_checkpoint(directory: Path, max_len: int = 40, seed: int = 
     from export.model import Transformer, TransformerConfig
 
     corpus = [" ".join(WORDS[i:] + WORDS[:i]) + "." for i in range(len(WORDS))] * 3
-    tok = train_tokenizer(corpus, vocab_size=80)
+    tok = train_tokenizer(corpus, vocab_size=vocab_size)
     torch.manual_seed(seed)
-    cfg = TransformerConfig(
-        vocab_size=tok.get_vocab_size(),
-        d_model=32,
-        n_heads=2,
-        d_ff=64,
-        n_encoder_layers=1,
-        n_decoder_layers=2,
-        max_len=max_len,
-        dropout=0.0,
-    )
+    sizes = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_encoder_layers": 1, "n_decoder_layers": 2} | config
+    cfg = TransformerConfig(vocab_size=tok.get_vocab_size(), max_len=max_len, dropout=0.0, **sizes)
     model = Transformer(cfg)
-    sources, targets = _reversal_pairs(64, seed)
+    sources, targets = reversal_pairs(64, seed)
     src = pad(encode_source(tok, sources, max_len), cfg.pad_id)
     tgt = pad(encode_target(tok, targets, max_len), cfg.pad_id)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)

@@ -12,6 +12,7 @@ from export.checkpoint import load_checkpoint, save_checkpoint
 from export.data import encode_source, train_tokenizer
 from export.model import Transformer, TransformerConfig
 from export.translate import main, translate, translate_ids
+from tests.tiny_models import WORDS
 
 TEXTS = ["a man rides a bike.", "two dogs run.", "a small cat sits on the big red street."]
 
@@ -19,23 +20,7 @@ TEXTS = ["a man rides a bike.", "two dogs run.", "a small cat sits on the big re
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random model and its tokenizer, saved side by side as the CLI expects."""
-    words = [
-        "a",
-        "man",
-        "rides",
-        "bike",
-        "two",
-        "dogs",
-        "run",
-        "small",
-        "cat",
-        "sits",
-        "on",
-        "the",
-        "big",
-        "red",
-    ]
-    corpus = [" ".join(words[i:] + words[:i]) + "." for i in range(len(words))] * 3
+    corpus = [" ".join(WORDS[i:] + WORDS[:i]) + "." for i in range(len(WORDS))] * 3
     tok = train_tokenizer(corpus, vocab_size=80)
     torch.manual_seed(0)
     cfg = TransformerConfig(

@@ -8,18 +8,16 @@ directory so the validation and BLEU paths run too) and shared by the tests.
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
-from export.checkpoint import load_checkpoint, save_checkpoint
-from export.data import encode_source, encode_target, pad, train_tokenizer
-from export.model import Transformer, TransformerConfig, padding_mask
+from export.checkpoint import load_checkpoint
+from export.data import encode_source, pad
+from export.model import padding_mask
 from export.translate import translate_ids
 from export.translation import (
     BUILTIN_SENTENCES,
@@ -33,74 +31,25 @@ from export.translation import (
 )
 from export.translation_graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest
+from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
-WORDS = [
-    "a",
-    "man",
-    "rides",
-    "bike",
-    "two",
-    "dogs",
-    "run",
-    "small",
-    "cat",
-    "sits",
-    "on",
-    "the",
-    "big",
-    "red",
-    "street",
-]
 TEXTS = ["a man rides a bike.", "two dogs run on the street.", "the big red cat sits.", "dogs"]
-
-
-def _reversal_pairs(n: int) -> tuple[list[str], list[str]]:
-    rng = random.Random(0)
-    sources = [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(n)]
-    return sources, [" ".join(reversed(s.split())) for s in sources]
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``transformer-en-de/model.safetensors`` + tokenizer.json, trained 40 steps on reversal."""
-    corpus = [" ".join(WORDS[i:] + WORDS[:i]) + "." for i in range(len(WORDS))] * 3
-    tok = train_tokenizer(corpus, vocab_size=90)
-    torch.manual_seed(0)
-    cfg = TransformerConfig(
-        vocab_size=tok.get_vocab_size(),
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        max_len=48,
-        dropout=0.0,
-    )
-    model = Transformer(cfg)
-    sources, targets = _reversal_pairs(64)
-    src = pad(encode_source(tok, sources, cfg.max_len), cfg.pad_id)
-    tgt = pad(encode_target(tok, targets, cfg.max_len), cfg.pad_id)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(40):
-        logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(
-            logits.reshape(-1, cfg.vocab_size), tgt[:, 1:].reshape(-1), ignore_index=cfg.pad_id
-        )
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
     directory = tmp_path_factory.mktemp("ckpt") / "transformer-en-de"
-    directory.mkdir()
-    save_checkpoint(model.eval(), directory / "model.safetensors")
-    tok.save(str(directory / "tokenizer.json"))
-    return directory
+    return tiny_translation_checkpoint(
+        directory, max_len=48, vocab_size=90, n_heads=4, n_encoder_layers=2, n_decoder_layers=2
+    )
 
 
 @pytest.fixture(scope="module")
 def eval_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A few validation and test lines, so the export's greedy-on-val and BLEU checks run."""
     d = tmp_path_factory.mktemp("eval")
-    sources, targets = _reversal_pairs(12)
+    sources, targets = reversal_pairs(12)
     (d / "val.en").write_text("\n".join(sources[:6]) + "\n", encoding="utf-8")
     (d / "test_2016_flickr.en").write_text("\n".join(sources[6:]) + "\n", encoding="utf-8")
     (d / "test_2016_flickr.de").write_text("\n".join(targets[6:]) + "\n", encoding="utf-8")
