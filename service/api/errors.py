@@ -165,20 +165,47 @@ def _describe(detail: ErrorDetail) -> str:
 def _message(error: dict[str, Any]) -> str:
     if error.get("type") == "extra_forbidden":
         return "unknown field"
-    if error.get("type") in ("model_attributes_type", "model_type", "dict_type"):
+    if error.get("type") in _NOT_AN_OBJECT:
         return "expected a JSON object"
     if error.get("type") == "json_invalid":
-        return f"invalid JSON: {(error.get('ctx') or {}).get('error', 'decode error')}"
+        loc = error.get("loc", ())
+        at = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+        reason = str((error.get("ctx") or {}).get("error", "decode error")).removesuffix(" at")
+        return f"invalid JSON{at}: {reason}"
     return str(error.get("msg", "invalid"))
+
+
+_NOT_AN_OBJECT = ("model_attributes_type", "model_type", "dict_type")
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 async def _on_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    content_type = request.headers.get("content-type", "")
+    if not _is_json(content_type) and any(
+        e.get("type") in _NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors
+    ):
+        # FastAPI leaves a non-JSON body unparsed, which would read as "expected a JSON object".
+        return error_response(
+            415,
+            "unsupported_media_type",
+            "send the body as JSON with 'Content-Type: application/json' "
+            f"(got {repr(content_type) if content_type else 'none'})",
+            limit="application/json",
+        )
     details = [
         ErrorDetail(
-            field=_field(e.get("loc", ())), message=_message(e), type=str(e.get("type")), limit=_limit(e)
+            field="body" if e.get("type") == "json_invalid" else _field(e.get("loc", ())),
+            message=_message(e),
+            type=str(e.get("type")),
+            limit=_limit(e),
         )
-        for e in exc.errors()
+        for e in errors
     ]
     shown = "; ".join(_describe(d) for d in details[:10])
     more = f"; and {len(details) - 10} more" if len(details) > 10 else ""
@@ -230,10 +257,19 @@ async def _on_http(request: Request, exc: Exception) -> Response:
     return error_response(
         exc.status_code,
         _HTTP_TYPES.get(exc.status_code, "http_error"),
-        str(exc.detail),
+        _unparsable_body(exc.__cause__) or str(exc.detail),
         limit=limit,
         headers=dict(exc.headers or {}),
     )
+
+
+def _unparsable_body(cause: BaseException | None) -> str | None:
+    """What FastAPI's generic 400 "error parsing the body" was, when a client can fix it."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the request body is not valid UTF-8 (invalid byte at position {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "the request body's JSON is nested too deeply"
+    return None
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
@@ -257,9 +293,12 @@ def install_error_handlers(app: FastAPI) -> None:
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {
+        400: "Body not parsable (not UTF-8, or JSON nested too deeply)",
         401: "API key missing",
         403: "API key wrong",
+        404: "Model not served (an unknown model name, or the task is not configured)",
         413: "Request body too large",
+        415: "Body not sent as JSON (Content-Type: application/json)",
         422: "Invalid request (field, reason and limit in the body)",
         429: "Queue full; retry after the Retry-After header's seconds",
         500: "Internal error (the body carries the request id)",
@@ -267,3 +306,5 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         504: "Deadline exceeded",
     }.items()
 }
+# GET routes behind the key: no body to validate, no queue.
+GATED_RESPONSES: dict[int | str, dict[str, Any]] = {s: ERROR_RESPONSES[s] for s in (401, 403, 503)}

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service.api.embed import default_normalize, embed_texts, embedder, pooled_vectors
-from service.api.errors import ERROR_RESPONSES, ModelNotFound, validation_error
+from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES, ModelNotFound, validation_error
 from service.api.runtime import Embedder, Runtime, ready_runtime
 from service.api.schemas import (
     ModelCard,
@@ -79,7 +79,7 @@ def _encode(vector: np.ndarray, as_base64: bool) -> list[float] | str:
     return values
 
 
-@router.get("/v1/models", response_model=ModelsResponse)
+@router.get("/v1/models", response_model=ModelsResponse, responses=GATED_RESPONSES)
 async def models(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Response:
     """The loaded models, OpenAI's shape plus what a client needs (task, languages, limits)."""
     return json_response(ModelsResponse(data=[_card(engine) for engine in runtime.engines]))

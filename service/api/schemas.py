@@ -2,9 +2,10 @@
 
 Requests are strict (``"4"`` is not an int) and forbid unknown fields, so a typo is a 422
 rather than a silently ignored option. Text fields accept one string or a list; an empty or
-whitespace-only text is a 422. The schemas declare absolute ceilings (``HARD_MAX_*``); the
-configured, usually lower, limits (``max_items_per_request``, ``max_chars_per_text``) and the
-loaded model's languages are checked by ``check_*`` below, which produce the same 422 shape.
+whitespace-only text, or one with a NUL character, is a 422. The schemas declare absolute
+ceilings (``HARD_MAX_*``); the configured, usually lower, limits (``max_items_per_request``,
+``max_chars_per_text``) and the loaded model's languages are checked by ``check_*`` below,
+which produce the same 422 shape.
 
 Contract for a list whose items are valid JSON but one cannot be computed (e.g. a text over
 the model's max length with ``truncate: false``): the whole request fails with 422, and the
@@ -40,6 +41,8 @@ MAX_OUTPUT_TOKENS = 512
 def _not_blank(text: str) -> str:
     if not text.strip():
         raise PydanticCustomError("blank_text", "text must not be empty or whitespace-only")
+    if "\x00" in text:  # never text; C code downstream would see the string end there
+        raise PydanticCustomError("nul_character", "text must not contain NUL characters (U+0000)")
     return text
 
 
