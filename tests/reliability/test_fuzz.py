@@ -1,0 +1,119 @@
+"""Fuzzing from the service's own OpenAPI: schemathesis generates valid (positive) and invalid
+(negative) requests for every documented operation; no answer may be a 5xx, and every answer must
+match what the schema documents (status code, content type, headers, body schema).
+
+The app runs in-process over the small engines, with API keys on (so the auth checks run too)
+and the configured limits at the schema's own ceilings, so that what the schema calls valid is
+refused only for reasons no JSON Schema can express: a language the loaded model does not serve,
+``n_best`` over ``beam_size``, a text over the model's token limit, an unknown model name. Those
+are the 404 and 422 that positive cases may get; anything else but a 2xx fails.
+
+schemathesis' pytest integration (``@schema.parametrize`` on a lazily loaded schema) does not run
+under pytest 9, and its plugin ends ASGI lifespans after every test; so each test builds its app
+and drives Hypothesis over each operation's strategy itself, and counts the cases it ran.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import APIOperation, GenerationMode
+from schemathesis.core.result import Ok
+from schemathesis.python import asgi
+from schemathesis.specs.openapi.schemas import OpenApiSchema
+
+from service.app import create_app
+from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS
+from tests.service.api.conftest import engines, small_settings
+
+KEY = "fuzz-key"
+SHORT_EXAMPLES = 60  # per operation and mode: ~360 cases in all
+LONG_EXAMPLES = 250  # ~1,500
+
+
+@pytest.fixture
+def schema() -> Iterator[OpenApiSchema]:
+    embedder, translator = engines()
+    settings_ = small_settings(
+        api_keys=[KEY],
+        max_items_per_request=HARD_MAX_ITEMS,
+        max_chars_per_text=HARD_MAX_CHARS,
+        max_queue=2 * HARD_MAX_ITEMS,
+        max_body_bytes=16 << 20,
+    )
+    app = create_app(settings_, {"embed": embedder, "translate": translator})
+    config = schemathesis.Config.from_dict(
+        {"checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "404", "422"]}}}
+    )
+    loaded = schemathesis.openapi.from_asgi("/openapi.json", app, config=config)
+    # ASGI's message types are wider in FastAPI's annotations than in schemathesis'.
+    with asgi.get_client(cast(Any, app)) as client:  # starts the lifespan; models load in the background
+        deadline = time.monotonic() + 10
+        while client.get("/health/ready").status_code != 200:
+            assert time.monotonic() < deadline, "the app never became ready"
+            time.sleep(0.01)
+    yield loaded
+    asgi.shutdown_lifespans()
+
+
+def operations(schema: OpenApiSchema) -> list[APIOperation]:
+    loaded = list(schema.get_all_operations())
+    assert all(isinstance(result, Ok) for result in loaded), loaded
+    return [result.ok() for result in loaded if isinstance(result, Ok)]
+
+
+def _has_inputs(operation: APIOperation) -> bool:
+    raw = operation.definition.raw
+    return bool(raw.get("parameters") or raw.get("requestBody"))
+
+
+def fuzz(schema: OpenApiSchema, mode: GenerationMode, examples: int) -> Counter[str]:
+    """Run up to ``examples`` cases per operation; raise on the first failing check."""
+    cases: Counter[str] = Counter()
+    statuses: Counter[tuple[str, int]] = Counter()
+    for operation in operations(schema):
+        if mode is GenerationMode.NEGATIVE and not _has_inputs(operation):
+            continue  # nothing to make invalid
+
+        @given(case=operation.as_strategy(generation_mode=mode))
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def run(case: schemathesis.Case) -> None:
+            response = case.call_and_validate(headers={"Authorization": f"Bearer {KEY}"})
+            cases[case.operation.label] += 1
+            statuses[case.operation.label, response.status_code] += 1
+
+        run()
+    print(f"fuzz[{mode.value}]: {cases.total()} cases; by operation and status: {dict(statuses)}")
+    return cases
+
+
+def _check_coverage(schema: OpenApiSchema, cases: Counter[str], examples: int) -> None:
+    labels = {operation.label for operation in operations(schema)}
+    assert {"POST /v1/translate", "POST /v1/embed", "POST /v1/embeddings", "GET /v1/models"} <= labels
+    for label in labels:
+        if label.startswith("POST"):  # Hypothesis stops early only when it runs out of inputs
+            assert cases[label] >= examples // 2, (label, cases[label])
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+def test_fuzz_every_operation(schema: OpenApiSchema, mode: GenerationMode) -> None:
+    cases = fuzz(schema, mode, SHORT_EXAMPLES)
+    _check_coverage(schema, cases, SHORT_EXAMPLES)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+def test_fuzz_every_operation_long(schema: OpenApiSchema, mode: GenerationMode) -> None:
+    cases = fuzz(schema, mode, LONG_EXAMPLES)
+    _check_coverage(schema, cases, LONG_EXAMPLES)
