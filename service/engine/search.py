@@ -72,10 +72,7 @@ def beam_search(
         if attn is not None:
             step_attn = attn[:, None, :]
             attn_history = step_attn if attn_history is None else np.concatenate([attn_history, step_attn], 1)
-        vocab = logp.shape[1]
-        cand = (scores[:, None] + logp).reshape(len(active), k * vocab)
-        top = np.argpartition(-cand, 2 * k - 1, axis=1)[:, : 2 * k]
-        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(cand, top, 1), axis=1), 1)
+        top_rows, top_tokens, top_scores = _best_continuations(scores, logp, k, 2 * k)
 
         keep_rows: list[int] = []
         keep_tokens: list[int] = []
@@ -83,8 +80,9 @@ def beam_search(
         still_active: list[int] = []
         for j, sent in enumerate(active):
             going: list[tuple[int, int, float]] = []  # (row, token, score), best first
-            for rank, c in enumerate(top[j]):
-                row, token, score = j * k + int(c) // vocab, int(c) % vocab, float(cand[j, c])
+            for rank, (row, token, score) in enumerate(
+                zip(top_rows[j], top_tokens[j], top_scores[j], strict=True)
+            ):
                 if score == -np.inf or len(going) == k:
                     break
                 if token != eos_id:
@@ -118,6 +116,47 @@ def beam_search(
         active = still_active
 
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+
+
+_BLOCK = 64  # columns per block of the top-k pre-selection
+
+
+def _best_continuations(
+    scores: np.ndarray, logp: np.ndarray, k: int, n: int
+) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+    """The ``n`` best (row, token, score) continuations of each sentence's ``k`` rows, best first.
+
+    score = scores[row] + logp[row, token]. An argpartition over every sentence's k × vocab
+    candidates is a slow scalar pass. Instead the vocabulary is cut into blocks (block q: columns
+    q, q + w, q + 2w, … for w = vocab // _BLOCK, plus a block of the leftover columns), a
+    vectorised max finds the ``n`` best blocks of each sentence, which hold its ``n`` best
+    candidates (a block outside them is beaten ``n`` times over), and only those are ranked.
+    """
+    rows, vocab = logp.shape
+    sentences = rows // k
+    width = vocab // _BLOCK
+    n_blocks = width + (width * _BLOCK < vocab)
+    block_max = np.empty((rows, n_blocks), dtype=logp.dtype)
+    if width:
+        np.max(logp[:, : width * _BLOCK].reshape(rows, _BLOCK, width), axis=1, out=block_max[:, :width])
+    if width < n_blocks:
+        block_max[:, width] = logp[:, width * _BLOCK :].max(axis=1)
+    block_score = (block_max + scores[:, None]).reshape(sentences, k * n_blocks)
+    m = min(n, k * n_blocks)
+    blocks = np.argpartition(-block_score, m - 1, axis=1)[:, :m]  # (sentences, m): beam * n_blocks + block
+    row = np.arange(sentences)[:, None] * k + blocks // n_blocks
+    block = (blocks % n_blocks)[:, :, None]
+    lane = np.arange(_BLOCK)
+    cols = np.where(block < width, block + lane * width, width * _BLOCK + lane)  # (sentences, m, _BLOCK)
+    inside = cols < vocab
+    cols = np.minimum(cols, vocab - 1)
+    cand = np.where(inside, logp[row[:, :, None], cols] + scores[row][:, :, None], -np.inf)
+    cand = cand.reshape(sentences, m * _BLOCK)
+    top = np.argpartition(-cand, n - 1, axis=1)[:, :n]
+    top = np.take_along_axis(top, np.argsort(-np.take_along_axis(cand, top, 1), axis=1), 1)
+    top_rows = np.take_along_axis(row, top // _BLOCK, 1)
+    top_tokens = np.take_along_axis(cols.reshape(sentences, m * _BLOCK), top, 1)
+    return top_rows.tolist(), top_tokens.tolist(), np.take_along_axis(cand, top, 1).tolist()
 
 
 def _finish(

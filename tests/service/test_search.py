@@ -302,3 +302,24 @@ def test_torch_beam_search_is_independent_of_batching() -> None:
         (alone,) = run([s])
         assert [x.tokens for x in h] == [x.tokens for x in alone]
         np.testing.assert_allclose([x.score for x in h], [x.score for x in alone], rtol=1e-5)
+
+
+@pytest.mark.parametrize("vocab", [6, 64, 130, 8000, 19001])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_block_top_k_equals_a_full_sort(vocab: int, beam: int) -> None:
+    """The block pre-selection finds exactly the best continuations a full sort of every
+    candidate finds, with -inf log-probs and dead beams (-inf scores) among them."""
+    from service.engine.search import _best_continuations
+
+    rng = np.random.default_rng(vocab + beam)
+    sentences, n = 5, 2 * beam
+    logp = np.log(rng.dirichlet(np.full(vocab, 0.3), size=sentences * beam)).astype(np.float32)
+    logp[rng.random(logp.shape) < 0.05] = -np.inf
+    for scores in (rng.normal(size=sentences * beam) * 3, np.tile([0.0] + [-np.inf] * (beam - 1), sentences)):
+        rows, tokens, got = _best_continuations(scores, logp, beam, n)
+        cand = (scores[:, None] + logp).reshape(sentences, beam * vocab)
+        want = -np.sort(-cand, axis=1)[:, :n]
+        np.testing.assert_array_equal(got, want)
+        for j in range(sentences):
+            for r, t, s in zip(rows[j], tokens[j], got[j], strict=True):
+                assert r // beam == j and (s == -np.inf or scores[r] + logp[r, t] == s)
