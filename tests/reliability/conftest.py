@@ -41,16 +41,3 @@ def artefact_root(
     for artefact in (translation_artefact, embedding_artefact):
         (root / artefact.parent.name).symlink_to(artefact.parent, target_is_directory=True)
     return root
-
-
-def artefact_env(root: Path) -> dict[str, str]:
-    """``python -m service`` on the tiny models of ``artefact_root``, one onnxruntime thread each."""
-    return {
-        "TSERVE_ARTEFACT_ROOT": str(root),
-        "TSERVE_TRANSLATE_MODEL": "tiny-en-de",
-        "TSERVE_EMBED_MODEL": "tiny-bert",
-        "TSERVE_VARIANT": "fp32",
-        "TSERVE_PROVIDER": "cpu",
-        "TSERVE_AUTO_EXPORT": "false",
-        "TSERVE_INTRA_OP_THREADS": "1",
-    }
