@@ -75,14 +75,16 @@ async def run_load(
     *,
     timeout_s: float = 60,
     stop: Callable[[], bool] = lambda: False,
+    outcomes: list[Outcome] | None = None,
 ) -> list[Outcome]:
     """Send ``requests(0) .. requests(n-1)``, each connection taking the next when its last is
     answered; ``stop`` ends the run early (checked before each request). Latencies run from the
-    request's first byte out to its last byte in."""
+    request's first byte out to its last byte in. Outcomes are appended to ``outcomes`` (for a
+    caller in another thread to watch) and returned."""
     parts = urlsplit(url)
     assert parts.hostname in ("127.0.0.1", "localhost", "::1"), "load goes to loopback only"
     host, port = parts.hostname, parts.port or 80
-    outcomes: list[Outcome] = []
+    outcomes = [] if outcomes is None else outcomes
     counter = iter(range(n))
 
     async def worker() -> None:

@@ -83,6 +83,18 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120) 
     raise AssertionError("the server never became ready")
 
 
+def server_env(port: int, env: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment without its ``TSERVE_*``, serving on 127.0.0.1:``port``."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TSERVE_")},
+        "PYTHONPATH": str(ROOT),
+        "TSERVE_HOST": "127.0.0.1",
+        "TSERVE_PORT": str(port),
+        "TSERVE_LOG_LEVEL": "warning",
+        **env,
+    }
+
+
 @contextmanager
 def server_process(
     command: list[str], env: Mapping[str, str], log_path: Path, *, ready_timeout_s: float = 120
@@ -92,16 +104,10 @@ def server_process(
     Its output goes to ``log_path`` and is printed on the way out (pytest shows it on failure).
     """
     port = free_port()
-    full_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TSERVE_")},
-        "PYTHONPATH": str(ROOT),
-        "TSERVE_HOST": "127.0.0.1",
-        "TSERVE_PORT": str(port),
-        "TSERVE_LOG_LEVEL": "warning",
-        **env,
-    }
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=server_env(port, env), stdout=log, stderr=subprocess.STDOUT
+        )
     server = ServerProcess(f"http://127.0.0.1:{port}", proc, log_path)
     try:
         wait_ready(server.url, proc, ready_timeout_s)
