@@ -23,11 +23,14 @@ import shlex
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, Results, Row, machine, read_lines, sts_sentences, versions
+from benchmarks.common import REPO, Results, Row, machine, other_load, read_lines, sts_sentences, versions
+from benchmarks.embedding import BASELINE as EMBED_BASELINE
+from benchmarks.translation import CT2_INT8
 
 DEFAULT_CHECKPOINT = REPO / "export" / "checkpoints" / "transformer-en-de" / "model.safetensors"
 PACKAGES = [
@@ -45,6 +48,8 @@ PACKAGES = [
 OURS_HTTP = "ours HTTP (int8)"
 EMBED_NAME = "all-MiniLM-L6-v2"
 INFINITY = "Infinity (torch)"
+DYNAMIC, SERIAL = "dynamic batching (max batch 32)", "batch size 1 (serial)"
+TARGETS = "targets (issue 7): where we stand"
 STAGES = ("translation", "base", "embedding", "serving")
 
 
@@ -111,6 +116,7 @@ class Harness:
         self.multi30k = args.data_dir / "multi30k"
         stages = set(args.only or STAGES)
         self.stages = stages
+        self.stage_seconds: dict[str, float] = {}
 
     def stage(self, name: str) -> bool:
         return name in self.stages
@@ -428,7 +434,7 @@ class Harness:
             dynamic[task] = load_row(
                 self.results,
                 section,
-                "dynamic batching (max batch 32)",
+                DYNAMIC,
                 f"{self.service.base}{path}",
                 body,
                 [self.service.pid],
@@ -458,7 +464,7 @@ class Harness:
                     load_row(
                         self.results,
                         section,
-                        "batch size 1 (serial)",
+                        SERIAL,
                         f"{serial.base}{path}",
                         body,
                         [serial.pid],
@@ -517,6 +523,105 @@ class Harness:
         finally:
             if self.service is not None:
                 self.service.stop()
+        self._guard("targets", self.check_targets)
+
+    def check_targets(self) -> None:
+        """The issue's targets against this run's figures, as one more section."""
+        ckpt = self.args.checkpoint.parent.name
+
+        def row(section_has: str, system: str) -> Row | None:
+            return next(
+                (r for r in self.results.rows if section_has in r.section and r.system == system), None
+            )
+
+        def ratio(a: Row | None, b: Row | None) -> float | None:
+            return a.value / b.value if a and b and b.value else None
+
+        int8, fp32 = "ours in-process (int8)", "ours in-process (fp32)"
+        http64, http32 = f"{OURS_HTTP}, 64 clients × 1 sent.", f"{OURS_HTTP}, 4 clients × 32 sent."
+        emb = row("embed: sentences/s", http64)
+        checks: list[tuple[str, float | None, str, float, bool]] = []  # (what, value, unit, target, ≥?)
+        for what, sec, kind in (
+            ("translate, our model", f"translate {ckpt} (", "beam 4, batch 32, natural"),
+            (
+                "translate, base Marian (forced 20 tok)",
+                "translate random Marian base",
+                "beam 4, batch 32, forced",
+            ),
+        ):
+            rows = [r for r in self.results.rows if r.section.startswith(sec) and kind in r.section]
+            ours = next((r for r in rows if r.system == int8), None)
+            ct2 = next((r for r in rows if r.system == CT2_INT8), None)
+            checks.append(
+                (f"{what}: ours int8 / CTranslate2 int8, beam 4, batch 32", ratio(ours, ct2), "×", 1.2, True)
+            )
+        checks += [
+            (
+                "embed, 32-sentence requests over HTTP / sentence-transformers",
+                ratio(row("embed: sentences/s", http32), row("embed: sentences/s", EMBED_BASELINE)),
+                "×",
+                3.0,
+                True,
+            ),
+            (
+                "embed, 64 clients × 1 sentence: ours HTTP / Infinity",
+                ratio(emb, row("embed: sentences/s", f"{INFINITY}, 64 clients × 1 sent.")),
+                "×",
+                4.0,
+                True,
+            ),
+            (
+                "embed, 64 clients × 1 sentence: ours HTTP p99",
+                emb.extra["p99_ms"] if emb else None,
+                "ms",
+                500,
+                False,
+            ),
+            (
+                "embed in-process: ours int8 / ours fp32",
+                ratio(row("embed: sentences/s", int8), row("embed: sentences/s", fp32)),
+                "×",
+                1.0,
+                True,
+            ),
+            (
+                "embed, HTTP at 64 clients / in-process engine",
+                ratio(
+                    row("HTTP (64 clients", "HTTP, 64 clients"), row("HTTP (64 clients", "in-process engine")
+                ),
+                "×",
+                0.9,
+                True,
+            ),
+        ]
+        for task in ("embed", "translate"):
+            checks.append(
+                (
+                    f"{task}: dynamic batching / batch size 1",
+                    ratio(row(f"serving: {task},", DYNAMIC), row(f"serving: {task},", SERIAL)),
+                    "×",
+                    5.0,
+                    True,
+                )
+            )
+        rss = row("serving: process RSS", "our service, after all its load runs")
+        checks.append(
+            ("service RSS, both models, after its load runs", rss.value if rss else None, "MB", 600, False)
+        )
+        for what, value, unit, target, at_least in checks:
+            if value is None:
+                continue
+            met = value >= target if at_least else value <= target
+            self.results.add(
+                Row(
+                    TARGETS,
+                    what,
+                    value,
+                    unit,
+                    higher_is_better=at_least,
+                    extra={"target": f"{'≥' if at_least else '≤'} {target:g}", "met": "yes" if met else "NO"},
+                )
+            )
 
     def _system(self, cls: Any, *args: Any) -> list[Any]:
         """[cls(*args)], or [] with a note when it cannot be built (the others still run)."""
@@ -527,12 +632,15 @@ class Harness:
             return []
 
     def _guard(self, what: str, fn: Any, *args: Any) -> Any:
+        t0 = time.perf_counter()
         try:
             return fn(*args)
         except Exception as e:
             traceback.print_exc()
             self.results.note(f"{what} failed: {type(e).__name__}: {str(e)[:500]}")
             return None
+        finally:
+            self.stage_seconds[what] = time.perf_counter() - t0
 
 
 def _curve(runs: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -553,10 +661,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.environ.setdefault(var, str(args.threads))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     h = Harness(args)
     meta: dict[str, Any] = {
+        "load_before": other_load(),
         "command": "python -m benchmarks " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
         "started": started.isoformat(timespec="seconds"),
         "quick": args.quick,
@@ -572,6 +682,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         h.run()
     finally:
         meta["seconds"] = time.perf_counter() - t0
+        meta["stage_seconds"] = h.stage_seconds
         meta["load_average_end"] = os.getloadavg()
         from benchmarks import report
 

@@ -147,6 +147,21 @@ def machine() -> dict[str, Any]:
     }
 
 
+def other_load(interval_s: float = 2.0) -> dict[str, Any]:
+    """How busy the machine is before the benchmark starts, and its busiest processes."""
+    procs = list(psutil.process_iter(["cmdline", "name"]))
+    for p in procs:
+        with suppress(psutil.Error):
+            p.cpu_percent(None)
+    busy = psutil.cpu_percent(interval=interval_s)
+    users = []
+    for p in procs:
+        with suppress(psutil.Error):
+            users.append((p.cpu_percent(None), " ".join(p.info["cmdline"] or [p.info["name"] or "?"])[:100]))
+    users.sort(reverse=True)
+    return {"busy_pct": busy, "busiest": [f"{c:.0f}% {cmd}" for c, cmd in users[:3] if c >= 5]}
+
+
 def versions(names: Sequence[str]) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -10,13 +10,16 @@ from typing import Any
 
 from benchmarks.common import Results, Row
 
+CONTENDED_PCT = 15.0  # machine busy before the run above this: the report says so
+
 _EXTRA_ORDER = (
+    "target",
+    "met",
     "bleu",
     "p50_ms",
     "p99_ms",
     "x_ct2_int8",
     "x_infinity",
-    "of_in_process_pct",
     "server_cores_busy",
     "machine_busy_pct",
     "seconds",
@@ -24,12 +27,14 @@ _EXTRA_ORDER = (
     "errors",
 )
 _EXTRA_LABEL = {
+    "target": "target",
+    "met": "met",
     "bleu": "BLEU",
     "p50_ms": "p50 ms",
     "p99_ms": "p99 ms",
     "x_ct2_int8": "× CT2 int8",
     "x_infinity": "× Infinity",
-    "of_in_process_pct": "% of in-process",
+    "cores_used": "cores used",
     "server_cores_busy": "server cores",
     "machine_busy_pct": "machine busy %",
     "seconds": "s",
@@ -57,43 +62,54 @@ def sections(rows: Sequence[Row]) -> dict[str, list[Row]]:
 
 def markdown(results: Results, meta: dict[str, Any]) -> str:
     m = meta.get("machine", {})
+    before = meta.get("load_before", {})
+    stages = ", ".join(f"{k} {v:.0f} s" for k, v in meta.get("stage_seconds", {}).items())
     lines = [
         "# Benchmark results",
         "",
         f"- command: `{meta.get('command', '')}`",
-        f"- when: {meta.get('started', '')} ({meta.get('seconds', 0):.0f} s)",
+        f"- when: {meta.get('started', '')} ({meta.get('seconds', 0):.0f} s: {stages})",
         f"- machine: {m.get('cpu', '?')}, {m.get('logical_cores', '?')} logical cores"
         f"{' (AVX-512 VNNI)' if m.get('avx512_vnni') else ''}, {m.get('memory_gb', '?')} GB; "
         f"load average at start {tuple(round(x, 2) for x in m.get('load_average', ()))}",
         f"- threads per system: {meta.get('threads')}; the HTTP load generator runs on the same cores as the "
         "server under test (identical for every HTTP system)",
         f"- mode: {'quick' if meta.get('quick') else 'full'}",
+    ]
+    if before.get("busy_pct", 0) > CONTENDED_PCT:
+        lines.append(
+            f"- **contended run**: before it started the machine was {before['busy_pct']:.0f} % busy "
+            f"({'; '.join(before.get('busiest', [])) or 'no single process'}), niceness "
+            f"{meta.get('niceness')}: absolute figures are depressed and noisy; the ratios within a "
+            "section were measured in the same run"
+        )
+    lines += [
         "",
         "Ratios (×) are to the section's baseline (**bold**), measured in the same run. Throughputs: higher "
-        "is better; latencies (ms): lower is better.",
+        "is better; latencies (ms): lower is better. BLEU: sacreBLEU of each system's own outputs on "
+        "the section's first sentences of Multi30k test_2016_flickr.",
         "",
     ]
     for name, rows in sections(results.rows).items():
         rows = sorted(rows, key=lambda r: not r.baseline)  # baseline first, otherwise as measured
         keys = [k for k in _EXTRA_ORDER if any(k in r.extra for r in rows)]
-        keys += sorted({k for r in rows for k in r.extra} - set(keys) - {"seconds", "requests"})
+        keys += sorted({k for r in rows for k in r.extra} - set(keys))
         keys = [k for k in keys if k not in ("seconds", "requests")]
-        unit = rows[0].unit
-        lines += [
-            f"### {name}",
-            "",
-            "| system | "
-            + unit
-            + " | × baseline | "
-            + " | ".join(_EXTRA_LABEL.get(k, k) for k in keys)
-            + " |",
-            "|---|---:|---:|" + "---:|" * len(keys),
-        ]
+        has_base = any(r.baseline for r in rows)
+        one_unit = len({r.unit for r in rows}) == 1
+        head = (
+            ["system", rows[0].unit if one_unit else "value"]
+            + (["× baseline"] if has_base else [])
+            + [_EXTRA_LABEL.get(k, k) for k in keys]
+        )
+        lines += [f"### {name}", "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
         for r in rows:
-            sysname = f"**{r.system}**" if r.baseline else r.system
-            ratio = f"{r.ratio:.2f}" if r.ratio is not None else "–"
-            cells = [_fmt(r.extra.get(k, "")) if k in r.extra else "" for k in keys]
-            lines.append(f"| {sysname} | {_fmt(r.value)} | {ratio} | " + " | ".join(cells) + " |")
+            value = _fmt(r.value) if one_unit else f"{_fmt(r.value)} {r.unit}"
+            cells = [f"**{r.system}**" if r.baseline else r.system, value]
+            if has_base:
+                cells.append(f"{r.ratio:.2f}" if r.ratio is not None else "–")
+            cells += [_fmt(r.extra[k]) if k in r.extra else "" for k in keys]
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if results.notes:
         lines += ["### Notes", ""] + [f"- {n}" for n in results.notes] + [""]

@@ -67,8 +67,11 @@ class HFGenerate:
 
     def __init__(self, model_dir: Path, codec: TextCodec, threads: int) -> None:
         import torch
+        import transformers
         from transformers import MarianMTModel
 
+        transformers.logging.set_verbosity_error()  # one max_length warning per generate call otherwise
+        transformers.logging.disable_progress_bar()
         torch.set_num_threads(threads)
         self.torch = torch
         self.model = MarianMTModel.from_pretrained(model_dir).eval()
@@ -80,7 +83,10 @@ class HFGenerate:
         ids = codec.encode(texts)
         width = max(map(len, ids))
         src = torch.tensor([x + [codec.pad_id] * (width - len(x)) for x in ids])
-        kwargs: dict[str, Any] = {"min_new_tokens": w.max_len} if w.forced else {}
+        # Forced: exactly max_len tokens; Marian's forced </s> at the last step would make it max_len - 1.
+        kwargs: dict[str, Any] = (
+            {"min_new_tokens": w.max_len, "forced_eos_token_id": None} if w.forced else {}
+        )
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=src,
