@@ -232,7 +232,7 @@ def test_sigterm_under_load_finishes_in_flight_requests_refuses_new_ones_and_exi
         "TSERVE_LOG_LEVEL": "info",
     }
     margin = 0.25  # around the signal: a request just before it may be refused, one just after served
-    with server_process(small_server_command(0.5), settings, tmp_path / "server.log") as server:
+    with server_process(small_server_command(1.0), settings, tmp_path / "server.log") as server:
         stop = threading.Event()
         outcomes: list[Outcome] = []
 
@@ -241,8 +241,10 @@ def test_sigterm_under_load_finishes_in_flight_requests_refuses_new_ones_and_exi
 
         loader = threading.Thread(target=load)
         loader.start()
-        # Two rounds served, and every connection with one in flight (+1: this scrape).
+        # Two rounds served, and every connection with one in flight (+1: this scrape), sent well
+        # before the signal.
         _wait(lambda: len(outcomes) >= 16 and server.metric("tserve_inflight_requests") >= 9, "the load")
+        time.sleep(2 * margin)
         signalled = time.perf_counter()
         server.proc.send_signal(signal.SIGTERM)
         time.sleep(1.0)  # within the drain delay: the load keeps coming, as from a slow balancer
