@@ -162,6 +162,9 @@ def _describe(detail: ErrorDetail) -> str:
     return text
 
 
+_NOT_AN_OBJECT = ("model_attributes_type", "model_type", "dict_type")
+
+
 def _message(error: dict[str, Any]) -> str:
     if error.get("type") == "extra_forbidden":
         return "unknown field"
@@ -173,9 +176,6 @@ def _message(error: dict[str, Any]) -> str:
         reason = str((error.get("ctx") or {}).get("error", "decode error")).removesuffix(" at")
         return f"invalid JSON{at}: {reason}"
     return str(error.get("msg", "invalid"))
-
-
-_NOT_AN_OBJECT = ("model_attributes_type", "model_type", "dict_type")
 
 
 def _is_json(content_type: str) -> bool:

@@ -38,10 +38,10 @@ MAX_BEAM = 8
 MAX_OUTPUT_TOKENS = 512
 
 
-def _not_blank(text: str) -> str:
+def _usable_text(text: str) -> str:
     if not text.strip():
         raise PydanticCustomError("blank_text", "text must not be empty or whitespace-only")
-    if "\x00" in text:  # never text; C code downstream would see the string end there
+    if "\x00" in text:  # never text: a binary payload, or a client's C-string bug
         raise PydanticCustomError("nul_character", "text must not contain NUL characters (U+0000)")
     return text
 
@@ -54,7 +54,7 @@ def _one_or_many(value: Any) -> Any:
     return value
 
 
-Text = Annotated[str, StringConstraints(max_length=HARD_MAX_CHARS), AfterValidator(_not_blank)]
+Text = Annotated[str, StringConstraints(max_length=HARD_MAX_CHARS), AfterValidator(_usable_text)]
 TextList = Annotated[list[Text], Field(min_length=1, max_length=HARD_MAX_ITEMS)]
 # One string or a list; always a list once parsed, so error locations are ``text[i]``.
 OneOrManyTexts = Annotated[
