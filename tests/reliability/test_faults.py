@@ -1,5 +1,5 @@
 """Faults: broken artefacts, an onnxruntime failure in one batch, SIGTERM under load, and a client
-that leaves while queued, over real HTTP where the fault lives there.
+that leaves while queued; over real HTTP wherever that is where the fault lives.
 
 Already proven elsewhere and not repeated: the loader names a missing, corrupted or unloadable
 file (tests/service/engine/test_loader.py); missing artefacts without auto-export exit 1

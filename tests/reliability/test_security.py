@@ -1,6 +1,6 @@
 """Security: API keys (constant-time, every key compared, odd headers), the body limit before the
 body arrives, CORS off unless configured, metric labels that clients cannot grow, and the
-service running as the container runs it (uid 10001, nothing writable but /tmp).
+service running as the container runs it (uid 10001, to which its own files are read-only).
 
 Covered elsewhere and not repeated: 401/403 on every model route and the exempt probes,
 /metrics and docs (tests/service/api/test_api_errors.py: /metrics stays open because Prometheus
