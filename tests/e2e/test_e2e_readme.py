@@ -1,0 +1,76 @@
+"""Every ``curl`` example of README.md, run as written by the real ``curl`` against the real
+service, with only its ``localhost:8000`` pointed at the test server: each must answer 2xx with
+a JSON body (``/metrics`` excepted: Prometheus text).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from tests.reliability.servers import ROOT, ServerProcess
+
+pytestmark = pytest.mark.slow
+
+README = ROOT / "README.md"
+SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|console)[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+DOCUMENTED_URL = re.compile(r"(?:https?://)?(?:localhost|127\.0\.0\.1):8000")
+SHELL_OPERATORS = {"|", "||", "&&", ";", ">", ">>", "<", "&"}
+TEXT_PATHS = {"/metrics"}  # the one documented route that does not answer JSON
+STATUS_MARK = "\n--e2e-status--"
+
+
+def readme_curl_commands() -> list[str]:
+    """Each ``curl`` command line of the README's shell blocks, backslash continuations joined."""
+    commands = []
+    for block in SHELL_BLOCK.findall(README.read_text(encoding="utf-8")):
+        for line in re.sub(r"\\\n", " ", block).splitlines():
+            words = line.strip().removeprefix("$ ")
+            if words.startswith("curl "):
+                commands.append(words)
+    return commands
+
+
+COMMANDS = readme_curl_commands() if README.is_file() else []
+
+
+def _id(command: str) -> str:
+    found = re.search(r":8000(/[^\s'\"?]*)", command)
+    return found.group(1) if found else command[:40]
+
+
+def test_the_readme_shows_every_model_endpoint_with_curl() -> None:
+    paths = {_id(c) for c in COMMANDS}
+    assert {"/v1/translate", "/v1/embed", "/v1/embeddings", "/v1/models"} <= paths, paths
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[f"{i}:{_id(c)}" for i, c in enumerate(COMMANDS)])
+def test_readme_curl_example_succeeds(command: str, service: ServerProcess) -> None:
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("the `curl` binary is not installed")
+    words = shlex.split(command, comments=True)
+    cut = next((i for i, w in enumerate(words) if w in SHELL_OPERATORS), len(words))
+    args = [DOCUMENTED_URL.sub(service.url, w) for w in words[1:cut]]  # the curl part of a pipeline
+    assert sum(service.url in a for a in args) == 1, f"no single http://localhost:8000 URL in: {command}"
+    done = subprocess.run(
+        [curl, *args, "--max-time", "120", "--write-out", STATUS_MARK + "%{http_code} %{content_type}"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, f"curl failed ({done.returncode}): {done.stderr}"
+    body, _, status_line = done.stdout.rpartition(STATUS_MARK)
+    status, _, content_type = status_line.partition(" ")
+    assert status.startswith("2"), f"HTTP {status} for {command}:\n{body}"
+    if _id(command) in TEXT_PATHS:
+        assert body.strip()
+        return
+    assert content_type.startswith("application/json"), content_type
+    assert isinstance(json.loads(body), dict), body
