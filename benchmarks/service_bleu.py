@@ -1,0 +1,149 @@
+"""sacreBLEU of a running service's translations against the PyTorch checkpoint's own.
+
+python -m benchmarks.service_bleu --url http://localhost:8000 --data-dir ../shared/data/multi30k \\
+    [--split test_2016_flickr] [--beam 4] [--checkpoint PATH.safetensors]
+
+The test split goes through ``POST /v1/translate`` in batched requests, several in flight; the
+checkpoint translates it in PyTorch with ``export.translate.translate``, as ``export.evaluate``
+(the model card's figure) does. Both are scored with ``sacrebleu.BLEU()``'s defaults (cased,
+13a, detokenised text). Exit status 1 when they differ by more than ``--tolerance`` BLEU: the
+served artefact (export, variant, search) does not translate like its checkpoint. Point it at
+the service of the same checkpoint; the service's batching and the PyTorch run take a while,
+so give the service a long ``TSERVE_REQUEST_TIMEOUT_S`` on a busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sacrebleu
+import torch
+from tokenizers import Tokenizer
+
+from export.checkpoint import load_checkpoint
+from export.data import read_parallel
+from export.translate import DEFAULT_CHECKPOINT, translate
+
+RETRIES_ON_429 = 20
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.service_bleu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--url", default="http://localhost:8000", help="the running service")
+    p.add_argument("--data-dir", type=Path, required=True, help="Multi30k: {split}.en[.gz], {split}.de[.gz]")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--beam", type=int, default=4, help="beam size for both (1 = greedy)")
+    p.add_argument("--length-penalty", type=float, default=1.0)
+    p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="the PyTorch reference")
+    p.add_argument("--tokenizer", type=Path, help="default: tokenizer.json next to the checkpoint")
+    p.add_argument("--batch", type=int, default=32, help="sentences per request")
+    p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads for the reference")
+    p.add_argument("--timeout-s", type=float, default=600, help="per request, client side")
+    p.add_argument("--tolerance", type=float, default=0.1, help="largest |service - PyTorch| BLEU")
+    return p.parse_args(argv)
+
+
+def served_translator(client: httpx.Client) -> dict[str, Any]:
+    """The translation model's card from ``GET /v1/models``."""
+    response = client.get("/v1/models")
+    response.raise_for_status()
+    cards = [c for c in response.json()["data"] if c["task"] == "translate"]
+    if not cards:
+        raise RuntimeError(f"{client.base_url} serves no translation model")
+    card: dict[str, Any] = cards[0]
+    return card
+
+
+def translate_batch(client: httpx.Client, texts: list[str], beam: int, length_penalty: float) -> list[str]:
+    body = {"text": texts, "beam_size": beam, "length_penalty": length_penalty}
+    for _ in range(RETRIES_ON_429):
+        response = client.post("/v1/translate", json=body)
+        if response.status_code == 429:  # the queue is full: wait as told, then again
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+            continue
+        if response.status_code != 200:
+            raise RuntimeError(f"/v1/translate answered {response.status_code}: {response.text[:500]}")
+        return [t["hypotheses"][0]["text"] for t in response.json()["translations"]]
+    raise RuntimeError(f"/v1/translate still answered 429 after {RETRIES_ON_429} tries")
+
+
+def service_translations(client: httpx.Client, sources: list[str], args: argparse.Namespace) -> list[str]:
+    """Every source through the service, in order: ``--batch`` per request, ``--concurrency`` at once."""
+    batches = [sources[i : i + args.batch] for i in range(0, len(sources), args.batch)]
+    with ThreadPoolExecutor(args.concurrency) as pool:
+        done = pool.map(lambda texts: translate_batch(client, texts, args.beam, args.length_penalty), batches)
+        return [text for batch in done for text in batch]
+
+
+def pytorch_translations(sources: list[str], args: argparse.Namespace) -> list[str]:
+    """``export.evaluate``'s translations: the checkpoint in PyTorch, same beam and penalty."""
+    torch.set_num_threads(args.threads)
+    model = load_checkpoint(args.checkpoint)
+    tokenizer = Tokenizer.from_file(str(args.tokenizer or args.checkpoint.parent / "tokenizer.json"))
+    return translate(model, tokenizer, sources, beam_size=args.beam, length_penalty=args.length_penalty)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    sources, references = read_parallel(args.data_dir, args.split)
+    bleu = sacrebleu.BLEU()
+
+    with httpx.Client(base_url=args.url, timeout=args.timeout_s) as client:
+        card = served_translator(client)
+        print(f"service {args.url}: {card['id']} ({card['variant']}, {card['provider']})", flush=True)
+        start = time.perf_counter()
+        served = service_translations(client, sources, args)
+    service_s = time.perf_counter() - start
+    service_bleu = bleu.corpus_score(served, [references]).score
+    print(f"  {len(sources)} sentences in {service_s:.1f} s: BLEU {service_bleu:.2f}", flush=True)
+
+    print(f"PyTorch {args.checkpoint}", flush=True)
+    start = time.perf_counter()
+    reference = pytorch_translations(sources, args)
+    pytorch_s = time.perf_counter() - start
+    pytorch_bleu = bleu.corpus_score(reference, [references]).score
+    print(f"  {len(sources)} sentences in {pytorch_s:.1f} s: BLEU {pytorch_bleu:.2f}", flush=True)
+
+    difference = service_bleu - pytorch_bleu
+    differing = sum(a != b for a, b in zip(served, reference, strict=True))
+    print(f"difference (service - PyTorch): {difference:+.2f} BLEU; {differing} translations differ")
+    print(
+        json.dumps(
+            {
+                "split": args.split,
+                "beam": args.beam,
+                "model": card["id"],
+                "variant": card["variant"],
+                "provider": card["provider"],
+                "service_bleu": round(service_bleu, 2),
+                "pytorch_bleu": round(pytorch_bleu, 2),
+                "difference": round(difference, 2),
+                "differing_translations": differing,
+                "sentences": len(sources),
+                "signature": str(bleu.get_signature()),
+                "service_seconds": round(service_s, 1),
+                "pytorch_seconds": round(pytorch_s, 1),
+            }
+        )
+    )
+    if abs(difference) > args.tolerance:
+        print(f"FAIL: |difference| > {args.tolerance} BLEU", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
