@@ -61,8 +61,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--data-dir",
         type=Path,
-        default=Path("../shared/data"),
-        help="holds multi30k/ and stsb/ (default: ../shared/data)",
+        required=True,
+        help="holds multi30k/ (test_2016_flickr.{en,de}) and stsb/sts-dev.csv",
     )
     p.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     p.add_argument(

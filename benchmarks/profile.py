@@ -32,7 +32,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("task", choices=("translate", "embed"))
     p.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="the harness's --out")
     p.add_argument("--artefact", type=Path, help="artefact directory (default: the harness's cached one)")
-    p.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
+    p.add_argument("--data-dir", type=Path, required=True, help="as for python -m benchmarks")
     p.add_argument("--variant", default="int8")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--batch", type=int, default=32)

@@ -10,19 +10,15 @@ Settings come from ``TSERVE_*`` as for ``python -m service``.
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from service.__main__ import serve
-from service.app import create_app
-from service.engine.base import Embedding, EmbedItem, Engine, TranslateItem, Translation
+from service.engine.base import Embedding, EmbedItem, TranslateItem, Translation
 from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, observe_stage
-from service.settings import Settings
+from tests.service import run_small_server
 from tests.service.small_engines import HashEmbedder, ReverseTranslator
 
 
@@ -56,18 +52,7 @@ class MeteredTranslator(ReverseTranslator):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--delay-s", type=float, default=0.0, help="seconds each engine batch takes")
-    args = parser.parse_args(argv)
-    settings = Settings()
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    engines: dict[str, Engine] = {
-        "embed": MeteredEmbedder(name="small-embed", delay_s=args.delay_s),
-        "translate": MeteredTranslator(name="small-translate", delay_s=args.delay_s),
-    }
-    return serve(create_app(settings, engines), settings)
+    return run_small_server.main(argv, MeteredEmbedder, MeteredTranslator)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any
 
 import pytest
 from deploy_helpers import DOCKER, REPO, require_tool, run, yaml
+
+from tests.servers import free_port
 
 DOCKERFILES = {"cpu": DOCKER / "Dockerfile", "gpu": DOCKER / "Dockerfile.gpu"}
 
@@ -291,12 +292,6 @@ def test_grafana_provisioning() -> None:
     assert mounts[providers[0]["options"]["path"]] == "./grafana/dashboards"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _package_files() -> list[str]:
     """service/ and export/ as the image's build context has them: tracked files (a fresh clone;
     work in progress of this checkout left out), without the training checkpoint."""
@@ -349,7 +344,7 @@ def test_runtime_env_imports_and_starts_without_torch(tmp_path: Path) -> None:
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
     env.update(
         TSERVE_HOST="127.0.0.1",
-        TSERVE_PORT=str(_free_port()),
+        TSERVE_PORT=str(free_port()),
         TSERVE_ARTEFACT_ROOT=str(tmp_path / "no-artefacts"),
         TSERVE_AUTO_EXPORT="false",
         TSERVE_PROVIDER="cpu",

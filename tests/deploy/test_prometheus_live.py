@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,6 +42,8 @@ from deploy_helpers import (
     yaml,
 )
 
+from tests.servers import free_port
+
 SMALL_ENGINES = REPO / "tests" / "service" / "small_engines.py"
 SERVER = Path(__file__).resolve().parent / "metered_server.py"
 START_TIMEOUT_S = 60.0
@@ -55,12 +56,6 @@ class Live:
     service_port: int
     prometheus: str
     sent: dict[str, int]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _http(url: str, body: Any = None, timeout: float = 10.0) -> tuple[int, bytes]:
@@ -130,7 +125,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     if not SMALL_ENGINES.is_file():
         pytest.skip(f"{SMALL_ENGINES.relative_to(REPO)} missing: no small engines to serve")
     tmp = tmp_path_factory.mktemp("prometheus-live")
-    service_port, prometheus_port = _free_port(), _free_port()
+    service_port, prometheus_port = free_port(), free_port()
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("TSERVE_")}
     env.update(
@@ -263,7 +258,7 @@ def test_docker_healthcheck_command_probes_readiness(live: Live) -> None:
         env = {**os.environ, "TSERVE_PORT": str(live.service_port)}
         ok = subprocess.run(command, env=env, capture_output=True, timeout=30, check=False)
         assert ok.returncode == 0, ok.stderr.decode()
-        env["TSERVE_PORT"] = str(_free_port())  # nothing listens there
+        env["TSERVE_PORT"] = str(free_port())  # nothing listens there
         down = subprocess.run(command, env=env, capture_output=True, timeout=30, check=False)
         assert down.returncode != 0
 

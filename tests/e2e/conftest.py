@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.e2e.real_models import current_artefacts, served_env, start_service
-from tests.reliability.servers import ServerProcess
+from tests.servers import ServerProcess
 
 
 @pytest.fixture(scope="session")

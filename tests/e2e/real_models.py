@@ -1,5 +1,5 @@
 """The real default models of the end-to-end tests: where they come from, an artefact root
-holding them, current, and ``python -m service`` serving them (tests/reliability/servers.py
+holding them, current, and ``python -m service`` serving them (tests/servers.py
 starts and stops it).
 
 Artefacts come from ``.artefacts/`` when it holds current ones (the manifests' source sha256
@@ -20,7 +20,7 @@ import pytest
 
 from export.onnx_tools import source_sha256
 from service.artefacts import ArtefactError, load_and_verify, sha256_of
-from tests.reliability.servers import ROOT, ServerProcess, server_process, service_command
+from tests.servers import ROOT, ServerProcess, server_process, service_command
 
 TRANSLATOR = "transformer-en-de"
 EMBEDDER = "all-MiniLM-L6-v2"

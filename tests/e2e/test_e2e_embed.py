@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.e2e.real_models import EMBEDDER, MINILM_DIR
-from tests.reliability.servers import ServerProcess
+from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
 

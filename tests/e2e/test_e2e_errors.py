@@ -16,7 +16,7 @@ import pytest
 
 from service.settings import Settings
 from tests.e2e.real_models import EMBEDDER, TRANSLATOR, served_env, start_service
-from tests.reliability.servers import ServerProcess
+from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
 

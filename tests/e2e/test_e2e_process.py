@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability.servers import ServerProcess
+from tests.servers import ServerProcess
 
 pytestmark = [
     pytest.mark.slow,

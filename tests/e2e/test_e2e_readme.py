@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.reliability.servers import ROOT, ServerProcess
+from tests.servers import ROOT, ServerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.e2e.real_models import EMBEDDER, TRANSLATOR
-from tests.reliability.servers import ServerProcess
+from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
 

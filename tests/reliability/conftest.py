@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.servers import ServerProcess, server_process, small_server_command
+from tests.servers import ServerProcess, server_process, small_server_command
 from tests.service.engine.conftest import (  # noqa: F401 (fixtures, used by name)
     embedding_artefact,
     embedding_source,

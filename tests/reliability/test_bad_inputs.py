@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS, Settings
-from tests.reliability.servers import ServerProcess
+from tests.servers import ServerProcess
 
 JSON = "application/json"
 DEFAULTS = Settings()  # the server runs with the default limits

@@ -33,7 +33,7 @@ from service.engine.base import Embedding, EmbedItem, Engine
 from service.engine.embedder import OnnxEmbedder
 from service.engine.loader import load_engine
 from tests.reliability.load import Outcome, Request, run_load, statuses
-from tests.reliability.servers import (
+from tests.servers import (
     ROOT,
     ServerProcess,
     artefact_env,

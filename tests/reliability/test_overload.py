@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.load import Outcome, Request, p99, run_load, statuses
-from tests.reliability.servers import ServerProcess, server_process, small_server_command
+from tests.servers import ServerProcess, server_process, small_server_command
 
 BATCH = 8
 BATCH_S = 0.5  # the engine's time per batch

@@ -29,7 +29,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.reliability.servers import ROOT, ServerProcess, artefact_env, server_process
+from tests.servers import ROOT, ServerProcess, artefact_env, server_process
 from tests.service.api.conftest import error_of, serving, small_settings
 
 pytestmark = pytest.mark.anyio

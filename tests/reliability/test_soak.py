@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.load import Outcome, Request, run_load, statuses
-from tests.reliability.servers import ServerProcess, artefact_env, server_process, service_command
+from tests.servers import ServerProcess, artefact_env, server_process, service_command
 from tests.tiny_models import WORDS
 
 CONNECTIONS = 4

@@ -18,7 +18,11 @@ from service.settings import Settings
 from tests.service.small_engines import HashEmbedder, ReverseTranslator
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    embedder: type[HashEmbedder] = HashEmbedder,
+    translator: type[ReverseTranslator] = ReverseTranslator,
+) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--delay-s", type=float, default=0.0, help="seconds each engine batch takes")
     args = parser.parse_args(argv)
@@ -27,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     engines: dict[str, Engine] = {
-        "embed": HashEmbedder(name="small-embed", delay_s=args.delay_s),
-        "translate": ReverseTranslator(name="small-translate", delay_s=args.delay_s),
+        "embed": embedder(name="small-embed", delay_s=args.delay_s),
+        "translate": translator(name="small-translate", delay_s=args.delay_s),
     }
     return serve(create_app(settings, engines), settings)
 

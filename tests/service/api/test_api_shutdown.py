@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,27 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.servers import free_port, wait_ready
+
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the server exited during startup"
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the server never became ready")
 
 
 def _batches_started(url: str) -> float:
@@ -45,7 +26,7 @@ def _batches_started(url: str) -> float:
 
 
 def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
@@ -66,7 +47,7 @@ def test_sigterm_drains_then_exits_0(tmp_path: Path) -> None:
             stderr=subprocess.STDOUT,
         )
     try:
-        _wait_ready(url, proc)
+        wait_ready(url, proc)
         slow: dict[str, httpx.Response] = {}
         worker = threading.Thread(
             target=lambda: slow.update(
@@ -109,7 +90,7 @@ def test_models_that_cannot_be_served_exit_1(tmp_path: Path) -> None:
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "TSERVE_HOST": "127.0.0.1",
-        "TSERVE_PORT": str(_free_port()),
+        "TSERVE_PORT": str(free_port()),
         "TSERVE_ARTEFACT_ROOT": str(tmp_path),
         "TSERVE_AUTO_EXPORT": "false",
     }

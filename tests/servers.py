@@ -1,4 +1,4 @@
-"""Real server processes for the reliability tests: uvicorn on loopback, in a subprocess.
+"""Real server processes for the tests (reliability, e2e, shutdown, deploy): uvicorn on loopback.
 
 Two servers: ``small_server_command`` is tests/service/run_small_server.py (the real entry point
 ``service.__main__.serve`` over the small NumPy engines, whose per-batch delay makes latencies a
@@ -23,7 +23,7 @@ import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
