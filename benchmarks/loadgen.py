@@ -63,23 +63,29 @@ class LoadResult:
         }
 
 
-class _Connection:
-    """One keep-alive HTTP/1.1 connection: POST JSON, read the answer (Content-Length or chunked)."""
+class KeepAliveConnection:
+    """One keep-alive HTTP/1.1 connection: POST JSON, read the answer (Content-Length or chunked).
 
-    def __init__(self, host: str, port: int, path: str, headers: dict[str, str] | None) -> None:
+    Also the reliability tests' client (tests/reliability/load.py): a few lines over asyncio
+    streams cost the shared cores far less than a full HTTP library.
+    """
+
+    def __init__(self, host: str, port: int, headers: dict[str, str] | None = None) -> None:
         self.host, self.port = host, port
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        self.head = (
-            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{extra}"
-        )
+        self.head = f"Host: {host}:{port}\r\nContent-Type: application/json\r\n{extra}"
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, body: bytes) -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        """(status, lower-cased headers, body) of one POST."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
-        self.writer.write(f"{self.head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        self.writer.write(
+            f"POST {path} HTTP/1.1\r\n{self.head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+        )
+        await self.writer.drain()
         lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
         headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
@@ -93,12 +99,12 @@ class _Connection:
             content = await self.reader.readexactly(int(headers.get("content-length", 0)))
         if headers.get("connection", "").lower() == "close":
             await self.close()
-        return status, content
+        return status, headers, content
 
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # the peer may have closed first
                 await self.writer.wait_closed()
         self.reader = self.writer = None
 
@@ -117,14 +123,15 @@ async def _load(
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     result = LoadResult(concurrency, items_per_request)
     counter = iter(range(1 << 62))
-    connections = [_Connection(host, port, parts.path or "/", headers) for _ in range(concurrency)]
+    path = parts.path or "/"
+    connections = [KeepAliveConnection(host, port, headers) for _ in range(concurrency)]
 
-    async def one(conn: _Connection, i: int) -> tuple[bool, float, str | None]:
+    async def one(conn: KeepAliveConnection, i: int) -> tuple[bool, float, str | None]:
         payload = json.dumps(body(i)).encode()
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(timeout_s):
-                status, content = await conn.post(payload)
+                status, _, content = await conn.post(path, payload)
             ok = status < 300
             err = None if ok else f"{status}: {content[:200].decode(errors='replace')}"
         except (
@@ -145,7 +152,7 @@ async def _load(
         deadline = start + duration_s if duration_s is not None else float("inf")
         last_done = start
 
-        async def client_loop(conn: _Connection) -> None:
+        async def client_loop(conn: KeepAliveConnection) -> None:
             nonlocal last_done
             while time.perf_counter() < deadline:
                 i = next(counter)

@@ -1,16 +1,15 @@
 """A bounded closed-loop HTTP load on loopback: ``n`` requests over ``connections`` keep-alive
 connections, each outcome kept (status, latency, Retry-After, or the error that lost it).
 
-The client speaks HTTP/1.1 over asyncio streams itself: httpx's AsyncClient spends about 1.4 ms
-of CPU per request, and far more with many requests waiting on its pool, against the server's
-~1.6 ms; on two shared cores a load generator that costs more than the server measures itself.
-It handles what this service sends: a status line, headers, a Content-Length body.
+The client is the benchmarks' HTTP/1.1 connection over asyncio streams: httpx's AsyncClient
+spends about 1.4 ms of CPU per request, and far more with many requests waiting on its pool,
+against the server's ~1.6 ms; on two shared cores a load generator that costs more than the
+server measures itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections import Counter
@@ -20,6 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
+
+from benchmarks.loadgen import KeepAliveConnection
 
 
 @dataclass(frozen=True)
@@ -33,38 +34,6 @@ class Outcome:
 
 
 Request = tuple[str, dict[str, Any]]  # path, JSON body
-
-
-class _Connection:
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        if self.writer is None or self.reader is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        self.writer.write(head.encode() + body)
-        await self.writer.drain()
-        status_line, *lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        headers = {
-            k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines if line)
-        }
-        content = await self.reader.readexactly(int(headers.get("content-length", "0")))
-        if headers.get("connection", "").lower() == "close":
-            await self.close()
-        return int(status_line.split()[1]), headers, content
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(OSError):  # the peer may have closed first
-                await self.writer.wait_closed()
-        self.reader = self.writer = None
 
 
 async def run_load(
@@ -88,7 +57,7 @@ async def run_load(
     counter = iter(range(n))
 
     async def worker() -> None:
-        connection = _Connection(host, port)
+        connection = KeepAliveConnection(host, port)
         try:
             for i in counter:
                 if stop():
