@@ -19,7 +19,7 @@ from pathlib import Path
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import embed, health, openai, translate
+from service.api import embed, health, libretranslate, openai, translate
 from service.api.errors import install_error_handlers
 from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from service.api.runtime import Runtime, require_api_key
@@ -68,7 +68,10 @@ def create_app(
     protected = [Depends(require_api_key)]
     for module in (translate, embed, openai):
         app.include_router(module.router, dependencies=protected)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+    )
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -4,9 +4,10 @@ Requests ``submit`` items and await their results; one loop per model forms batc
 them on a worker thread, so the event loop keeps serving while the engine computes. A batch
 closes when it reaches ``max_batch_size`` items, or ``max_batch_tokens`` padded tokens (longest
 item × items: what a padded engine actually computes), or when its oldest item has waited
-``max_wait_s``. The oldest item always goes first (no starvation); the rest of the batch is
-filled with the queued items nearest to it in length, so short texts are not padded to long
-ones.
+``max_wait_s``. The oldest item always goes first (no starvation); then the oldest item of
+every other waiting request, so a one-sentence request is not held behind a long document's
+sentences; the rest of the batch is filled with the queued items nearest to the oldest in
+length, so short texts are not padded to long ones.
 
 Failure is contained: an engine result that is an exception affects only its item; an engine
 call that raises fails only that batch (``EngineFailure`` in each slot) and the loop goes on.
@@ -17,6 +18,7 @@ inference. This module knows nothing of HTTP.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import time
@@ -84,6 +86,7 @@ class _Pending(Generic[ItemT, ResultT]):
     deadline: float  # loop.time()
     enqueued: float  # time.perf_counter()
     future: asyncio.Future[ResultT | Exception]
+    request: int  # which submit() it came from
     state: Literal["queued", "running", "dropped"] = "queued"
 
 
@@ -123,6 +126,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         self._running: set[asyncio.Task[None]] = set()
         self._queue_depth = QUEUE_DEPTH.labels(model=model)
         self._queue_depth.set(0)
+        self._requests = itertools.count()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -173,8 +177,12 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
 
     # ---- the request side ------------------------------------------------------------------
 
-    async def submit(self, items: Sequence[ItemT], timeout_s: float) -> list[ResultT | Exception]:
+    async def submit(
+        self, items: Sequence[ItemT], timeout_s: float, costs: Sequence[int] | None = None
+    ) -> list[ResultT | Exception]:
         """Queue ``items`` and wait for their results, in order (an item's exception in its slot).
+
+        ``costs``: the items' token counts when the caller has them (else ``cost`` counts them).
 
         Raises ``QueueFull`` (nothing queued), ``BatcherClosed``, ``DeadlineExceeded`` (items
         still queued are dropped). If the awaiting task is cancelled (client disconnected),
@@ -183,11 +191,13 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         self._admit(len(items))
-        costs = await self._costs(items)
-        self._admit(len(items))  # again: the queue may have filled while a thread counted tokens
+        if costs is None:
+            costs = await self._costs(items)
+            self._admit(len(items))  # again: the queue may have filled while a thread counted tokens
         now = time.perf_counter()
+        request = next(self._requests)
         entries = [
-            _Pending[ItemT, ResultT](item, cost, deadline, now, loop.create_future())
+            _Pending[ItemT, ResultT](item, max(1, cost), deadline, now, loop.create_future(), request)
             for item, cost in zip(items, costs, strict=True)
         ]
         self._queue.extend(entries)
@@ -290,11 +300,16 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         return longest * self._queued >= self.policy.max_batch_tokens
 
     def _take_batch(self) -> list[_Pending[ItemT, ResultT]]:
-        """The oldest item, then the queued items nearest to it in length."""
+        """The oldest item, the oldest of every other request, then the nearest in length."""
         policy = self.policy
         anchor = self._queue[0]
-        window = self._queue[1 : 1 + 4 * policy.max_batch_size]
-        candidates = sorted(window, key=lambda p: abs(p.cost - anchor.cost))
+        firsts: list[_Pending[ItemT, ResultT]] = []
+        others: list[_Pending[ItemT, ResultT]] = []
+        seen = {anchor.request}
+        for pending in self._fair_window(4 * policy.max_batch_size):
+            (others if pending.request in seen else firsts).append(pending)
+            seen.add(pending.request)
+        candidates = firsts + sorted(others, key=lambda p: abs(p.cost - anchor.cost))
         batch = [anchor]
         longest = anchor.cost
         for pending in candidates:
@@ -310,6 +325,18 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         self._set_queued(len(self._queue))
         batch.sort(key=lambda p: p.cost)
         return batch
+
+    def _fair_window(self, size: int) -> list[_Pending[ItemT, ResultT]]:
+        """Up to ``size`` queued items after the oldest, taken round-robin over their requests."""
+        by_request: dict[int, list[_Pending[ItemT, ResultT]]] = {}
+        for pending in self._queue[1:]:
+            by_request.setdefault(pending.request, []).append(pending)
+        window: list[_Pending[ItemT, ResultT]] = []
+        for round_ in itertools.zip_longest(*by_request.values()):
+            window += [p for p in round_ if p is not None]
+            if len(window) >= size:
+                return window[:size]
+        return window
 
     async def _execute(self, batch: list[_Pending[ItemT, ResultT]]) -> None:
         self._stats.running += 1

@@ -21,6 +21,7 @@ from service.artefacts import Variant
 # lower them, and the routes check the configured values.
 HARD_MAX_ITEMS = 2048
 HARD_MAX_CHARS = 100_000
+HARD_MAX_REQUEST_CHARS = 1_000_000
 
 ProviderSetting = Literal["auto", "cuda", "cpu"]
 VariantSetting = Literal["auto", "fp32", "int8", "fp16"]
@@ -33,6 +34,16 @@ class Settings(BaseSettings):
     # Network
     host: str = "0.0.0.0"
     port: int = Field(default=8000, ge=1, le=65535)
+
+    # Connections and headers (hostile clients): enforced by the HTTP server (service/http_limits.py)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # request line + headers must arrive → 408, closed
+    body_timeout_s: float = Field(default=15.0, gt=0)  # the whole body, from the end of the headers → 408
+    keep_alive_timeout_s: int = Field(default=5, ge=1)  # an idle keep-alive connection is then closed
+    max_connections: int = Field(default=0, ge=0)  # 0: RLIMIT_NOFILE − connection_fd_reserve
+    connection_fd_reserve: int = Field(default=256, ge=16)  # descriptors kept for models, logs, probes
+    max_request_line_bytes: int = Field(default=8192, ge=256, le=1 << 20)  # request target → 414
+    max_header_bytes: int = Field(default=16384, ge=1024, le=1 << 20)  # all header lines → 431
+    max_header_count: int = Field(default=100, ge=8, le=10_000)  # → 431
 
     # Models: <artefact_root>/<model name>/<variant>/manifest.json; an empty name disables that task.
     artefact_root: Path = Path(".artefacts")
@@ -48,7 +59,7 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(default=32, ge=1, le=1024)
     max_batch_tokens: int = Field(default=8192, ge=1)  # padded tokens: longest item × items
     max_wait_ms: float = Field(default=5.0, ge=0, le=1000)
-    max_queue: int = Field(default=1024, ge=1)  # queued items; beyond it → 429
+    max_queue: int = Field(default=4096, ge=1)  # queued items (texts, sentences); beyond it → 429
     request_timeout_s: float = Field(default=30.0, gt=0)  # deadline from arrival to result → 504
 
     # Threads
@@ -59,7 +70,11 @@ class Settings(BaseSettings):
     # Request limits
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     max_items_per_request: int = Field(default=64, ge=1, le=HARD_MAX_ITEMS)
-    max_chars_per_text: int = Field(default=4096, ge=1, le=HARD_MAX_CHARS)
+    max_chars_per_text: int = Field(default=50_000, ge=1, le=HARD_MAX_CHARS)
+    # Translation takes documents: all texts of one request together, and the sentences they
+    # make (each one batcher item; at most max_queue of them fit in the queue at once).
+    max_translate_chars_per_request: int = Field(default=50_000, ge=1, le=HARD_MAX_REQUEST_CHARS)
+    max_sentences_per_request: int = Field(default=2048, ge=1)
 
     # Access
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: auth off
@@ -68,7 +83,7 @@ class Settings(BaseSettings):
     # Lifecycle
     # After SIGTERM: answer 503 for drain_delay_s (load balancers notice), close the listener,
     # then give in-flight requests shutdown_grace_s to finish.
-    drain_delay_s: float = Field(default=0.0, ge=0)
+    drain_delay_s: float = Field(default=10.0, ge=0)  # = the readiness probe's period × failures
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 

@@ -97,10 +97,17 @@ def json_response(body: BaseModel, status_code: int = 200) -> Response:
 class RequestLimits:
     max_items: int
     max_chars: int
+    max_translate_chars: int  # all texts of a translation request together
+    max_sentences: int  # sentences of a translation request
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestLimits:
-        return cls(max_items=settings.max_items_per_request, max_chars=settings.max_chars_per_text)
+        return cls(
+            max_items=settings.max_items_per_request,
+            max_chars=settings.max_chars_per_text,
+            max_translate_chars=settings.max_translate_chars_per_request,
+            max_sentences=settings.max_sentences_per_request,
+        )
 
 
 def check_texts(texts: list[str], field: str, limits: RequestLimits) -> list[dict[str, Any]]:
@@ -161,6 +168,11 @@ class TranslateRequest(_Request):
     alignments: bool = Field(
         default=False, description="Return tokens and source-target attention per hypothesis"
     )
+    format: Literal["text", "html"] = Field(
+        default="text",
+        description="text: sentences, whitespace and line breaks kept; html: text nodes translated, "
+        'markup kept (script, style, code and translate="no" elements are not translated)',
+    )
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"text": "A man is riding a bicycle.", "beam_size": 4}]}
@@ -188,9 +200,26 @@ class Hypothesis(_Response):
     )
 
 
-class TranslationResult(_Response):
+class SentenceResult(_Response):
+    source: str = Field(description="The source sentence as the model read it")
+    start: int | None = Field(default=None, description="Its first character in the text (format text)")
+    end: int | None = Field(default=None, description="One past its last character (format text)")
+    pieces: int = Field(
+        description="1, or the pieces it was cut into because it is longer than the model's input"
+    )
     hypotheses: list[Hypothesis] = Field(description="Best first, n_best of them")
     source_tokens: list[str] | None = Field(default=None, description="Source subwords (with alignments)")
+
+
+class TranslationResult(_Response):
+    hypotheses: list[Hypothesis] = Field(
+        description="Of the whole text, best first; a text's score is its sentences' scores "
+        "averaged with their output tokens as weights. tokens and alignment: one-sentence texts only"
+    )
+    source_tokens: list[str] | None = Field(
+        default=None, description="Source subwords (with alignments, one-sentence texts only)"
+    )
+    sentences: list[SentenceResult] = Field(description="The text's sentences in order, each translated")
 
 
 class TranslateUsage(_Response):

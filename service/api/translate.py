@@ -1,8 +1,8 @@
-"""``POST /v1/translate``: JSON ↔ ``TranslateItem``s, through the translation batcher."""
+"""``POST /v1/translate``: JSON ↔ texts, through sentence segmentation and the translation batcher."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
@@ -11,6 +11,7 @@ from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, v
 from service.api.runtime import Runtime, Translator, ready_runtime, until_disconnect
 from service.api.schemas import (
     Hypothesis,
+    SentenceResult,
     TranslateRequest,
     TranslateResponse,
     TranslateUsage,
@@ -19,12 +20,14 @@ from service.api.schemas import (
     check_texts,
     json_response,
 )
-from service.engine.base import TranslateItem, TranslateOptions, Translation
+from service.engine.base import TranslateOptions, TranslationHypothesis
+from service.text.document import TextHypothesis, TextTranslation
+from service.text.pipeline import Format, prepare, translate_documents
 
 router = APIRouter(tags=["translate"])
 
 
-def _translator(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Translator:
+def get_translator(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Translator:
     if runtime.translator is None:
         raise ModelNotFound("no translation model is loaded (TSERVE_TRANSLATE_MODEL is empty)")
     return runtime.translator
@@ -35,15 +38,15 @@ async def translate(
     body: TranslateRequest,
     request: Request,
     runtime: Annotated[Runtime, Depends(ready_runtime)],
-    translator: Annotated[Translator, Depends(_translator)],
+    translator: Annotated[Translator, Depends(get_translator)],
 ) -> Response:
-    """Translate one text or a list (all-or-nothing: one untranslatable text fails the request)."""
+    """Translate one text or a list: each text sentence by sentence, in its own layout
+    (all-or-nothing: one untranslatable text fails the request)."""
     manifest = translator.engine.manifest
     info = manifest.translation
     sources = info.source_languages if info else []
     targets = info.target_languages if info else []
     errors = [
-        *check_texts(body.text, "text", runtime.limits),
         *check_language(body.source_language, "source_language", sources, manifest.name),
         *check_language(body.target_language, "target_language", targets, manifest.name),
     ]
@@ -64,15 +67,14 @@ async def translate(
         length_penalty=body.length_penalty,
         alignments=body.alignments,
     )
-    items = [TranslateItem(text=text, options=options) for text in body.text]
-    results = await until_disconnect(
-        request, translator.batcher.submit(items, runtime.settings.request_timeout_s)
+    source_language = body.source_language or (sources[0] if sources else "")
+    translations = await translate_texts(
+        request, runtime, translator, body.text, "text", body.format, source_language, options
     )
-    translations: list[Translation] = unpack_results(results, "text")
     return json_response(
         TranslateResponse(
             model=manifest.name,
-            source_language=body.source_language or (sources[0] if sources else ""),
+            source_language=source_language,
             target_language=body.target_language or (targets[0] if targets else ""),
             translations=[_result(t, body.alignments) for t in translations],
             usage=TranslateUsage(
@@ -83,16 +85,89 @@ async def translate(
     )
 
 
-def _result(translation: Translation, alignments: bool) -> TranslationResult:
+async def translate_texts(
+    request: Request,
+    runtime: Runtime,
+    translator: Translator,
+    texts: list[str],
+    field: str,
+    fmt: Format,
+    language: str,
+    options: TranslateOptions,
+) -> list[TextTranslation]:
+    """Check the request's size, segment, translate; 422 (``RequestValidationError``) naming
+    ``field`` for texts or sentences over the limits and HTML that cannot be kept."""
+    limits = runtime.limits
+    errors = check_texts(texts, field, limits)
+    total = sum(len(t) for t in texts)
+    if not errors and total > limits.max_translate_chars:
+        errors = [
+            {
+                "type": "too_long",
+                "loc": ("body", field),
+                "msg": f"at most {limits.max_translate_chars} characters per request, got {total}",
+                "ctx": {"limit": limits.max_translate_chars},
+            }
+        ]
+    if errors:
+        raise validation_error(errors)
+    prepared = await prepare(texts, fmt, language, translator.engine)
+    html_errors: list[dict[str, Any]] = [
+        {"type": "html_invalid", "loc": ("body", field, i), "msg": str(d)}
+        for i, d in enumerate(prepared.documents)
+        if isinstance(d, Exception)
+    ]
+    if html_errors:
+        raise validation_error(html_errors)
+    max_sentences = min(limits.max_sentences, runtime.settings.max_queue)
+    if prepared.n_sentences > max_sentences:
+        raise validation_error(
+            [
+                {
+                    "type": "too_many_sentences",
+                    "loc": ("body", field),
+                    "msg": f"at most {max_sentences} sentences per request, got {prepared.n_sentences}",
+                    "ctx": {"limit": max_sentences},
+                }
+            ]
+        )
+    results = await until_disconnect(
+        request,
+        translate_documents(translator.batcher, prepared, options, runtime.settings.request_timeout_s),
+    )
+    return unpack_results(results, field)
+
+
+def _hypothesis(
+    h: TranslationHypothesis | TextHypothesis, detail: TranslationHypothesis | None
+) -> Hypothesis:
+    """``h``'s text and score, with ``detail``'s tokens and alignment when asked for."""
+    return Hypothesis(
+        text=h.text,
+        score=h.score,
+        tokens=detail.tokens if detail else None,
+        alignment=detail.alignment if detail else None,
+    )
+
+
+def _result(translation: TextTranslation, alignments: bool) -> TranslationResult:
+    sentences = translation.sentences
+    only = sentences[0] if len(sentences) == 1 and alignments else None  # its details at the top too
     return TranslationResult(
         hypotheses=[
-            Hypothesis(
-                text=h.text,
-                score=h.score,
-                tokens=h.tokens if alignments else None,
-                alignment=h.alignment if alignments else None,
-            )
-            for h in translation.hypotheses
+            _hypothesis(h, only.hypotheses[min(k, len(only.hypotheses) - 1)] if only else None)
+            for k, h in enumerate(translation.hypotheses)
         ],
-        source_tokens=translation.source_tokens if alignments else None,
+        source_tokens=only.source_tokens if only else None,
+        sentences=[
+            SentenceResult(
+                source=s.source,
+                start=s.span[0] if s.span else None,
+                end=s.span[1] if s.span else None,
+                pieces=s.pieces,
+                hypotheses=[_hypothesis(h, h if alignments else None) for h in s.hypotheses],
+                source_tokens=s.source_tokens if alignments else None,
+            )
+            for s in sentences
+        ],
     )

@@ -1,0 +1,257 @@
+"""LibreTranslate's HTTP API, so its clients (scripts, browser extensions, ``libretranslatepy``)
+work unchanged: ``POST /translate``, ``GET /languages``, ``GET /frontend/settings``.
+
+Bodies come as JSON, URL-encoded or multipart forms, as LibreTranslate accepts them; the API key
+as ``api_key`` in the body or query (LibreTranslate's way) or as a bearer token. Errors have
+LibreTranslate's shape, ``{"error": "..."}``, and its status codes (400 for any invalid
+request, 403 for a missing or wrong key), plus ours where it has none (413, 429 with
+Retry-After, 503, 504). Translation runs the same path as ``/v1/translate``: the same limits,
+sentence batching, queue, deadline and metrics. ``/detect`` is not offered: there is no language
+detector behind this service, and ``source: "auto"`` resolves only when the model has a single
+source language.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+import langcodes
+from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
+
+from service.api.errors import InternalError, ServiceError
+from service.api.runtime import Runtime, get_runtime, ready_runtime
+from service.api.schemas import MAX_BEAM, OneOrManyTexts
+from service.api.translate import get_translator, translate_texts
+from service.batching import BatcherClosed, DeadlineExceeded, QueueFull
+from service.engine.base import TranslateOptions
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["libretranslate"])
+
+_FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+_MAX_FORM_FIELDS = 2 * 2048 + 16  # q may repeat once per text
+
+
+class LibreTranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # LibreTranslate ignores what it does not know
+
+    q: OneOrManyTexts
+    source: str = Field(max_length=16, description='A served source language, or "auto"')
+    target: str = Field(max_length=16)
+    format: Literal["text", "html"] = "text"
+    alternatives: int = Field(default=0, ge=0, le=MAX_BEAM - 1, description="Extra translations per text")
+    api_key: str | None = Field(default=None, max_length=256)
+
+
+class LibreTranslateError(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+_BODY_SCHEMA = {"$ref": "#/components/schemas/LibreTranslateRequest"}
+
+
+@router.post(
+    "/translate",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {media: {"schema": _BODY_SCHEMA} for media in ("application/json", *_FORMS)},
+        }
+    },
+)
+async def translate(request: Request, runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
+    """Translate ``q`` (a string or a list) from ``source`` to ``target``; LibreTranslate's shape."""
+    try:
+        body, single = await _parse(request)
+        _check_key(runtime, request, body.api_key)
+        translator = get_translator(ready_runtime(runtime))
+        info = translator.engine.manifest.translation
+        sources = info.source_languages if info else []
+        targets = info.target_languages if info else []
+        source = _resolve_source(body.source, sources)
+        if body.target not in targets:
+            raise LibreTranslateError(400, f"{body.target} is not supported (targets: {', '.join(targets)})")
+        n = body.alternatives + 1
+        options = TranslateOptions(beam_size=max(4, n), n_best=n)
+        try:
+            done = await translate_texts(
+                request, runtime, translator, body.q, "q", body.format, source, options
+            )
+        except RequestValidationError as e:
+            raise LibreTranslateError(400, "Invalid request: " + _describe(e.errors())) from e
+    except LibreTranslateError as e:
+        return JSONResponse({"error": e.message}, e.status, headers=e.headers)
+    except (ServiceError, QueueFull, DeadlineExceeded, BatcherClosed) as e:
+        return _service_error(e)
+    texts = [t.hypotheses[0].text for t in done]
+    out: dict[str, Any] = {"translatedText": texts[0] if single else texts}
+    if body.alternatives:
+        alternatives = [[h.text for h in t.hypotheses[1:]] for t in done]
+        out["alternatives"] = alternatives[0] if single else alternatives
+    if body.source == "auto":
+        # Not detected: the one language the model translates from (so certain by construction).
+        out["detectedLanguage"] = {"language": source, "confidence": 100.0}
+    return JSONResponse(out)
+
+
+@router.get("/languages")
+async def languages(request: Request, runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
+    """Every language the service reads or writes, with the targets it translates it into."""
+    try:
+        _check_key(runtime, request, None)
+        translator = get_translator(ready_runtime(runtime))
+    except LibreTranslateError as e:
+        return JSONResponse({"error": e.message}, e.status, headers=e.headers)
+    except ServiceError as e:
+        return _service_error(e)
+    info = translator.engine.manifest.translation
+    sources = info.source_languages if info else []
+    targets = info.target_languages if info else []
+    codes = list(dict.fromkeys([*sources, *targets]))
+    return JSONResponse(
+        [
+            {
+                "code": code,
+                "name": _name(code),
+                "targets": [t for t in targets if t != code] if code in sources else [],
+            }
+            for code in codes
+        ]
+    )
+
+
+@router.get("/frontend/settings")
+async def frontend_settings(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
+    """What LibreTranslate's web clients ask first: limits, whether a key is needed, the languages."""
+    translator = runtime.translator
+    info = translator.engine.manifest.translation if translator else None
+    source = info.source_languages[0] if info and info.source_languages else "auto"
+    target = info.target_languages[0] if info and info.target_languages else ""
+    return JSONResponse(
+        {
+            "charLimit": runtime.limits.max_translate_chars,
+            "frontendTimeout": 500,
+            "apiKeys": bool(runtime.settings.api_keys),
+            "keyRequired": bool(runtime.settings.api_keys),
+            "suggestions": False,
+            "filesTranslation": False,
+            "supportedFilesFormat": [],
+            "language": {
+                "source": {"code": source, "name": _name(source)},
+                "target": {"code": target, "name": _name(target)},
+            },
+        }
+    )
+
+
+async def _parse(request: Request) -> tuple[LibreTranslateRequest, bool]:
+    """The body, and whether ``q`` was one string (then the answer is one string too)."""
+    media = _media(request)
+    if media not in (*_FORMS, "application/json", ""):
+        raise LibreTranslateError(415, f"send JSON or a form, not {media}")
+    try:
+        if media in _FORMS:
+            form = await request.form(max_files=0, max_fields=_MAX_FORM_FIELDS)
+            fields = _form_fields(form)
+        else:
+            fields = json.loads(await request.body())
+        if not isinstance(fields, dict):
+            raise LibreTranslateError(400, "Invalid request: expected a JSON object")
+        return LibreTranslateRequest.model_validate(fields), isinstance(fields.get("q"), str)
+    except ValidationError as e:
+        raise LibreTranslateError(400, "Invalid request: " + _describe(e.errors())) from e
+    except UnicodeDecodeError as e:
+        raise LibreTranslateError(400, "Invalid request: the body is not valid UTF-8") from e
+    except json.JSONDecodeError as e:
+        raise LibreTranslateError(400, f"Invalid request: invalid JSON at character {e.pos}: {e.msg}") from e
+    except RecursionError as e:
+        raise LibreTranslateError(400, "Invalid request: the JSON is nested too deeply") from e
+    except HTTPException as e:  # the form parser's errors (too many fields, a bad boundary)
+        if e.status_code != 400:
+            raise
+        raise LibreTranslateError(400, f"Invalid request: {e.detail}") from e
+
+
+def _form_fields(form: FormData) -> dict[str, Any]:
+    fields: dict[str, Any] = {key: value for key, value in form.items() if isinstance(value, str)}
+    q = [v for v in form.getlist("q") if isinstance(v, str)]
+    if len(q) > 1:
+        fields["q"] = q
+    if "alternatives" in fields:
+        alternatives = fields["alternatives"]
+        fields["alternatives"] = int(alternatives) if alternatives.strip().isdigit() else alternatives
+    return fields
+
+
+def _media(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _check_key(runtime: Runtime, request: Request, body_key: str | None) -> None:
+    """Keys configured: one of them, from the body, the query or a bearer token (else 403)."""
+    keys = runtime.settings.api_keys
+    if not keys:
+        return
+    bearer = request.headers.get("authorization", "")
+    given = body_key or request.query_params.get("api_key")
+    if given is None and bearer[:7].lower() == "bearer ":
+        given = bearer[7:].strip()
+    if not given:
+        raise LibreTranslateError(403, "an API key is required: send api_key")
+    matched = [secrets.compare_digest(given.encode(), key.encode()) for key in keys]  # no early exit
+    if not any(matched):
+        raise LibreTranslateError(403, "Invalid API key")
+
+
+def _resolve_source(source: str, served: list[str]) -> str:
+    if source == "auto":
+        if len(served) == 1:
+            return served[0]
+        raise LibreTranslateError(
+            400, f"source 'auto' is ambiguous here: name one of {', '.join(served)} (no language detection)"
+        )
+    if source not in served:
+        raise LibreTranslateError(400, f"{source} is not supported (sources: {', '.join(served)})")
+    return source
+
+
+def _describe(errors: Sequence[Any]) -> str:
+    parts = []
+    for error in errors[:10]:
+        loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        parts.append(f"{loc}: {error.get('msg')}" if loc else str(error.get("msg")))
+    return "; ".join(parts)
+
+
+def _service_error(e: Exception) -> Response:
+    if isinstance(e, QueueFull):
+        return JSONResponse({"error": str(e)}, 429, headers={"Retry-After": str(e.retry_after_s)})
+    if isinstance(e, DeadlineExceeded):
+        return JSONResponse({"error": str(e)}, 504)
+    if isinstance(e, BatcherClosed):
+        return JSONResponse({"error": str(e)}, 503, headers={"Connection": "close"})
+    assert isinstance(e, ServiceError)
+    if isinstance(e, InternalError):
+        log.error("libretranslate: %s", e.message, exc_info=e.__cause__ or e)
+    return JSONResponse({"error": e.message}, e.status_code, headers=e.headers)
+
+
+def _name(code: str) -> str:
+    try:
+        return str(langcodes.Language.get(code).display_name())
+    except (ValueError, LookupError):
+        return code

@@ -1,0 +1,161 @@
+"""LibreTranslate's API: /translate (JSON and forms), /languages, /frontend/settings, its errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.service.api.conftest import Served, metric, serving, small_settings
+
+pytestmark = pytest.mark.anyio
+
+
+def lt_error(response: httpx.Response, status: int) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and isinstance(body["error"], str), body
+    message: str = body["error"]
+    return message
+
+
+async def test_json_one_string(served: Served) -> None:
+    r = await served.client.post(
+        "/translate", json={"q": "one two. Three four.", "source": "en", "target": "de"}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {"translatedText": "TWO. one FOUR. Three"}
+
+
+async def test_json_list_html_and_alternatives(served: Served) -> None:
+    r = await served.client.post(
+        "/translate",
+        json={
+            "q": ["a b", "<p>c d</p>"],
+            "source": "en",
+            "target": "de",
+            "format": "html",
+            "alternatives": 1,
+        },
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "translatedText": ["B a", "<p>D c</p>"],
+        "alternatives": [["b A"], ["<p>d C</p>"]],
+    }
+
+
+async def test_url_encoded_form_as_libretranslatepy_sends_it(served: Served) -> None:
+    r = await served.client.post(
+        "/translate", data={"q": "a b c", "source": "en", "target": "de", "alternatives": "1"}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {"translatedText": "C b a", "alternatives": ["c B a"]}
+
+
+async def test_multipart_form_with_repeated_q(served: Served) -> None:
+    fields = [("q", "a b"), ("q", "c d"), ("source", "en"), ("target", "de")]
+    body = "".join(f'--xyz\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n' for k, v in fields)
+    r = await served.client.post(
+        "/translate",
+        content=(body + "--xyz--\r\n").encode(),
+        headers={"Content-Type": "multipart/form-data; boundary=xyz"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {"translatedText": ["B a", "D c"]}
+
+
+async def test_auto_resolves_to_the_only_source_language(served: Served) -> None:
+    r = await served.client.post("/translate", json={"q": "a b", "source": "auto", "target": "de"})
+    assert r.json() == {"translatedText": "B a", "detectedLanguage": {"language": "en", "confidence": 100.0}}
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"source": "en", "target": "de"}, "q"),
+        ({"q": 42, "source": "en", "target": "de"}, "q"),
+        ({"q": "hi", "target": "de"}, "source"),
+        ({"q": "hi", "source": "fr", "target": "de"}, "fr is not supported"),
+        ({"q": "hi", "source": "en", "target": "es"}, "es is not supported"),
+        ({"q": "hi", "source": "en", "target": "de", "format": "markdown"}, "format"),
+        ({"q": "hi", "source": "en", "target": "de", "alternatives": 99}, "alternatives"),
+        ({"q": "<p>hi</b>", "source": "en", "target": "de", "format": "html"}, "q.0"),
+        ({"q": ["x"] * 9, "source": "en", "target": "de"}, "at most 8 texts"),
+        ({"q": "y" * 201, "source": "en", "target": "de"}, "200"),
+    ],
+)
+async def test_bad_requests_are_400_in_libretranslates_shape(
+    served: Served, body: dict[str, Any], needle: str
+) -> None:
+    message = lt_error(await served.client.post("/translate", json=body), 400)
+    assert needle in message
+    assert served.translator.hooks.batches == []
+
+
+async def test_not_json_nor_a_form_is_415(served: Served) -> None:
+    r = await served.client.post("/translate", content=b"q=hi", headers={"Content-Type": "text/plain"})
+    lt_error(r, 415)
+
+
+async def test_invalid_json_is_400(served: Served) -> None:
+    r = await served.client.post(
+        "/translate", content=b'{"q": "a"', headers={"Content-Type": "application/json"}
+    )
+    assert "invalid JSON" in lt_error(r, 400)
+
+
+async def test_api_key_in_the_body_the_query_or_a_bearer_token() -> None:
+    async with serving(small_settings(api_keys=["k1"])) as served:
+        body = {"q": "a b", "source": "en", "target": "de"}
+        assert "required" in lt_error(await served.client.post("/translate", json=body), 403)
+        wrong = {**body, "api_key": "nope"}
+        assert lt_error(await served.client.post("/translate", json=wrong), 403) == "Invalid API key"
+        assert (await served.client.post("/translate", json={**body, "api_key": "k1"})).status_code == 200
+        assert (await served.client.post("/translate", data={**body, "api_key": "k1"})).status_code == 200
+        bearer = {"Authorization": "Bearer k1"}
+        assert (await served.client.post("/translate", json=body, headers=bearer)).status_code == 200
+        assert (await served.client.get("/languages")).status_code == 403
+        assert (await served.client.get("/languages", params={"api_key": "k1"})).status_code == 200
+
+
+async def test_queue_full_is_429_with_retry_after() -> None:
+    settings = small_settings(max_queue=8, max_batch_size=1)
+    async with serving(settings, delay_s=0.3) as served:
+        first = asyncio.create_task(
+            served.client.post("/translate", json={"q": ["a"] * 8, "source": "en", "target": "de"})
+        )
+        await asyncio.sleep(0.1)
+        r = await served.client.post("/translate", json={"q": ["b", "c"], "source": "en", "target": "de"})
+        lt_error(r, 429)
+        assert int(r.headers["Retry-After"]) >= 1
+        first.cancel()
+
+
+async def test_not_ready_is_503_in_its_shape() -> None:
+    async with serving(wait_ready=False, warmup_s=1.0) as served:
+        r = await served.client.post("/translate", json={"q": "a", "source": "en", "target": "de"})
+        assert "not ready" in lt_error(r, 503)
+
+
+async def test_languages_lists_the_served_pairs(served: Served) -> None:
+    r = await served.client.get("/languages")
+    assert r.json() == [
+        {"code": "en", "name": "English", "targets": ["de"]},
+        {"code": "de", "name": "German", "targets": []},
+    ]
+
+
+async def test_frontend_settings_give_the_limits(served: Served) -> None:
+    settings = (await served.client.get("/frontend/settings")).json()
+    assert settings["charLimit"] == served.app.state.runtime.limits.max_translate_chars
+    assert settings["keyRequired"] is False
+    assert settings["language"]["source"] == {"code": "en", "name": "English"}
+
+
+async def test_libretranslate_routes_are_counted_in_the_metrics(served: Served) -> None:
+    before = metric("tserve_requests_total", endpoint="/translate", status="200")
+    await served.client.post("/translate", json={"q": "a", "source": "en", "target": "de"})
+    assert metric("tserve_requests_total", endpoint="/translate", status="200") == before + 1
