@@ -1,5 +1,8 @@
 """``python -m service``: one uvicorn worker serving ``create_app(Settings())``.
 
+uvicorn with httptools, bounded against hostile clients by ``service.http_limits`` (head
+deadline and size, connection cap) and ``BodyLimitMiddleware`` (body size, deadline, format).
+
 One process, one event loop: the batchers' worker threads and onnxruntime's own threads do
 the parallel work, so several workers would only multiply the model memory. Scale with
 replicas instead.
@@ -23,6 +26,7 @@ from fastapi import FastAPI
 
 from service.api.runtime import Runtime
 from service.app import create_app
+from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
 from service.settings import Settings
 
 log = logging.getLogger("service")
@@ -64,11 +68,16 @@ class DrainingServer(uvicorn.Server):
 def serve(app: FastAPI, settings: Settings) -> int:
     """Run ``app`` until a signal or a fatal load error; the process's exit code."""
     runtime: Runtime = app.state.runtime
+    limits = ConnectionLimits.from_settings(settings)
+    log.info("open connections capped at %d", limits.max_connections)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         workers=1,
+        http=LimitedHttpToolsProtocol.for_limits(limits),
+        ws="none",  # no WebSocket routes: an Upgrade request is an ordinary request
+        timeout_keep_alive=settings.keep_alive_timeout_s,
         log_level=settings.log_level,
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
         lifespan="on",

@@ -8,6 +8,7 @@ request id that the body and the ``X-Request-ID`` header also carry).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -74,11 +75,35 @@ class ClientDisconnected(Exception):
 
 
 class BodyTooLarge(StarletteHTTPException):
-    """Raised from the request body stream (FastAPI passes HTTPExceptions through unchanged)."""
+    """Raised from the request body stream (FastAPI passes HTTPExceptions through unchanged).
+
+    The rest of the body stays unread, so the connection closes after the answer."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body larger than {limit} bytes")
+        super().__init__(413, f"request body larger than {limit} bytes", headers={"Connection": "close"})
         self.limit = limit
+
+
+class BodyTimeout(StarletteHTTPException):
+    """The body did not arrive in time (raised from the body stream, like ``BodyTooLarge``)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            408,
+            f"request body not complete within {timeout_s:g} s of its headers",
+            headers={"Connection": "close"},
+        )
+        self.limit = timeout_s
+
+
+class BodyNotUtf8(StarletteHTTPException):
+    """A body that is not UTF-8 although it would parse (raised from the body stream)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            400, f"the request body is not valid UTF-8 ({reason})", headers={"Connection": "close"}
+        )
+        self.limit = "utf-8"
 
 
 _HTTP_TYPES = {
@@ -87,6 +112,7 @@ _HTTP_TYPES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "body_timeout",
     413: "body_too_large",
     415: "unsupported_media_type",
 }
@@ -178,7 +204,7 @@ def _message(error: dict[str, Any]) -> str:
     return str(error.get("msg", "invalid"))
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
     media = content_type.split(";")[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
@@ -187,7 +213,7 @@ async def _on_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     content_type = request.headers.get("content-type", "")
-    if not _is_json(content_type) and any(
+    if not is_json(content_type) and any(
         e.get("type") in _NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors
     ):
         # FastAPI leaves a non-JSON body unparsed, which would read as "expected a JSON object".
@@ -253,13 +279,38 @@ async def _on_disconnected(request: Request, exc: Exception) -> Response:
 
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    limit = exc.limit if isinstance(exc, BodyTooLarge) else None
+    if _is_number_too_long(exc.__cause__):
+        return _number_too_long(request)
+    limit = exc.limit if isinstance(exc, BodyTooLarge | BodyTimeout | BodyNotUtf8) else None
     return error_response(
         exc.status_code,
         _HTTP_TYPES.get(exc.status_code, "http_error"),
         _unparsable_body(exc.__cause__) or str(exc.detail),
         limit=limit,
         headers=dict(exc.headers or {}),
+    )
+
+
+def _is_number_too_long(cause: BaseException | None) -> bool:
+    """Python's guard against quadratic int parsing, hit by ``json.loads`` on a huge integer."""
+    return (
+        type(cause) is ValueError
+        and "integer string conversion" in str(cause)  # not its subclasses (JSON, Unicode errors)
+    )
+
+
+def _number_too_long(request: Request) -> Response:
+    digits = sys.get_int_max_str_digits()
+    detail = ErrorDetail(
+        field="body", message=f"a number has more than {digits} digits", type="number_too_long", limit=digits
+    )
+    return error_response(
+        422,
+        "validation_error",
+        _describe(detail),
+        limit=digits,
+        details=[detail],
+        request_id=request_id(request),
     )
 
 
@@ -297,6 +348,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         401: "API key missing",
         403: "API key wrong",
         404: "Model not served (an unknown model name, or the task is not configured)",
+        408: "Request body not complete in time (TSERVE_BODY_TIMEOUT_S)",
         413: "Request body too large",
         415: "Body not sent as JSON (Content-Type: application/json)",
         422: "Invalid request (field, reason and limit in the body)",

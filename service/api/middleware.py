@@ -3,17 +3,28 @@ disconnects from the routes, and copies every response body)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
+from collections.abc import Iterable
 
 from starlette.datastructures import MutableHeaders
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.errors import BodyTooLarge, error_response
+from service.api.errors import BodyNotUtf8, BodyTimeout, BodyTooLarge, error_response, is_json
 from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_UTF8 = {"utf-8", "utf8"}
+_UTF16_OR_32_BOMS = (b"\xfe\xff", b"\xff\xfe")
+
+
+def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The client's ``X-Request-ID`` when it is sane, else a new one."""
+    given = dict(headers).get(b"x-request-id", b"").decode("latin-1")
+    return given if _REQUEST_ID.match(given) else uuid.uuid4().hex
 
 
 class RequestContextMiddleware:
@@ -27,8 +38,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
-        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        request_id = request_id_from(scope.get("headers") or [])
         scope.setdefault("state", {})["request_id"] = request_id
         status = 500  # unless a response starts
 
@@ -52,36 +62,94 @@ class RequestContextMiddleware:
 
 
 class BodyLimitMiddleware:
-    """413 for a body over ``max_bytes``: at once from Content-Length, else while it streams in."""
+    """The body's limits, checked as it arrives, before any of it is parsed:
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    - size: 413 over ``max_bytes``, at once from Content-Length, else while it streams in;
+    - time: 408 when the whole body has not arrived ``timeout_s`` after the headers (a client
+      that declares 1000 bytes and sends 13 is answered, not waited for);
+    - format: 415 for a ``Content-Encoding`` (bodies are not decompressed), 400 for a JSON body
+      declaring a charset other than UTF-8 or encoded in UTF-16/32 (which ``json.loads`` would
+      otherwise detect and accept).
+
+    Every refusal leaves the rest of the body unread, so its response closes the connection.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        headers = dict(scope.get("headers") or [])
+        refusal = self._refusal(headers)
+        if refusal is not None:
+            refusal.headers["Connection"] = "close"
+            await refusal(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        received = 0
+        head = b""  # the body's first bytes, enough to tell UTF-16/32 from UTF-8
+        complete = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, head, complete
+            if complete:  # the body is in; what remains is the wait for a disconnect
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(self.timeout_s) from None
+            if message["type"] != "http.request":
+                return message
+            body = message.get("body", b"")
+            received += len(body)
+            if received > self.max_bytes:
+                raise BodyTooLarge(self.max_bytes)
+            if len(head) < 2:
+                head += body[: 2 - len(head)]
+                if len(head) == 2 and (head in _UTF16_OR_32_BOMS or 0 in head):
+                    raise BodyNotUtf8("it is UTF-16 or UTF-32")
+            complete = not message.get("more_body", False)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _refusal(self, headers: dict[bytes, bytes]) -> JSONResponse | None:
+        declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            response = error_response(
+            return error_response(
                 413,
                 "body_too_large",
                 f"request body larger than {self.max_bytes} bytes",
                 limit=self.max_bytes,
             )
-            response.headers["Connection"] = "close"
-            await response(scope, receive, send)
-            return
-        received = 0
+        encoding = headers.get(b"content-encoding", b"identity").decode("latin-1").strip().lower()
+        if encoding != "identity":
+            return error_response(
+                415,
+                "unsupported_media_type",
+                f"Content-Encoding {encoding!r} is not supported: send the body uncompressed",
+                limit="identity",
+            )
+        media, _, parameters = headers.get(b"content-type", b"").decode("latin-1").partition(";")
+        charset = _parameter(parameters, "charset")
+        if is_json(media) and charset is not None and charset.lower() not in _UTF8:
+            return error_response(
+                400,
+                "bad_request",
+                f"the request body must be UTF-8 (Content-Type declares charset={charset})",
+                limit="utf-8",
+            )
+        return None
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
-            return message
 
-        await self.app(scope, limited_receive, send)
+def _parameter(parameters: str, name: str) -> str | None:
+    for part in parameters.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == name:
+            return value.strip().strip('"')
+    return None
