@@ -78,6 +78,18 @@ class EmbeddingInfo(_Strict):
     needs_token_type_ids: bool
 
 
+class ReferenceCheck(_Strict):
+    """A variant measured at export time on the committed reference sentences: alone vs batched,
+    and (int8/fp16) against the fp32 artefact. ``bounds`` holds the limit each figure passed
+    (``min_<figure>``); the export fails a variant beyond them."""
+
+    reference: str  # the sentence file, relative to the repository
+    sha256: str  # of that file
+    sentences: int
+    figures: dict[str, float]
+    bounds: dict[str, float]
+
+
 class Manifest(_Strict):
     schema_version: int = SCHEMA_VERSION
     name: str  # e.g. "transformer-en-de", "all-MiniLM-L6-v2"
@@ -96,6 +108,7 @@ class Manifest(_Strict):
     onnxruntime_version: str  # the version that verified the parity figures below
     parity: dict[str, float] = Field(default_factory=dict)  # e.g. max_abs_logits, bleu, bleu_drop
     fusions: dict[str, int] = Field(default_factory=dict)  # onnxruntime optimizer fusion counts
+    reference_check: ReferenceCheck | None = None  # absent in manifests written before it existed
     created_at: str
 
 

@@ -1,0 +1,163 @@
+"""int8 whose result does not depend on the batch: every activation row quantised on its own.
+
+onnxruntime's dynamic quantisation (``DynamicQuantizeLinear`` → ``MatMulInteger``, fused into
+``DynamicQuantizeMatMul``) picks **one** scale for the whole activation tensor, i.e. for every
+token of every sentence in the batch, so a sentence's numbers (and, near a tie, its translation)
+change with whatever shares its batch. This rewrite gives each row of the flattened activation
+(one token of one sentence) its own symmetric scale:
+
+    A (…, K) ──Reshape(-1, K)──▶ a (M, K)
+    s = max(|a|, axis=1) / 127                                   (M,)   per-row scale
+    q = QuantizeLinear(a, s, zero_point=128, axis=0)             (M, K) uint8, per row
+    Y = MatMulIntegerToFloat(q, W_int8, s[:, None], w_scale, 128)  ──Reshape──▶ (…, N)
+
+(``MatMulIntegerToFloat`` is ``(q - 128) @ W_int8`` in exact int32, times the broadcast product
+of the two scales; its CPU kernel broadcasts an (M, 1) ``a_scale`` over the output rows, which
+is what makes one fused kernel per MatMul possible. The activation of Q/K/V projections is
+quantised once and shared.)
+
+``W_int8`` is symmetric per output column (QInt8, what the u8×s8 VNNI kernels want); the row
+scale is the only thing computed from the activation, and it depends on that row alone. The
+integer product is exact and the two float multiplies are element-wise, so a row's result is
+bit-identical whatever the number of rows: tested by ``export.determinism``.
+
+Why this and not the alternatives (measured in-process on the shared 2-core AVX-512 VNNI box,
+onnxruntime 1.32; rough, see the module docstring of export/onnx_tools.py for the table):
+
+* ``MatMulNBits`` 8-bit, ``accuracy_level=4`` (int8 compute, activations quantised per block of
+  32/64/128 along K): block 32 is batch-independent and accurate, but decoding ran no faster than
+  fp32 (the CompInt8 path pays per call for small M); blocks 64/128 were faster but not
+  batch-independent (their kernels change with M), so they do not meet the contract.
+* ``MatMulInteger`` with a per-row ``a_zero_point`` (asymmetric per-row): the CPU kernel accepts
+  only a scalar zero point. Symmetric rows need only the scalar 128, which it takes.
+* ``MatMulIntegerToFloat`` / ``DynamicQuantizeMatMul``: their ``a_scale`` is a scalar on CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+INT8_MAX = 127.0
+ZERO_POINT = 128  # uint8 offset that makes a symmetric int8 value unsigned (u8×s8 kernels)
+MIN_SCALE = 1e-12  # an all-zero row (e.g. a padded position) quantises to zeros, not NaN
+MS_DOMAIN = "com.microsoft"
+
+
+def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(K, N) float → (int8 (K, N), per-column float32 scales (N,)), symmetric."""
+    scale = np.maximum(np.abs(weight).max(axis=0), MIN_SCALE).astype(np.float32) / np.float32(INT8_MAX)
+    q = np.clip(np.rint(weight / scale), -INT8_MAX, INT8_MAX).astype(np.int8)
+    return q, scale
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.model = model
+        self.graph = model.graph
+        self.initializers = {t.name: t for t in self.graph.initializer}
+        self.consumers: dict[str, int] = {}
+        for node in self.graph.node:
+            for name in node.input:
+                self.consumers[name] = self.consumers.get(name, 0) + 1
+        self.new_initializers: list[onnx.TensorProto] = []
+        self.shared: dict[str, str] = {}
+        self.quantized: dict[str, tuple[str, str, str]] = {}
+
+    def constant(self, name: str, value: np.ndarray) -> str:
+        if name not in self.shared:
+            self.new_initializers.append(numpy_helper.from_array(value, name))
+            self.shared[name] = name
+        return name
+
+    def weight(self, node: onnx.NodeProto) -> np.ndarray | None:
+        tensor = self.initializers.get(node.input[1])
+        if tensor is None or tensor.data_type != TensorProto.FLOAT or len(tensor.dims) != 2:
+            return None
+        return numpy_helper.to_array(tensor)
+
+    def quantized_input(self, x: str, k: int) -> tuple[list[onnx.NodeProto], str, str, str]:
+        """Nodes quantising activation ``x`` per row, once however many MatMuls read it
+        (Q/K/V projections share theirs); returns (nodes, q (M, K) uint8, scale (M, 1), lead dims)."""
+        p = f"rowq_in{len(self.quantized)}"
+        if x in self.quantized:
+            q, s, lead = self.quantized[x]
+            return [], q, s, lead
+        flat_shape = self.constant("rowq_flat", np.array([-1], dtype=np.int64))
+        keep_last = self.constant(f"rowq_rows_k{k}", np.array([-1, k], dtype=np.int64))
+        inv_max = self.constant("rowq_inv_int8_max", np.array(1.0 / INT8_MAX, dtype=np.float32))
+        min_scale = self.constant("rowq_min_scale", np.array(MIN_SCALE, dtype=np.float32))
+        zero_point = self.constant("rowq_zero_point", np.array(ZERO_POINT, dtype=np.uint8))
+        start = self.constant("rowq_zero", np.array([0], dtype=np.int64))
+        nodes = [
+            helper.make_node("Shape", [x], [f"{p}_shape"]),
+            helper.make_node("Slice", [f"{p}_shape", start, flat_shape], [f"{p}_lead"]),
+            helper.make_node("Reshape", [x, keep_last], [f"{p}_a"]),  # (M, K)
+            helper.make_node("Abs", [f"{p}_a"], [f"{p}_abs"]),
+            helper.make_node("ReduceMax", [f"{p}_abs"], [f"{p}_absmax"], axes=[1], keepdims=1),
+            helper.make_node("Mul", [f"{p}_absmax", inv_max], [f"{p}_s_raw"]),
+            helper.make_node("Max", [f"{p}_s_raw", min_scale], [f"{p}_s"]),  # (M, 1)
+            helper.make_node("Reshape", [f"{p}_s", flat_shape], [f"{p}_s_flat"]),  # (M,)
+            helper.make_node("Shape", [f"{p}_s_flat"], [f"{p}_m"]),
+            helper.make_node("Expand", [zero_point, f"{p}_m"], [f"{p}_zp"]),
+            helper.make_node("QuantizeLinear", [f"{p}_a", f"{p}_s_flat", f"{p}_zp"], [f"{p}_q"], axis=0),
+        ]
+        self.quantized[x] = (f"{p}_q", f"{p}_s", f"{p}_lead")
+        return nodes, f"{p}_q", f"{p}_s", f"{p}_lead"
+
+    def rewrite(self, node: onnx.NodeProto, weight: np.ndarray, index: int) -> list[onnx.NodeProto]:
+        """``node`` (MatMul of an activation by ``weight``) as per-row int8 nodes, same output name."""
+        p = f"rowq{index}"
+        n = weight.shape[1]
+        q_w, w_scale = quantize_weight(weight)
+        w_name = self.constant(f"{p}_w_int8", q_w)
+        w_scale_name = self.constant(f"{p}_w_scale", w_scale)
+        zero_point = self.constant("rowq_zero_point", np.array(ZERO_POINT, dtype=np.uint8))
+        tail = self.constant(f"rowq_n{n}", np.array([n], dtype=np.int64))
+        nodes, q, s, lead = self.quantized_input(node.input[0], weight.shape[0])
+        nodes += [
+            helper.make_node(
+                "MatMulIntegerToFloat",
+                [q, w_name, s, w_scale_name, zero_point],
+                [f"{p}_y"],
+                domain=MS_DOMAIN,
+            ),
+            helper.make_node("Concat", [lead, tail], [f"{p}_out_shape"], axis=0),
+            helper.make_node("Reshape", [f"{p}_y", f"{p}_out_shape"], [node.output[0]]),
+        ]
+        for new in nodes:
+            new.name = f"{node.name or p}/{new.op_type}_{new.output[0]}"
+        return nodes
+
+    def run(self, exclude: set[str]) -> int:
+        new_nodes: list[onnx.NodeProto] = []
+        rewritten = 0
+        for node in self.graph.node:
+            weight = self.weight(node) if node.op_type == "MatMul" and node.name not in exclude else None
+            if weight is None:
+                new_nodes.append(node)
+                continue
+            new_nodes.extend(self.rewrite(node, weight, rewritten))
+            self.consumers[node.input[1]] -= 1
+            rewritten += 1
+        unused = {name for name, uses in self.consumers.items() if uses == 0 and name in self.initializers}
+        kept = [t for t in self.graph.initializer if t.name not in unused]
+        del self.graph.node[:]
+        self.graph.node.extend(new_nodes)
+        del self.graph.initializer[:]
+        self.graph.initializer.extend(kept + self.new_initializers)
+        return rewritten
+
+
+def quantize_rowwise(in_path: Path, out_path: Path, exclude_nodes: set[str] | None = None) -> int:
+    """Rewrite every MatMul with a constant 2-D float weight as per-row int8; return how many."""
+    model = onnx.load(str(in_path))
+    count = _Rewriter(model).run(exclude_nodes or set())
+    if count and not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(out_path))
+    return count
