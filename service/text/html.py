@@ -26,12 +26,12 @@ What is translated:
   their attributes. ``translate="yes"`` (or ``translate=""``) turns translation back on
   inside, and for ``<pre>``, ``<code>`` etc. themselves; never inside script or style.
 
-What ``render`` escapes: ``&``, ``<``, ``>`` and U+00A0 (as ``&amp;``, ``&lt;``, ``&gt;``,
-``&nbsp;``); in an attribute value also its own quote (``&quot;`` or ``&#39;``), in a bare one
-both quotes, and a bare value gets double quotes when the translation needs them (empty, or with
-whitespace, ``=`` or a backtick). Every other character is written as itself, so ``render(texts)``
-gives the document back byte for byte but for the runs' references: ``&eacute;`` or ``&#8212;``
-come back as the characters, a literal ``<`` or ``>`` in text as ``&lt;``, ``&gt;``.
+What ``render`` escapes: in text ``&``, ``<``, ``>`` and U+00A0 (as ``&amp;``, ``&lt;``,
+``&gt;``, ``&nbsp;``); in a quoted attribute value ``&``, U+00A0 and its own quote (``&quot;`` or
+``&#39;``); in a bare one all of these, and it gets double quotes when the translation needs them
+(empty, or with whitespace, ``=`` or a backtick). Every other character is written as itself, so
+``render(texts)`` gives the document back byte for byte but for the runs' references:
+``&eacute;`` or ``&#8212;`` come back as characters, a literal ``<``/``>`` in text as ``&lt;``/``&gt;``.
 
 What is an error (``HtmlError``, with the line and column, both from 1): an end tag that closes
 no open element (end tags of void elements such as ``</br>`` are accepted, and so is the end tag
@@ -114,9 +114,9 @@ _UNTRANSLATED_CONTENT = frozenset({"code", "kbd", "samp", "var", "pre", "math", 
 _TRANSLATED_ATTRIBUTES = frozenset({"alt", "title", "placeholder", "aria-label"})
 
 _NEWLINE = re.compile("\n")  # HTMLParser counts lines by "\n" only
-_BLANK = r"(?:\s|&(?:nbsp|ensp|emsp|thinsp);|&#0*(?:32|160);|&#[xX]0*(?:20|[aA]0);)"
-_LEADING_BLANK = re.compile(_BLANK + "*")
-_TRAILING_BLANK = re.compile(_BLANK + r"*\Z")
+_BLANK_REFERENCE = r"&(?:nbsp|ensp|emsp|thinsp);|&#0*(?:32|160);|&#[xX]0*(?:20|[aA]0);"
+_LEADING_BLANK = re.compile(rf"(?:\s|{_BLANK_REFERENCE})*")
+_TRAILING_BLANK_REFERENCE = re.compile(rf"(?:{_BLANK_REFERENCE})\Z")
 _TAG_NAME = re.compile(r"<[^\t\n\r\f />\x00]+")
 # One attribute of a start tag as HTML tokenizes it: name, then an optional quoted or bare value.
 _ATTRIBUTE = re.compile(r"""[\s/]*([^\s/>][^\s/=>]*)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]*)))?""")
@@ -248,10 +248,9 @@ class _Splitter(HTMLParser):
         raw = self._document[start:end]
         # A bare attribute value keeps its edges: quotes added around a translation go right after '='.
         bare_value = kind is RunKind.ATTRIBUTE and not quote
-        lead = 0 if bare_value else _LEADING_BLANK.match(raw).end()  # type: ignore[union-attr]
-        if lead == len(raw):
+        lead, trail = (0, len(raw)) if bare_value else _without_blank_edges(raw)
+        if lead == trail:
             return
-        trail = len(raw) if bare_value else _TRAILING_BLANK.search(raw, lead).start()  # type: ignore[union-attr]
         core = raw[lead:trail]
         text = unescape(core) if kind is RunKind.TEXT else _decode_attribute(core)
         if not text.isspace():
@@ -273,6 +272,20 @@ class _Splitter(HTMLParser):
     def _error(self, problem: str) -> HtmlError:
         line, column = self.getpos()
         return HtmlError(problem, line, column + 1)
+
+
+def _without_blank_edges(raw: str) -> tuple[int, int]:
+    """[start, end) of ``raw`` without its leading and trailing whitespace (references included)."""
+    lead = _LEADING_BLANK.match(raw).end()  # type: ignore[union-attr]
+    trail = len(raw)
+    while trail > lead:
+        if raw[trail - 1].isspace():
+            trail -= 1
+        elif reference := _TRAILING_BLANK_REFERENCE.search(raw, max(lead, trail - 16), trail):
+            trail = reference.start()
+        else:
+            break
+    return lead, trail
 
 
 def _translate_state(attrs: list[tuple[str, str | None]]) -> bool | None:
@@ -314,11 +327,11 @@ def _decode_attribute(value: str) -> str:
 
 
 def _escape(text: str, kind: RunKind, quote: str) -> str:
+    if quote:  # a quoted attribute value: '<' and '>' are plain characters there
+        return text.replace("&", "&amp;").replace(quote, _QUOTE_REFERENCES[quote]).replace("\xa0", "&nbsp;")
     escaped = escape(text, quote=False).replace("\xa0", "&nbsp;")
     if kind is RunKind.TEXT:
         return escaped
-    if quote:
-        return escaped.replace(quote, _QUOTE_REFERENCES[quote])
     bare = escaped.replace('"', "&quot;").replace("'", "&#39;")
     return bare if bare and not _UNQUOTED_UNSAFE.search(bare) else f'"{bare}"'
 
