@@ -84,13 +84,15 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120) 
 
 
 def server_env(port: int, env: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment without its ``TSERVE_*``, serving on 127.0.0.1:``port``."""
+    """This process's environment without its ``TSERVE_*``, serving on 127.0.0.1:``port``, no drain
+    delay."""
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith("TSERVE_")},
         "PYTHONPATH": str(ROOT),
         "TSERVE_HOST": "127.0.0.1",
         "TSERVE_PORT": str(port),
         "TSERVE_LOG_LEVEL": "warning",
+        "TSERVE_DRAIN_DELAY_S": "0",  # tests stop their servers at once unless they test the drain
         **env,
     }
 
