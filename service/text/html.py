@@ -116,13 +116,22 @@ _TRANSLATED_ATTRIBUTES = frozenset({"alt", "title", "placeholder", "aria-label"}
 _NEWLINE = re.compile("\n")  # HTMLParser counts lines by "\n" only
 _BLANK_REFERENCE = r"&(?:nbsp|ensp|emsp|thinsp);|&#0*(?:32|160);|&#[xX]0*(?:20|[aA]0);"
 _LEADING_BLANK = re.compile(rf"(?:\s|{_BLANK_REFERENCE})*")
-_TRAILING_BLANK_REFERENCE = re.compile(rf"(?:{_BLANK_REFERENCE})\Z")
+_TRAILING_BLANK_REFERENCE = re.compile(rf"(?:{_BLANK_REFERENCE})\Z")  # searched in the last 16 characters
 _TAG_NAME = re.compile(r"<[^\t\n\r\f />\x00]+")
 # One attribute of a start tag as HTML tokenizes it: name, then an optional quoted or bare value.
 _ATTRIBUTE = re.compile(r"""[\s/]*([^\s/>][^\s/=>]*)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]*)))?""")
 _ATTRIBUTE_REFERENCE = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[a-zA-Z][a-zA-Z0-9]*;?)(=?)")
 _UNQUOTED_UNSAFE = re.compile(r"[\s=`]")  # once escaped, the rest of what a bare value cannot hold
 _QUOTE_REFERENCES = {'"': "&quot;", "'": "&#39;"}
+# What the source left open at its end, by how it starts (first match).
+_UNTERMINATED = {
+    "<!--": "comment",
+    "<![": "CDATA section",
+    "<!": "declaration",
+    "<?": "processing instruction",
+    "</": "end tag",
+    "<": "tag",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +272,8 @@ class _Splitter(HTMLParser):
             raise HtmlError(f"<{element.tag}> is never closed", element.line, element.column)
         rest = self.rawdata
         if rest.startswith("<"):
-            raise self._error(f"unterminated {_construct(rest)} at the end of the input")
+            construct = next(name for prefix, name in _UNTERMINATED.items() if rest.startswith(prefix))
+            raise self._error(f"unterminated {construct} at the end of the input")
 
     def _offset(self) -> int:
         line, column = self.getpos()
@@ -334,16 +344,3 @@ def _escape(text: str, kind: RunKind, quote: str) -> str:
         return escaped
     bare = escaped.replace('"', "&quot;").replace("'", "&#39;")
     return bare if bare and not _UNQUOTED_UNSAFE.search(bare) else f'"{bare}"'
-
-
-def _construct(rest: str) -> str:
-    for prefix, name in (
-        ("<!--", "comment"),
-        ("<![", "CDATA section"),
-        ("<!", "declaration"),
-        ("<?", "processing instruction"),
-        ("</", "end tag"),
-    ):
-        if rest.startswith(prefix):
-            return name
-    return "tag"

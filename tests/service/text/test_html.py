@@ -270,9 +270,10 @@ def test_what_cannot_be_kept_is_an_error_with_its_position(
     assert isinstance(error, ValueError)
 
 
-def test_unreadable_markup_is_an_error() -> None:
+@pytest.mark.parametrize("source", ["<p>x</p><![ junk", "<p>x<a\x00b>y</a>"])
+def test_unreadable_markup_is_an_error(source: str) -> None:
     with pytest.raises(HtmlError, match=r"line 1, column \d+: malformed markup"):
-        parse_html("<p>x</p><![ junk")
+        parse_html(source)
 
 
 _FRAGMENTS = [
