@@ -442,6 +442,10 @@ class Harness:
                 items=1,
                 duration_s=self.duration,
             )
+        if "small/int8" in self.models:
+            from benchmarks.documents import document_rows
+
+            document_rows(self.results, self.service.base, src[:200], [self.service.pid])
         rss_start, rss_after = self.service.rss_at_start, self.service.rss_mb()
         self.service.stop()
         self.service = None
