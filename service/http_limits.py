@@ -44,6 +44,8 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
+_LINGER_S = 2.0  # after refusing a request: time for the client to read the answer
+
 OPEN_CONNECTIONS = Gauge("tserve_open_connections", "Open HTTP connections")
 CONNECTIONS_CLOSED = Counter(
     "tserve_connections_closed_total",
@@ -148,6 +150,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 "each with a request in progress; retry shortly",
                 self.limits.max_connections,
                 extra_headers=[(b"retry-after", b"1")],
+                linger=False,  # it has sent nothing yet; its descriptor is what we need back
             )
             return
         self._wait_for_request()
@@ -286,9 +289,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         message: str,
         limit: int | float | None = None,
         extra_headers: list[tuple[bytes, bytes]] | None = None,
+        *,
+        linger: bool = True,
     ) -> None:
         """Answer ``status`` in the JSON error shape and close, unless a response is in progress
-        on this connection (a pipelined request): then only close, never corrupt that response."""
+        on this connection (a pipelined request): then only close, never corrupt that response.
+        Nothing more is parsed; what still arrives during the linger is dropped unread."""
         self._refused = True
         self._stop_waiting()
         if self.cycle is not None and not self.cycle.response_complete:
@@ -313,4 +319,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             head.extend([name, b": ", value, b"\r\n"])
         head.append(b"\r\n")
         self.transport.write(b"".join([*head, body]))
-        self.transport.close()
+        if linger and self.transport.can_write_eof():
+            # Close only our side, and read (discarding) a while longer: closing a socket with
+            # unread input sends a reset, and the client, still sending, would lose the answer.
+            self.transport.write_eof()
+            self.flow.resume_reading()
+            self.loop.call_later(_LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
