@@ -1,4 +1,5 @@
-"""The error contract under load and failure: 413, 429, 504, 500, 401/403, CORS."""
+"""The error contract under load and failure: 413, 408, 415/400 for encodings, 422 for huge numbers,
+429, 504, 500, 401/403, CORS."""
 
 from __future__ import annotations
 
@@ -34,7 +35,71 @@ async def test_a_streamed_body_over_the_limit_is_413() -> None:
         r = await s.client.post("/v1/embed", content=chunks(), headers={"Content-Type": "application/json"})
         assert r.status_code == 413
         assert error_of(r)["limit"] == 1024
+        assert r.headers["Connection"] == "close"  # the rest of the body is never read
         assert s.embedder.hooks.batches == []
+
+
+async def test_a_body_that_stalls_is_408_and_closes() -> None:
+    async def stalled():
+        yield b'{"texts": ["a'
+        await asyncio.sleep(5)
+        yield b'"]}'
+
+    async with serving(small_settings(body_timeout_s=0.3)) as s:
+        r = await s.client.post("/v1/embed", content=stalled(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 408 and r.headers["Connection"] == "close"
+        error = error_of(r)
+        assert error["type"] == "body_timeout" and error["limit"] == 0.3
+        assert metric("tserve_requests_total", endpoint="/v1/embed", status="408") >= 1
+        assert s.embedder.hooks.batches == []
+
+
+UTF16_BODY = '{"texts": ["a"]}'.encode("utf-16")
+
+
+@pytest.mark.parametrize(
+    "content, headers, status, type_, limit",
+    [
+        (b'{"texts": ["a"]}', {"Content-Encoding": "gzip"}, 415, "unsupported_media_type", "identity"),
+        (b'{"texts": ["a"]}', {"Content-Encoding": "br, gzip"}, 415, "unsupported_media_type", "identity"),
+        (
+            b'{"texts": ["caf\xe9"]}',
+            {"Content-Type": "application/json; charset=latin-1"},
+            400,
+            "bad_request",
+            "utf-8",
+        ),
+        (UTF16_BODY, {}, 400, "bad_request", "utf-8"),
+        ('{"texts": ["a"]}'.encode("utf-16-be"), {}, 400, "bad_request", "utf-8"),
+        ('{"texts": ["a"]}'.encode("utf-32"), {}, 400, "bad_request", "utf-8"),
+        (b'{"texts": ["a"], "normalize": ' + b"9" * 5000 + b"}", {}, 422, "validation_error", 4300),
+    ],
+    ids=["gzip", "br-gzip", "latin-1", "utf-16-bom", "utf-16-be", "utf-32", "5000-digit-integer"],
+)
+async def test_body_encodings_and_numbers_the_service_does_not_take(
+    content: bytes, headers: dict[str, str], status: int, type_: str, limit: object
+) -> None:
+    async with serving(small_settings(max_body_bytes=16384)) as s:
+        r = await s.client.post(
+            "/v1/embed", content=content, headers={"Content-Type": "application/json", **headers}
+        )
+        assert r.status_code == status, r.text
+        error = error_of(r)
+        assert error["type"] == type_ and error["limit"] == limit
+        assert s.embedder.hooks.batches == []
+
+
+async def test_utf8_bodies_with_or_without_a_declared_charset_are_taken() -> None:
+    async with serving() as s:
+        for content_type in ("application/json; charset=utf-8", 'application/json; charset="UTF-8"'):
+            r = await s.client.post(
+                "/v1/embed", content='{"texts": ["café"]}'.encode(), headers={"Content-Type": content_type}
+            )
+            assert r.status_code == 200, r.text
+        identity = {"Content-Type": "application/json", "Content-Encoding": "identity"}
+        assert (
+            await s.client.post("/v1/embed", content=b'{"texts": ["a"]}', headers=identity)
+        ).status_code == 200
 
 
 async def test_a_full_queue_is_429_with_retry_after() -> None:
