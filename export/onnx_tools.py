@@ -7,33 +7,34 @@ Graphs are single files (no external data): our models are far below protobuf's 
 and one file is one sha256 in the manifest. If the legacy TorchScript exporter ever disappears
 from torch, :func:`export_onnx` falls back to the dynamo exporter, which needs opset ≥ 18.
 
-Variant choices, measured in-process on the 2-core AVX-512 VNNI box (all-MiniLM-L6-v2,
-STS-dev sentences, length-sorted batches of 32, onnxruntime 1.32; best of 5 rounds while a
-training job shared the CPU, so absolute figures are low; the ratios are what count):
+int8 is **per-row**: every activation row (one token of one sentence) gets its own scale, so a
+sentence's result does not depend on what shares its batch (see export/int8_rowwise.py, which
+also says why MatMulNBits and onnxruntime's dynamic quantisation were not kept). Measured
+in-process on the shared 2-core AVX-512 VNNI box (onnxruntime 1.32, one intra-op thread, CPU
+time of the calling thread, best of 8 rounds; other jobs shared the CPU, so only ratios count):
 
-==========================================  ==============  ======================
-graph                                        sentences / s   mean cosine to fp32
-==========================================  ==============  ======================
-fp32, plain torch export                           238             1
-fp32, offline-fused (Attention, SkipLN…)           217             1
-int8 per-channel, plain graph, MatMul only         604           0.9932
-int8 per-channel, fused graph (QAttention)         518           0.9932
-int8 per-tensor, plain graph                   ≈ per-channel       0.964
-==========================================  ==============  ======================
+=====================================  ==========  ===========  ==========  =============
+graph                                   MiniLM      transformer  MiniLM      alone vs
+                                        sent/s      decoder step cos to      batched
+                                        (32 × ≤24)  (128 rows)   fp32 mean
+=====================================  ==========  ===========  ==========  =============
+fp32, plain torch export                   171        21.8 ms       1        identical
+int8 dynamic (per-tensor activations)      444        13.2 ms     0.9895     differs (7/32
+                                                                              translations)
+int8 per-row (this export)                 446        14.0 ms     0.9958     identical
+MatMulNBits 8-bit, block 32, acc. 4        198          —         0.9995     identical
+=====================================  ==========  ===========  ==========  =============
 
-Hence :func:`quantize_int8`'s defaults: QInt8 weights (the u8×s8 VNNI kernels; QUInt8 weights
-ran at about half the speed), **per-channel** (per-tensor loses 3 points of cosine for no speed),
-``reduce_range`` off (only needed on CPUs without VNNI), MatMul/Attention only with constant
-weights (the embedding table stays fp32: a gather is not compute, and quantizing it costs
-accuracy). The int8 graph is about 2.5× the fp32 throughput, so it does use the VNNI path.
-Fusion helps onnxruntime's CUDA kernels far more than its CPU ones, so the exports keep the
-plain graph for fp32/int8 (CPU) and use the fused graph as the base of fp16 (GPU).
+Weights are QInt8, symmetric per output column (the u8×s8 VNNI kernels; QUInt8 weights ran at
+about half the speed); only MatMuls with constant weights are quantised (activation×activation
+products and the embedding table stay fp32: a gather is not compute). Fusion helps
+onnxruntime's CUDA kernels far more than its CPU ones, so the exports keep the plain graph for
+fp32/int8 (CPU) and use the fused graph as the base of fp16 (GPU).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,8 +45,7 @@ import onnx
 
 from service.artefacts import MANIFEST_NAME, FileEntry, GraphSpec, TensorSpec, file_entry
 
-if TYPE_CHECKING:  # torch and onnxruntime are imported where used: the CLI starts fast
-    import onnxruntime
+if TYPE_CHECKING:  # torch is imported where used: the CLI starts fast
     import torch
 
 OPSET = 17
@@ -164,59 +164,16 @@ def optimize(
     return {op: int(n) for op, n in stats.items() if n}
 
 
-def quantize_int8(
-    in_path: Path,
-    out_path: Path,
-    *,
-    per_channel: bool = True,
-    op_types: Sequence[str] = ("MatMul", "Attention"),
-    exclude_nodes: Sequence[str] = (),
-) -> None:
-    """Dynamic int8 quantization tuned for AVX-512 VNNI CPUs (see the module docstring).
+def quantize_int8(in_path: Path, out_path: Path, *, exclude_nodes: Sequence[str] = ()) -> int:
+    """Per-row int8 (export/int8_rowwise.py): weights QInt8 per output column, each activation
+    row quantised with its own scale at run time; returns the number of MatMuls quantised.
+    ``exclude_nodes`` names MatMul nodes to keep in fp32."""
+    from export.int8_rowwise import quantize_rowwise
 
-    Weights QInt8 per output channel, activations quantized per batch at run time (uint8),
-    ``reduce_range`` off. Only ``op_types`` with constant weights are quantized; pass node
-    names in ``exclude_nodes`` to keep sensitive layers in fp32.
-    """
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    root_logger = logging.getLogger()  # the quantizer logs advice on the root logger
-    level = root_logger.level
-    root_logger.setLevel(logging.ERROR)
-    try:
-        _quantize(quantize_dynamic, QuantType.QInt8, in_path, out_path, per_channel, op_types, exclude_nodes)
-    finally:
-        root_logger.setLevel(level)
+    count = quantize_rowwise(in_path, out_path, set(exclude_nodes))
+    onnx.checker.check_model(str(out_path))
     clamp_ir_version(out_path)
-
-
-def _quantize(
-    quantize_dynamic: Any,
-    weight_type: Any,
-    in_path: Path,
-    out_path: Path,
-    per_channel: bool,
-    op_types: Sequence[str],
-    exclude_nodes: Sequence[str],
-) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantize_dynamic(
-            str(in_path),
-            str(out_path),
-            op_types_to_quantize=list(op_types),
-            per_channel=per_channel,
-            reduce_range=False,
-            weight_type=weight_type,
-            nodes_to_exclude=list(exclude_nodes),
-            use_external_data_format=False,
-            extra_options={
-                "MatMulConstBOnly": True,  # activation×activation products stay fp32
-                # contrib ops (fused graphs) defeat shape inference; their outputs are float
-                "DefaultTensorType": onnx.TensorProto.FLOAT,
-            },
-        )
+    return count
 
 
 def to_fp16(
@@ -313,23 +270,3 @@ def source_sha256(paths: Iterable[Path]) -> str:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()
-
-
-# --------------------------------------------------------------------------------------------
-# running graphs during verification
-
-
-def cpu_session(path: Path, threads: int = 2) -> onnxruntime.InferenceSession:
-    """A CPU InferenceSession as the service makes one (full graph optimisation), ``threads`` wide.
-
-    Spinning is off: on a shared machine a spinning idle pool steals the CPU from the work.
-    """
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.log_severity_level = 3  # the fp16 graph's "unused initializer" notes are noise
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

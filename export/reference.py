@@ -6,7 +6,10 @@ also the auto-export of ``make serve`` and the Docker builds, which have no ``--
 measures each variant and writes the figures into its manifest (``Manifest.reference_check``):
 
 * alone vs batched (export/determinism.py): translations token-identical at beam 1 and 4,
-  embeddings cosine ≥ ``MIN_EMBED_COSINE``; every variant verified on CPU;
+  embeddings cosine ≥ ``MIN_EMBED_COSINE``; a bound for fp32 and int8. fp16 records the figure
+  without a bound: it is the GPU variant, and on the CPU provider (all the export has) part of
+  it runs through inserted float32 casts, so its CPU figure says little about the GPU (measured:
+  1 of 290 transformer-en-de beam-4 translations differed on CPU);
 * int8 / fp16 against the fp32 artefact, through the same engine: translation chrF of the
   variant's beam-4 output with fp32's as the reference (``MIN_CHRF_VS_FP32``), embeddings
   mean / min cosine to fp32 (``MIN_MEAN_COSINE_VS_FP32`` / ``MIN_COSINE_VS_FP32``).
@@ -29,7 +32,7 @@ from export.determinism import MIN_EMBED_COSINE, EmbeddingDeterminism, Translati
 from service.artefacts import ReferenceCheck
 
 REFERENCE_FILE = Path(__file__).resolve().parent / "reference" / "sentences.en.txt"
-MIN_CHRF_VS_FP32 = 85.0  # chrF (0-100) of int8/fp16 beam-4 output against fp32's
+MIN_CHRF_VS_FP32 = 90.0  # chrF (0-100) of int8/fp16 beam-4 output against fp32's
 MIN_MEAN_COSINE_VS_FP32 = 0.99
 MIN_COSINE_VS_FP32 = 0.95
 QUALITY_BEAM = 4
@@ -63,13 +66,17 @@ def translation_check(
     reference: ReferenceSet,
     determinism: TranslationDeterminism,
     fp32: TranslationDeterminism | None,
+    bound_determinism: bool = True,
 ) -> tuple[ReferenceCheck, list[str]]:
     """The manifest's figures for one translation variant and the bounds it failed (if any).
 
-    ``fp32`` is the fp32 artefact's run on the same sentences (None for fp32 itself)."""
+    ``fp32`` is the fp32 artefact's run on the same sentences (None for fp32 itself);
+    ``bound_determinism`` False records alone-vs-batched without bounding it (fp16)."""
     figures = determinism.figures()
-    bounds = {f"min_{k}": 1.0 for k in figures}
-    failures = [] if determinism.ok else [f"alone vs batched: {determinism.describe(reference.sentences)}"]
+    bounds = {f"min_{k}": 1.0 for k in figures} if bound_determinism else {}
+    failures = []
+    if bound_determinism and not determinism.ok:
+        failures.append(f"alone vs batched: {determinism.describe(reference.sentences)}")
     if fp32 is not None:
         mine, base = determinism.beams[QUALITY_BEAM], fp32.beams[QUALITY_BEAM]
         score = chrf(mine.batched_texts, base.batched_texts)
@@ -87,11 +94,14 @@ def embedding_check(
     reference: ReferenceSet,
     determinism: EmbeddingDeterminism,
     fp32: EmbeddingDeterminism | None,
+    bound_determinism: bool = True,
 ) -> tuple[ReferenceCheck, list[str]]:
     """As :func:`translation_check`, for an embedding variant (cosines of the batched vectors)."""
     figures = determinism.figures()
-    bounds = {"min_alone_vs_batched_min_cosine": MIN_EMBED_COSINE}
-    failures = [] if determinism.ok else [f"alone vs batched min cosine {determinism.min_cosine:.7f}"]
+    bounds = {"min_alone_vs_batched_min_cosine": MIN_EMBED_COSINE} if bound_determinism else {}
+    failures = []
+    if bound_determinism and not determinism.ok:
+        failures.append(f"alone vs batched min cosine {determinism.min_cosine:.7f}")
     if fp32 is not None:
         vs_fp32 = cosines(determinism.batched, fp32.batched)
         mean, low = float(np.mean(vs_fp32)), float(np.min(vs_fp32))

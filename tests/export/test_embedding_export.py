@@ -23,9 +23,10 @@ pytest.importorskip("sentence_transformers")
 from export import __main__ as cli
 from export import embedding
 from export.embedding import Tolerances, export_embedding, read_sts
-from export.onnx_tools import VerificationError, cpu_session
+from export.onnx_tools import VerificationError
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest, write_manifest
 from service.engine.pooling import l2_normalize, mean_pool
+from service.engine.session import create_session
 
 REPO = Path(__file__).resolve().parents[2]
 _WORDS_TEXT = (
@@ -213,7 +214,7 @@ def test_served_path_matches_sentence_transformers(exported: Path, tiny_source: 
     for row, enc in enumerate(encodings):
         ids[row, : len(enc.ids)] = enc.ids
         mask[row, : len(enc.ids)] = 1
-    session = cpu_session(directory / "encoder.onnx", threads=1)
+    session = create_session(directory / "encoder.onnx", "cpu", 1, allow_spinning=False)
     feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
     ours = l2_normalize(mean_pool(session.run(None, feed)[0], mask))
     reference = SentenceTransformer(str(tiny_source), device="cpu").encode(texts, convert_to_numpy=True)

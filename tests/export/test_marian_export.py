@@ -20,13 +20,8 @@ import sentencepiece as spm
 from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
 
 from export.sources.marian import MarianImportError, convert_marian_tokenizer
-from export.translation import (
-    BUILTIN_SENTENCES,
-    OrtTranslator,
-    export_translation,
-    load_source,
-    onnx_translate_ids,
-)
+from export.translation import export_translation, load_source
+from export.translation_checks import BUILTIN_SENTENCES, open_engine, translate_ids
 from service.artefacts import load_and_verify
 
 EN = [
@@ -181,8 +176,7 @@ def test_onnx_greedy_equals_transformers_generate(
         want.append(row[: row.index(0)] if 0 in row else row)
 
     source = load_source(marian[0])
-    src_ids = [e.ids for e in source.tokenizer.encode_batch(EN)]
-    got = onnx_translate_ids(OrtTranslator(exported, threads=1), source, src_ids, 1, [MAX_NEW] * len(EN))
+    got = translate_ids(open_engine(exported, threads=1), source, EN, 1, limits=[MAX_NEW] * len(EN))
     assert got == want
     assert len({tuple(t) for t in got}) > 1  # outputs depend on the source
 

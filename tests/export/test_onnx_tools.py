@@ -13,7 +13,6 @@ from export.onnx_tools import (
     MAX_IR_VERSION,
     OPSET,
     clamp_ir_version,
-    cpu_session,
     file_entries,
     graph_spec,
     opset_and_ir,
@@ -22,6 +21,7 @@ from export.onnx_tools import (
     source_sha256,
     to_fp16,
 )
+from service.engine.session import create_session
 
 
 def _matmul_graph(path: Path, ir_version: int = 8) -> Path:
@@ -41,7 +41,7 @@ def _matmul_graph(path: Path, ir_version: int = 8) -> Path:
 
 
 def _run(path: Path, x: np.ndarray) -> np.ndarray:
-    return np.asarray(cpu_session(path, threads=1).run(None, {"x": x})[0])
+    return np.asarray(create_session(path, "cpu", 1, allow_spinning=False).run(None, {"x": x})[0])
 
 
 def test_graph_spec_and_versions(tmp_path: Path) -> None:
@@ -141,5 +141,59 @@ def test_export_onnx_dynamic_axes(tmp_path: Path) -> None:
     x = np.random.default_rng(0).normal(size=(5, 7, 4)).astype(np.float32)
     mask = np.ones((5, 7), np.int64)
     mask[1, 3:] = 0
-    out = cpu_session(path, threads=1).run(None, {"x": x, "mask": mask})[0]
+    out = create_session(path, "cpu", 1, allow_spinning=False).run(None, {"x": x, "mask": mask})[0]
     np.testing.assert_allclose(out, x * mask[..., None] * 2.0, rtol=1e-6)
+
+
+def _rows_graph(path: Path) -> Path:
+    """x[batch, seq, 16] @ W[16, 8] (two MatMuls sharing x) → y, z: the shape of a projection."""
+    rng = np.random.default_rng(0)
+    w1, w2 = (rng.normal(size=(16, 8)).astype(np.float32) for _ in range(2))
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["y"], name="q"),
+            helper.make_node("MatMul", ["x", "w2"], ["z"], name="k"),
+        ],
+        "rows",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 16])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", 8]) for n in ("y", "z")],
+        [
+            helper.make_tensor(n, TensorProto.FLOAT, [16, 8], w.ravel().tolist())
+            for n, w in (("w1", w1), ("w2", w2))
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_int8_rows_do_not_depend_on_the_batch(tmp_path: Path) -> None:
+    """Per-row int8: a row's output is bit-identical alone and next to rows of any magnitude (the
+    per-tensor dynamic scheme it replaces fails exactly this), and close to fp32."""
+    quantize_int8(_rows_graph(tmp_path / "g.onnx"), tmp_path / "q.onnx")
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 2 and ops.count("QuantizeLinear") == 1  # x quantised once
+    assert "MatMul" not in ops and "DynamicQuantizeLinear" not in ops
+    fp32 = create_session(tmp_path / "g.onnx", "cpu", 1, allow_spinning=False)
+    q = create_session(tmp_path / "q.onnx", "cpu", 1, allow_spinning=False)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(5, 7, 16)).astype(np.float32)
+    x[3] *= 100.0  # a loud neighbour: a shared scale would crush the other rows' resolution
+    x[4, 5:] = 0.0  # all-zero rows (padding) stay finite
+    batched = q.run(None, {"x": x})
+    for row in range(5):
+        alone = q.run(None, {"x": x[row : row + 1, :4]})
+        for out_b, out_a in zip(batched, alone, strict=True):
+            np.testing.assert_array_equal(out_b[row : row + 1, :4], out_a)
+    expected = fp32.run(None, {"x": x})
+    for got, want in zip(batched, expected, strict=True):
+        assert np.all(np.isfinite(got))
+        err = np.abs(got - want).max(axis=-1) / np.maximum(np.abs(want).max(axis=-1), 1e-6)
+        assert err.max() < 0.03  # each row within 3 % of its own range, the loud one included
+
+
+def test_int8_excluded_nodes_stay_fp32(tmp_path: Path) -> None:
+    assert quantize_int8(_rows_graph(tmp_path / "g.onnx"), tmp_path / "q.onnx", exclude_nodes=["k"]) == 1
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node]
+    assert ops.count("MatMul") == 1 and ops.count("MatMulIntegerToFloat") == 1

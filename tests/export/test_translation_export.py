@@ -18,16 +18,15 @@ import torch
 from export.checkpoint import load_checkpoint
 from export.data import encode_source, pad
 from export.model import padding_mask
-from export.translate import translate_ids
-from export.translation import (
+from export.reference import MIN_CHRF_VS_FP32, load_reference
+from export.translate import translate_ids as torch_translate_ids
+from export.translation import FP32_TOLERANCE, VerificationError, export_translation, load_source
+from export.translation_checks import (
     BUILTIN_SENTENCES,
-    FP32_TOLERANCE,
-    OrtTranslator,
-    VerificationError,
     default_limits,
-    export_translation,
-    load_source,
-    onnx_translate_ids,
+    engine_decoder,
+    open_engine,
+    translate_ids,
 )
 from export.translation_graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest
@@ -86,22 +85,32 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
     assert fp32.parity["greedy_builtin_sentences"] == len(BUILTIN_SENTENCES)
     assert fp32.parity["greedy_val_sentences"] == 6
     assert int8.parity["bleu_drop"] <= 0.5
-    assert int8.fusions.get("MatMulInteger", 0) + int8.fusions.get("DynamicQuantizeMatMul", 0) > 0
+    assert int8.fusions["MatMulIntegerToFloat"] > 0  # per-row int8, no per-tensor DynamicQuantize
+    for m in (fp32, int8):  # measured on the committed reference sentences, bounds included
+        check = m.reference_check
+        assert check is not None and check.sha256 == load_reference().sha256 and check.sentences >= 200
+        assert check.figures["alone_vs_batched_identical_beam1"] == 1.0
+        assert check.figures["alone_vs_batched_identical_beam4"] == 1.0
+    assert int8.reference_check is not None
+    assert int8.reference_check.figures["chrf_vs_fp32_beam4"] >= MIN_CHRF_VS_FP32
+    assert int8.reference_check.bounds["min_chrf_vs_fp32_beam4"] == MIN_CHRF_VS_FP32
     decoder = {t.name: t for t in fp32.graphs["decoder"].inputs}
     assert decoder["past_keys"].shape == [2, "batch", 4, "past_len", 8]
     assert decoder["past_keys"].dtype == "float32" and decoder["input_ids"].dtype == "int64"
 
 
-def test_onnx_search_gives_the_same_tokens_as_pytorch(checkpoint: Path, exported: Path) -> None:
-    """The cached ONNX decoder under the service's search equals TorchDecoder, greedy and beam."""
+def test_service_engine_gives_the_same_tokens_as_pytorch(checkpoint: Path, exported: Path) -> None:
+    """The artefact served by OnnxTranslator (loaded by the service's loader) equals TorchDecoder,
+    greedy and beam."""
     model = load_checkpoint(checkpoint / "model.safetensors")
     source = load_source(checkpoint)
-    src_ids = encode_source(source.tokenizer, TEXTS + BUILTIN_SENTENCES[:4], model.cfg.max_len)
-    translator = OrtTranslator(exported / "transformer-en-de" / "fp32", threads=1)
+    texts = TEXTS + BUILTIN_SENTENCES[:4]
+    src_ids = encode_source(source.tokenizer, texts, model.cfg.max_len)
+    engine = open_engine(exported / "transformer-en-de" / "fp32", threads=1)
     limits = default_limits(src_ids, model.cfg.max_len)
     for beam in (1, 3):
-        want = translate_ids(model, src_ids, beam_size=beam)
-        got = onnx_translate_ids(translator, source, src_ids, beam_size=beam, max_lens=limits, batch_size=3)
+        want = torch_translate_ids(model, src_ids, beam_size=beam)
+        got = translate_ids(engine, source, texts, beam_size=beam, batch_size=3)
         assert got == want
     assert any(0 < len(t) < limit for t, limit in zip(want, limits, strict=True))  # some end with </s>
 
@@ -110,12 +119,14 @@ def test_first_step_with_empty_past(checkpoint: Path, exported: Path) -> None:
     """past_len 0 runs; log_probs equal the model's first step, alignments are distributions over
     real source tokens, and the cache grows by one position."""
     model = load_checkpoint(checkpoint / "model.safetensors")
-    translator = OrtTranslator(exported / "transformer-en-de" / "fp32", threads=1)
+    engine = open_engine(exported / "transformer-en-de" / "fp32", threads=1)
     src = pad(encode_source(load_source(checkpoint).tokenizer, TEXTS[:2], 48), 0)
-    memory = translator.encode(src.numpy())
+    decoder, _ = engine_decoder(engine, src.numpy(), 0)
     bos = np.full(2, model.cfg.bos_id, dtype=np.int64)
     mask = (src != 0).long().numpy()
-    log_probs, keys, values, attn = translator.step(bos, mask, memory, translator.empty_past(2))
+    log_probs, attn = decoder.step(bos)
+    keys, values = decoder._past
+    assert attn is not None
     assert keys.shape == values.shape == (2, 2, 4, 1, 8)
     assert log_probs.dtype == np.float32 and log_probs.shape == (2, model.cfg.vocab_size)
     with torch.no_grad():
