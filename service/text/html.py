@@ -14,21 +14,22 @@ What is translated:
 
 * Text between tags, minus leading and trailing whitespace (with ``&nbsp;``, ``&ensp;``,
   ``&emsp;``, ``&thinsp;``, ``&#32;``, ``&#160;``), which stays in the markup, as do
-  whitespace-only runs: a translation needs no whitespace handling. ``<title>`` and ``<noscript>`` (a
-  message to readers) are translated.
+  whitespace-only runs: a translation needs no whitespace handling. ``<title>`` and
+  ``<noscript>`` (a message to readers) are translated.
 * The values of ``alt``, ``title``, ``placeholder`` and ``aria-label`` (what readers see or
   hear), as runs of kind ``ATTRIBUTE``.
-* Not translated: ``<script>``, ``<style>`` (code); ``<code>``, ``<kbd>``, ``<samp>``, ``<var>``,
-  ``<pre>`` (code, input, output, layout that a sentence translator cannot keep), ``<math>``,
-  ``<template>`` (inert, usually holds placeholders), ``<textarea>`` (a form field's value,
-  submitted as is); any element with the HTML standard's ``translate="no"`` or the
-  ``notranslate`` class (Google's, LibreTranslate's convention), with its descendants and
-  their attributes. ``translate="yes"`` (or ``translate=""``) turns translation back on
-  inside, and for ``<pre>``, ``<code>`` etc. themselves; never inside script or style.
+* Not translated: ``<script>``, ``<style>`` (code); ``<iframe>``, ``<noembed>``,
+  ``<noframes>``, ``<xmp>`` (raw text to newer parsers; fallbacks or legacy); ``<code>``,
+  ``<kbd>``, ``<samp>``, ``<var>``, ``<pre>`` (code, input, output, layout that a sentence
+  translator cannot keep), ``<math>``, ``<template>`` (inert, usually placeholders),
+  ``<textarea>`` (a form field's value, submitted as is); any element with the HTML standard's
+  ``translate="no"`` or the ``notranslate`` class (Google's, LibreTranslate's convention), with
+  its descendants and their attributes. ``translate="yes"`` (or ``translate=""``) turns
+  translation back on inside, and for ``<pre>``, ``<code>`` etc. themselves; never in raw text.
 
 What ``render`` escapes: in text ``&``, ``<``, ``>`` and U+00A0 (as ``&amp;``, ``&lt;``,
 ``&gt;``, ``&nbsp;``); in a quoted attribute value ``&``, U+00A0 and its own quote (``&quot;`` or
-``&#39;``); in a bare one all of these, and it gets double quotes when the translation needs them
+``&#39;``); in a bare one those of text and both quotes, and it gets double quotes when the translation needs them
 (empty, or with whitespace, ``=`` or a backtick). Every other character is written as itself, so
 ``render(texts)`` gives the document back byte for byte but for the runs' references:
 ``&eacute;`` or ``&#8212;`` come back as characters, a literal ``<``/``>`` in text as ``&lt;``/``&gt;``.
@@ -37,7 +38,9 @@ What is an error (``HtmlError``, with the line and column, both from 1): an end 
 no open element (end tags of void elements such as ``</br>`` are accepted, and so is the end tag
 of an element that a mis-nested end tag closed early: ``<b><i>x</b></i>``); a tag, end tag,
 comment, CDATA section, declaration or processing instruction left open at the end of the
-input; a ``<script>`` or ``<style>`` never closed; markup the parser cannot read as a tag.
+input; a ``<script>`` or ``<style>`` never closed (with newer Pythons' parser, which follows
+HTML5 more closely, also ``<title>``, ``<textarea>``, ``<iframe>``...); markup the parser cannot
+read as a tag (a NUL in a tag name with Python 3.11.7's parser).
 Omitted optional end tags (``</p>``, ``</li>``, ``</td>``, ``</html>``...), void elements,
 ``<br/>``, unquoted or valueless attributes and a literal ``<`` before a non-letter are fine.
 """
@@ -109,7 +112,8 @@ _VOID = frozenset(
     {"area", "base", "basefont", "bgsound", "br", "col", "embed", "frame", "hr", "img", "input", "keygen"}
     | {"link", "meta", "param", "source", "track", "wbr"}
 )
-_RAW_TEXT = frozenset({"script", "style"})
+# Content the parser passes on raw (newer Pythons also do so for xmp, iframe, noembed, noframes).
+_RAW_TEXT = frozenset({"script", "style", "xmp", "iframe", "noembed", "noframes", "plaintext"})
 _UNTRANSLATED_CONTENT = frozenset({"code", "kbd", "samp", "var", "pre", "math", "template", "textarea"})
 _TRANSLATED_ATTRIBUTES = frozenset({"alt", "title", "placeholder", "aria-label"})
 
@@ -117,9 +121,12 @@ _NEWLINE = re.compile("\n")  # HTMLParser counts lines by "\n" only
 _BLANK_REFERENCE = r"&(?:nbsp|ensp|emsp|thinsp);|&#0*(?:32|160);|&#[xX]0*(?:20|[aA]0);"
 _LEADING_BLANK = re.compile(rf"(?:\s|{_BLANK_REFERENCE})*")
 _TRAILING_BLANK_REFERENCE = re.compile(rf"(?:{_BLANK_REFERENCE})\Z")  # searched in the last 16 characters
-_TAG_NAME = re.compile(r"<[^\t\n\r\f />\x00]+")
+_TAG_NAME = re.compile(r"<[^\t\n\r\f />]+")
 # One attribute of a start tag as HTML tokenizes it: name, then an optional quoted or bare value.
-_ATTRIBUTE = re.compile(r"""[\s/]*([^\s/>][^\s/=>]*)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]*)))?""")
+_ATTRIBUTE = re.compile(
+    r"""[\t\n\r\f /]*([^\t\n\r\f />][^\t\n\r\f /=>]*)"""
+    r"""(?:[\t\n\r\f ]*=[\t\n\r\f ]*(?:"([^"]*)"|'([^']*)'|([^\t\n\r\f >]*)))?"""
+)
 _ATTRIBUTE_REFERENCE = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[a-zA-Z][a-zA-Z0-9]*;?)(=?)")
 _UNQUOTED_UNSAFE = re.compile(r"[\s=`]")  # once escaped, the rest of what a bare value cannot hold
 _QUOTE_REFERENCES = {'"': "&quot;", "'": "&#39;"}
@@ -153,61 +160,65 @@ class _Element:
 
 
 class _Splitter(HTMLParser):
-    """Collects the text runs while keeping a stack of open elements for what is translated."""
+    """Collects the text runs while keeping a stack of open elements for what is translated.
+
+    Its own names have two underscores: HTMLParser keeps its state in one-underscore names
+    (``_pending``, ``_open_elements``... in newer Pythons), which must not be overwritten.
+    """
 
     def __init__(self, document: str) -> None:
         super().__init__(convert_charrefs=True)
-        self._document = document
-        self._line_starts = [0, *(m.end() for m in _NEWLINE.finditer(document))]
-        self._open = [_Element("", text=True, attributes=True, line=1, column=1)]
-        self._open_count: Counter[str] = Counter()
-        self._closed_early: Counter[str] = Counter()  # elements an outer end tag closed implicitly
-        self._pending = (-1, -1)  # the text span being gathered from consecutive data events
-        self._runs: list[_Run] = []
+        self.__document = document
+        self.__line_starts = [0, *(m.end() for m in _NEWLINE.finditer(document))]
+        self.__open = [_Element("", text=True, attributes=True, line=1, column=1)]
+        self.__open_count: Counter[str] = Counter()
+        self.__closed_early: Counter[str] = Counter()  # elements an outer end tag closed implicitly
+        self.__pending = (-1, -1)  # the text span being gathered from consecutive data events
+        self.__runs: list[_Run] = []
 
     def runs(self) -> list[_Run]:
         try:
-            self.feed(self._document)
-            self._refuse_unterminated()
+            self.feed(self.__document)
+            self.__refuse_unterminated()
             self.close()  # the text after the last tag
         except AssertionError as e:  # _markupbase's complaint about <![...
-            raise self._error(f"malformed markup ({e})") from e
-        self._flush_text()
-        return self._runs
+            raise self.__error(f"malformed markup ({e})") from e
+        self.__flush_text()
+        return self.__runs
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._start(tag, attrs, closed=tag in _VOID)
+        self.__start(tag, attrs, closed=tag in _VOID)
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._start(tag, attrs, closed=True)
+        self.__start(tag, attrs, closed=True)
 
     def handle_endtag(self, tag: str) -> None:
         if tag in _VOID:
             return
-        if self._open_count[tag]:
-            while (element := self._open.pop()).tag != tag:
-                self._open_count[element.tag] -= 1
-                self._closed_early[element.tag] += 1
-            self._open_count[tag] -= 1
-        elif self._closed_early[tag]:
-            self._closed_early[tag] -= 1
+        if self.__open_count[tag]:
+            while (element := self.__open.pop()).tag != tag:
+                self.__open_count[element.tag] -= 1
+                self.__closed_early[element.tag] += 1
+            self.__open_count[tag] -= 1
+        elif self.__closed_early[tag]:
+            self.__closed_early[tag] -= 1
         else:
-            raise self._error(f"end tag </{tag}> closes no open element")
+            raise self.__error(f"end tag </{tag}> closes no open element")
 
     def handle_data(self, data: str) -> None:
-        if not self._open[-1].text:
+        if not self.__open[-1].text:
             return
-        start = self._offset()
-        lone_less_than = data == "<" and self._document.startswith("<", start)
-        end = start + 1 if lone_less_than else self._text_end(start, data)
-        if start == self._pending[1]:
-            self._pending = (self._pending[0], end)
+        start = self.__offset()
+        lone_less_than = data == "<" and self.__document.startswith("<", start)
+        end = start + 1 if lone_less_than else self.__text_end(start, data)
+        if start == self.__pending[1]:
+            self.__pending = (self.__pending[0], end)
         else:
-            self._flush_text()
-            self._pending = (start, end)
+            self.__flush_text()
+            self.__pending = (start, end)
 
-    def _start(self, tag: str, attrs: list[tuple[str, str | None]], closed: bool) -> None:
-        parent = self._open[-1]
+    def __start(self, tag: str, attrs: list[tuple[str, str | None]], closed: bool) -> None:
+        parent = self.__open[-1]
         own = _translate_state(attrs)
         attributes = parent.attributes if own is None else own
         if tag in _RAW_TEXT:
@@ -217,44 +228,44 @@ class _Splitter(HTMLParser):
         else:
             text = parent.text and tag not in _UNTRANSLATED_CONTENT
         if attributes and any(name in _TRANSLATED_ATTRIBUTES for name, _ in attrs):
-            self._flush_text()  # runs stay in document order
-            self._attribute_runs(attrs)
+            self.__flush_text()  # runs stay in document order
+            self.__attribute_runs(attrs)
         if not closed:
             line, column = self.getpos()
-            self._open.append(_Element(tag, text, attributes, line, column + 1))
-            self._open_count[tag] += 1
+            self.__open.append(_Element(tag, text, attributes, line, column + 1))
+            self.__open_count[tag] += 1
 
-    def _attribute_runs(self, attrs: list[tuple[str, str | None]]) -> None:
+    def __attribute_runs(self, attrs: list[tuple[str, str | None]]) -> None:
         source = self.get_starttag_text() or ""
         found = list(_attributes(source))
         if [name for name, *_ in found] != [name for name, _ in attrs]:
-            raise self._error("cannot locate the attribute values of this tag")
-        tag_start = self._offset()
+            raise self.__error("cannot locate the attribute values of this tag")
+        tag_start = self.__offset()
         for name, start, end in found:
             if name in _TRANSLATED_ATTRIBUTES and start >= 0:
                 quote = source[start - 1] if source[start - 1] in "\"'" else ""
-                self._add_run(tag_start + start, tag_start + end, RunKind.ATTRIBUTE, quote)
+                self.__add_run(tag_start + start, tag_start + end, RunKind.ATTRIBUTE, quote)
 
-    def _text_end(self, start: int, data: str) -> int:
+    def __text_end(self, start: int, data: str) -> int:
         """Where the text the parser decoded to ``data`` ends in the source: at a '<' or the end."""
-        end, size = start, len(self._document)
+        end, size = start, len(self.__document)
         while True:
-            found = self._document.find("<", end + 1)
+            found = self.__document.find("<", end + 1)
             end = size if found < 0 else found
-            decoded = unescape(self._document[start:end])
+            decoded = unescape(self.__document[start:end])
             if decoded == data:
                 return end
             if end == size or len(decoded) >= len(data):
-                raise self._error("malformed markup the parser read as text")
+                raise self.__error("malformed markup the parser read as text")
 
-    def _flush_text(self) -> None:
-        start, end = self._pending
+    def __flush_text(self) -> None:
+        start, end = self.__pending
         if start >= 0:
-            self._add_run(start, end, RunKind.TEXT)
-        self._pending = (-1, -1)
+            self.__add_run(start, end, RunKind.TEXT)
+        self.__pending = (-1, -1)
 
-    def _add_run(self, start: int, end: int, kind: RunKind, quote: str = "") -> None:
-        raw = self._document[start:end]
+    def __add_run(self, start: int, end: int, kind: RunKind, quote: str = "") -> None:
+        raw = self.__document[start:end]
         # A bare attribute value keeps its edges: quotes added around a translation go right after '='.
         bare_value = kind is RunKind.ATTRIBUTE and not quote
         lead, trail = (0, len(raw)) if bare_value else _without_blank_edges(raw)
@@ -263,23 +274,23 @@ class _Splitter(HTMLParser):
         core = raw[lead:trail]
         text = unescape(core) if kind is RunKind.TEXT else _decode_attribute(core)
         if not text.isspace():
-            self._runs.append(_Run(start + lead, start + trail, text, kind, quote))
+            self.__runs.append(_Run(start + lead, start + trail, text, kind, quote))
 
-    def _refuse_unterminated(self) -> None:
+    def __refuse_unterminated(self) -> None:
         """After feed() the parser holds back what it could not finish: at the end, that is an error."""
         if self.cdata_elem:
-            element = self._open[-1]
+            element = self.__open[-1]
             raise HtmlError(f"<{element.tag}> is never closed", element.line, element.column)
         rest = self.rawdata
         if rest.startswith("<"):
             construct = next(name for prefix, name in _UNTERMINATED.items() if rest.startswith(prefix))
-            raise self._error(f"unterminated {construct} at the end of the input")
+            raise self.__error(f"unterminated {construct} at the end of the input")
 
-    def _offset(self) -> int:
+    def __offset(self) -> int:
         line, column = self.getpos()
-        return self._line_starts[line - 1] + column
+        return self.__line_starts[line - 1] + column
 
-    def _error(self, problem: str) -> HtmlError:
+    def __error(self, problem: str) -> HtmlError:
         line, column = self.getpos()
         return HtmlError(problem, line, column + 1)
 

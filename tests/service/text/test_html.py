@@ -137,6 +137,7 @@ def test_attribute_references_decode_as_the_html_standard_says() -> None:
         "<pre>Not this</pre>",
         "<textarea>Not this</textarea>",
         "<template><p>Not this</p></template>",
+        "<iframe src=x><p>Not this</p></iframe>",
         "<math><mi>Not this</mi></math>",
         '<span translate="no">Not <b>this</b></span>',
         "<div translate=NO><p>Not <i>this</i></p></div>",
@@ -270,10 +271,20 @@ def test_what_cannot_be_kept_is_an_error_with_its_position(
     assert isinstance(error, ValueError)
 
 
-@pytest.mark.parametrize("source", ["<p>x</p><![ junk", "<p>x<a\x00b>y</a>"])
-def test_unreadable_markup_is_an_error(source: str) -> None:
-    with pytest.raises(HtmlError, match=r"line 1, column \d+: malformed markup"):
-        parse_html(source)
+def test_unreadable_markup_is_an_error() -> None:
+    # Python 3.11.7's parser cannot read it; newer ones take it for an unterminated bogus comment.
+    with pytest.raises(HtmlError, match=r"line 1, column \d+: (malformed markup|unterminated CDATA)"):
+        parse_html("<p>x</p><![ junk")
+
+
+def test_a_nul_in_a_tag_name_is_refused_or_kept_verbatim() -> None:
+    # Python 3.11.7's parser gives such a tag as text; newer ones read it as a tag, as HTML does.
+    try:
+        document = parse_html("<p>x<a\x00b>y</a\x00b>")
+    except HtmlError as e:
+        assert (e.line, e.column, e.problem) == (1, 5, "malformed markup the parser read as text")
+    else:
+        assert (document.markup, document.texts) == (["<p>", "<a\x00b>", "</a\x00b>"], ["x", "y"])
 
 
 _FRAGMENTS = [
@@ -293,8 +304,8 @@ def test_random_documents_round_trip_and_take_any_translation() -> None:
         source = "".join(rng.choice(_FRAGMENTS) for _ in range(rng.randint(1, 20)))
         try:
             document = parse_html(source)
-        except HtmlError as e:
-            assert "closes no open element" in e.problem
+        except HtmlError as e:  # a stray end tag, or (newer Pythons) an unclosed <title>
+            assert e.problem.endswith(("closes no open element", "<title> is never closed"))
             continue
         accepted += 1
         again = parse_html(document.render(document.texts))
