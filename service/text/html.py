@@ -28,11 +28,12 @@ What is translated:
   translation back on inside, and for ``<pre>``, ``<code>`` etc. themselves; never in raw text.
 
 What ``render`` escapes: in text ``&``, ``<``, ``>`` and U+00A0 (as ``&amp;``, ``&lt;``,
-``&gt;``, ``&nbsp;``); in a quoted attribute value ``&``, U+00A0 and its own quote (``&quot;`` or
-``&#39;``); in a bare one those of text and both quotes, and it gets double quotes when the translation needs them
-(empty, or with whitespace, ``=`` or a backtick). Every other character is written as itself, so
-``render(texts)`` gives the document back byte for byte but for the runs' references:
-``&eacute;`` or ``&#8212;`` come back as characters, a literal ``<``/``>`` in text as ``&lt;``/``&gt;``.
+``&gt;``, ``&nbsp;``); in a quoted attribute value ``&``, U+00A0 and its own quote (``&quot;``
+or ``&#39;``); in a bare one those of text and both quotes, and it gets double quotes when the
+translation needs them (empty, or with whitespace, ``=`` or a backtick). Every other character
+is written as itself, so ``render(texts)`` gives the document back byte for byte but for the
+runs' references: ``&eacute;`` or ``&#8212;`` come back as characters, a literal ``<``/``>``
+in text as ``&lt;``/``&gt;``.
 
 What is an error (``HtmlError``, with the line and column, both from 1): an end tag that closes
 no open element (end tags of void elements such as ``</br>`` are accepted, and so is the end tag
