@@ -12,7 +12,9 @@ length, so short texts are not padded to long ones.
 Failure is contained: an engine result that is an exception affects only its item; an engine
 call that raises fails only that batch (``EngineFailure`` in each slot) and the loop goes on.
 Items whose request is cancelled (client gone) or past its deadline are dropped before
-inference. This module knows nothing of HTTP.
+inference, and the engine is told about those already running (``on_abandon``), so that it can
+stop them early. ``Retry-After`` is the queued and running work over the measured throughput.
+This module knows nothing of HTTP.
 """
 
 from __future__ import annotations
@@ -92,8 +94,9 @@ class _Pending(Generic[ItemT, ResultT]):
 
 @dataclass
 class _Stats:
-    batch_seconds: float = 0.05  # moving average of one engine call, for Retry-After
+    tokens_per_s: float = 0.0  # moving average of one worker's measured throughput (0: none yet)
     running: int = 0
+    running_cost: int = 0  # tokens in the batches being computed
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -110,8 +113,10 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         run_batch: Callable[[list[ItemT]], Sequence[ResultT | Exception]],
         cost: Callable[[ItemT], int],
         policy: BatchPolicy,
+        on_abandon: Callable[[ItemT], None] | None = None,
     ) -> None:
         self.model = model
+        self._on_abandon = on_abandon
         self.policy = policy
         self._run_batch = run_batch
         self._cost = cost
@@ -228,22 +233,31 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         return [max(1, self._cost(item)) for item in items]
 
     def _abandon(self, entries: list[_Pending[ItemT, ResultT]], reason: str) -> None:
-        dropped = 0
+        """Nobody waits for ``entries`` any more: queued ones are dropped, running ones told to
+        stop (``on_abandon``: the engine drops them at its next step)."""
+        dropped = stopped = 0
         for entry in entries:
             if entry.state == "queued":
                 entry.state = "dropped"
                 dropped += 1
+            elif entry.state == "running" and not entry.future.done() and self._on_abandon is not None:
+                self._on_abandon(entry.item)
+                stopped += 1
             if not entry.future.done():
                 entry.future.cancel()
+        if dropped or stopped:
+            DROPPED.labels(model=self.model, reason=reason).inc(dropped + stopped)
         if dropped:
-            DROPPED.labels(model=self.model, reason=reason).inc(dropped)
             self._set_queued(self._queued - dropped)
             self._stats.done.set()
 
     def _retry_after_s(self) -> int:
-        batches_ahead = math.ceil(self._queued / self.policy.max_batch_size)
-        seconds = batches_ahead * self._stats.batch_seconds / self.policy.workers
-        return min(60, max(1, math.ceil(seconds)))
+        """The work ahead (queued and running tokens) at the measured throughput, 1–60 s."""
+        rate = self._stats.tokens_per_s * self.policy.workers
+        if rate <= 0:
+            return 1
+        ahead = self._stats.running_cost + sum(p.cost for p in self._queue if p.state == "queued")
+        return min(60, max(1, math.ceil(ahead / rate)))
 
     def _set_queued(self, n: int) -> None:
         self._queued = n
@@ -339,13 +353,15 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         return window
 
     async def _execute(self, batch: list[_Pending[ItemT, ResultT]]) -> None:
+        cost = sum(p.cost for p in batch)
         self._stats.running += 1
+        self._stats.running_cost += cost
         try:
             now = time.perf_counter()
             for pending in batch:
                 observe_stage(self.model, "queue", now - pending.enqueued)
             BATCH_SIZE.labels(model=self.model).observe(len(batch))
-            BATCH_TOKENS.labels(model=self.model).observe(sum(p.cost for p in batch))
+            BATCH_TOKENS.labels(model=self.model).observe(cost)
             items = [p.item for p in batch]
             loop = asyncio.get_running_loop()
             try:
@@ -359,7 +375,9 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
                 log.exception("%s: engine call failed for a batch of %d items", self.model, len(batch))
                 failure = EngineFailure(f"{self.model}: engine failed on a batch: {type(e).__name__}")
                 results = [failure] * len(batch)
-            self._stats.batch_seconds = 0.8 * self._stats.batch_seconds + 0.2 * (time.perf_counter() - now)
+            rate = cost / max(time.perf_counter() - now, 1e-6)
+            stats = self._stats
+            stats.tokens_per_s = rate if stats.tokens_per_s <= 0 else 0.8 * stats.tokens_per_s + 0.2 * rate
             errors = sum(isinstance(r, Exception) for r in results)
             if errors:
                 ITEM_ERRORS.labels(model=self.model).inc(errors)
@@ -370,6 +388,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
                     observe_stage(self.model, "total", end - pending.enqueued)
         finally:
             self._stats.running -= 1
+            self._stats.running_cost -= cost
             self._stats.done.set()
             self._slots.release()
 

@@ -39,7 +39,10 @@ INPUT_TOKENS = Counter(f"{PREFIX}_input_tokens", "Input tokens processed", ["mod
 OUTPUT_TOKENS = Counter(f"{PREFIX}_output_tokens", "Output tokens generated", ["model"])
 REJECTED = Counter(f"{PREFIX}_rejected", "Items refused before queueing", ["model", "reason"])
 DROPPED = Counter(
-    f"{PREFIX}_dropped", "Queued items dropped without inference (client gone, deadline)", ["model", "reason"]
+    f"{PREFIX}_dropped",
+    "Items dropped because nobody waits for them (client gone, deadline): queued ones before "
+    "inference, running ones at the engine's next step",
+    ["model", "reason"],
 )
 ITEM_ERRORS = Counter(f"{PREFIX}_item_errors", "Items that failed inside a batch", ["model"])
 MODEL_INFO = Gauge(

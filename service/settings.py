@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # make (each one batcher item; at most max_queue of them fit in the queue at once).
     max_translate_chars_per_request: int = Field(default=50_000, ge=1, le=HARD_MAX_REQUEST_CHARS)
     max_sentences_per_request: int = Field(default=2048, ge=1)
+    # The most decoding one translation request may ask for: sentences × beam_size × max_length
+    # (output tokens). 2^20 takes a 50,000-character document at beam 4 and the default max_length.
+    max_decode_cost_per_request: int = Field(default=1 << 20, ge=1)
 
     # Access
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: auth off

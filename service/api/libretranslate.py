@@ -86,7 +86,11 @@ async def translate(request: Request, runtime: Annotated[Runtime, Depends(get_ru
         if body.target not in targets:
             raise LibreTranslateError(400, f"{body.target} is not supported (targets: {', '.join(targets)})")
         n = body.alternatives + 1
-        options = TranslateOptions(beam_size=max(4, n), n_best=n)
+        options = TranslateOptions(
+            beam_size=max(4, n),
+            n_best=n,
+            max_length=info.max_target_len if info else TranslateOptions.max_length,
+        )
         try:
             done = await translate_texts(
                 request, runtime, translator, body.q, "q", body.format, source, options

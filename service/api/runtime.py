@@ -77,7 +77,13 @@ class Runtime:
                 translate: TranslateEngine = engine  # type: ignore[assignment]
                 self.translator = Translator(
                     translate,
-                    DynamicBatcher(name, translate.translate, _translate_cost(translate), policy),
+                    DynamicBatcher(
+                        name,
+                        translate.translate,
+                        _translate_cost(translate),
+                        policy,
+                        on_abandon=lambda item: item.abandoned.set(),
+                    ),
                 )
                 self.translator.batcher.start()
             else:

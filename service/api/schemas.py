@@ -99,6 +99,7 @@ class RequestLimits:
     max_chars: int
     max_translate_chars: int  # all texts of a translation request together
     max_sentences: int  # sentences of a translation request
+    max_decode_cost: int  # sentences × beam_size × max_length of a translation request
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RequestLimits:
@@ -107,6 +108,7 @@ class RequestLimits:
             max_chars=settings.max_chars_per_text,
             max_translate_chars=settings.max_translate_chars_per_request,
             max_sentences=settings.max_sentences_per_request,
+            max_decode_cost=settings.max_decode_cost_per_request,
         )
 
 
@@ -161,7 +163,12 @@ class TranslateRequest(_Request):
     )
     beam_size: int = Field(default=4, ge=1, le=MAX_BEAM, description="1 = greedy")
     n_best: int = Field(default=1, ge=1, le=MAX_BEAM, description="Hypotheses per text, at most beam_size")
-    max_length: int = Field(default=256, ge=1, le=MAX_OUTPUT_TOKENS, description="Output tokens")
+    max_length: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_OUTPUT_TOKENS,
+        description="Output tokens per sentence, at most the model's max_output_tokens (its default)",
+    )
     length_penalty: float = Field(
         default=1.0, ge=0.0, le=2.0, description="score = log-prob / length ** penalty"
     )
@@ -312,7 +319,8 @@ class ModelCard(_Response):
     task: Literal["translate", "embed"]
     variant: str
     provider: str
-    max_input_tokens: int
+    max_input_tokens: int = Field(description="Tokens per sentence (translation) or text (embeddings)")
+    max_output_tokens: int | None = Field(default=None, description="Translation: the most max_length")
     source_languages: list[str] | None = None
     target_languages: list[str] | None = None
     dim: int | None = None

@@ -50,6 +50,15 @@ async def translate(
         *check_language(body.source_language, "source_language", sources, manifest.name),
         *check_language(body.target_language, "target_language", targets, manifest.name),
     ]
+    if info is not None and body.max_length is not None and body.max_length > info.max_target_len:
+        errors.append(
+            {
+                "type": "less_than_equal",
+                "loc": ("body", "max_length"),
+                "msg": f"{manifest.name} writes at most {info.max_target_len} output tokens",
+                "ctx": {"limit": info.max_target_len},
+            }
+        )
     if body.alignments and info is not None and not info.has_alignments:
         errors.append(
             {
@@ -63,7 +72,7 @@ async def translate(
     options = TranslateOptions(
         beam_size=body.beam_size,
         n_best=body.n_best,
-        max_length=body.max_length,
+        max_length=body.max_length or (info.max_target_len if info else TranslateOptions.max_length),
         length_penalty=body.length_penalty,
         alignments=body.alignments,
     )
@@ -120,14 +129,29 @@ async def translate_texts(
     if html_errors:
         raise validation_error(html_errors)
     max_sentences = min(limits.max_sentences, runtime.settings.max_queue)
-    if prepared.n_sentences > max_sentences:
+    n = prepared.n_sentences
+    if n > max_sentences:
         raise validation_error(
             [
                 {
                     "type": "too_many_sentences",
                     "loc": ("body", field),
-                    "msg": f"at most {max_sentences} sentences per request, got {prepared.n_sentences}",
+                    "msg": f"at most {max_sentences} sentences per request, got {n}",
                     "ctx": {"limit": max_sentences},
+                }
+            ]
+        )
+    cost = n * options.beam_size * options.max_length
+    if cost > limits.max_decode_cost:
+        raise validation_error(
+            [
+                {
+                    "type": "decode_cost_too_high",
+                    "loc": ("body", field),
+                    "msg": f"{n} sentences × beam_size {options.beam_size} × max_length {options.max_length} "
+                    f"= {cost} output tokens to search, more than {limits.max_decode_cost}: lower "
+                    "beam_size or max_length, or send fewer sentences per request",
+                    "ctx": {"limit": limits.max_decode_cost},
                 }
             ]
         )

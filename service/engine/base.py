@@ -7,6 +7,7 @@ others (the batcher turns it into that request's error).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +41,9 @@ class TranslateOptions:
 class TranslateItem:
     text: str
     options: TranslateOptions = field(default_factory=TranslateOptions)
+    # Set when nobody waits for the result any more (client gone, deadline passed): the search
+    # drops the sentence at its next decoder step.
+    abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,10 @@ class Translation:
     source_tokens: list[str]
     n_input_tokens: int
     n_output_tokens: int  # of the best hypothesis
+
+
+class Abandoned(RuntimeError):
+    """The item's request was gone before it was computed (its result goes to nobody)."""
 
 
 class TextTooLong(ValueError):

@@ -9,9 +9,9 @@ their outputs can be compared token for token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,12 +47,15 @@ def beam_search(
     eos_id: int,
     n_best: int = 1,
     length_penalty: float = 1.0,
+    abandoned: Callable[[], Sequence[bool]] | None = None,
 ) -> list[list[Hypothesis]]:
     """n_best hypotheses per sentence, best first. beam_size=1 is greedy decoding.
 
     A sentence stops once it has ``beam_size`` finished hypotheses (early stopping) or after
     ``max_len`` tokens (one limit for all, or one per sentence, so that a sentence's result never
-    depends on the others in its batch); its rows then leave the running batch.
+    depends on the others in its batch); its rows then leave the running batch. ``abandoned``,
+    asked before every step, flags the sentences nobody waits for any more: they leave at once,
+    with the hypotheses they have (none, usually).
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
@@ -68,6 +71,14 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
 
     for t in range(int(limits.max(initial=0))):
+        if abandoned is not None:
+            gone = abandoned()
+            if any(gone[sent] for sent in active):
+                active, last, scores, history, attn_history = _drop(
+                    decoder, gone, active, k, last, scores, history, attn_history
+                )
+                if not active:
+                    break
         logp, attn = decoder.step(last)  # (N, V), (N, S)
         if attn is not None:
             step_attn = attn[:, None, :]
@@ -116,6 +127,22 @@ def beam_search(
         active = still_active
 
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+
+
+def _drop(
+    decoder: IncrementalDecoder,
+    gone: Sequence[bool],
+    active: list[int],
+    k: int,
+    *state: np.ndarray | None,
+) -> tuple[Any, ...]:
+    """The running state without the blocks of the abandoned sentences."""
+    keep = [j for j, sent in enumerate(active) if not gone[sent]]
+    if not keep:
+        return ([], *state)
+    rows = (np.array(keep, dtype=np.int64)[:, None] * k + np.arange(k)).reshape(-1)
+    decoder.reorder(rows)
+    return ([active[j] for j in keep], *(None if x is None else x[rows] for x in state))
 
 
 _BLOCK = 64  # columns per block of the top-k pre-selection

@@ -27,7 +27,7 @@ hands the engine whole batches, and groups per option set keep the search code u
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +37,7 @@ import onnxruntime as ort
 
 from service.artefacts import ArtefactError, Manifest, TranslationInfo, load_and_verify
 from service.engine.base import (
+    Abandoned,
     TextTooLong,
     TranslateItem,
     TranslateOptions,
@@ -339,7 +340,9 @@ class OnnxTranslator:
             except ValueError as e:
                 results[i] = e
                 continue
-            if isinstance(enc, TextTooLong):
+            if item.abandoned.is_set():
+                results[i] = Abandoned("nobody waits for this item any more")
+            elif isinstance(enc, TextTooLong):
                 results[i] = enc
             elif not item.text.strip():
                 results[i] = _empty_translation(item.options.alignments and self._can_align)
@@ -398,7 +401,8 @@ class OnnxTranslator:
         src_len = max(todo[i].n_tokens for i in members)
         group_memory = self._select(memory, rows, src_len)
         _, mask = self.tokenizer.pad([todo[i].ids for i in members])
-        found = self._decode(group_memory, mask, key, limits)
+        flags = [items[i].abandoned for i in members]
+        found = self._decode(group_memory, mask, key, limits, lambda: [f.is_set() for f in flags])
         return dict(zip(members, found, strict=True))
 
     def _select(self, memory: tuple[Tensor, Tensor], rows: np.ndarray, src_len: int) -> tuple[Tensor, Tensor]:
@@ -414,7 +418,12 @@ class OnnxTranslator:
         return out[0], out[1]
 
     def _decode(
-        self, memory: tuple[Tensor, Tensor], mask: np.ndarray, key: _GroupKey, max_len: int | Sequence[int]
+        self,
+        memory: tuple[Tensor, Tensor],
+        mask: np.ndarray,
+        key: _GroupKey,
+        max_len: int | Sequence[int],
+        abandoned: Callable[[], Sequence[bool]] | None = None,
     ) -> list[list[Hypothesis]]:
         decoder = OnnxDecoder(
             self.backend,
@@ -433,6 +442,7 @@ class OnnxTranslator:
             eos_id=self.eos_id,
             n_best=key.n_best,
             length_penalty=key.length_penalty,
+            abandoned=abandoned,
         )
 
     def _search(self, src_ids: list[list[int]], key: _GroupKey, max_len: int) -> list[list[Hypothesis]]:
@@ -455,6 +465,9 @@ class OnnxTranslator:
         n_out = 0
         with timed(self.name, "detokenize"):
             for i, found in hyps.items():
+                if items[i].abandoned.is_set():  # it may have left the search half-way
+                    results[i] = Abandoned("nobody waits for this item any more")
+                    continue
                 results[i] = self._translation(items[i].options, todo[i], found)
                 n_out += len(found[0].tokens[: self._limit(items[i].options)]) if found else 0
         OUTPUT_TOKENS.labels(model=self.name).inc(n_out)

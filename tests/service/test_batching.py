@@ -277,3 +277,93 @@ async def test_a_real_engine_behind_the_batcher() -> None:
         assert metric("tserve_stage_duration_seconds_count", model=engine.manifest.name, stage="queue") >= 2
     finally:
         await batcher.close()
+
+
+@pytest.fixture
+async def with_abandon() -> AsyncIterator[
+    tuple[DynamicBatcher[Item, str], Recorder, list[Item], threading.Event]
+]:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    told: list[Item] = []
+    batcher: DynamicBatcher[Item, str] = DynamicBatcher(
+        f"test-batcher-{next(_names)}",
+        engine,
+        lambda item: item.cost,
+        BatchPolicy(max_wait_s=0.001),
+        told.append,
+    )
+    batcher.start()
+    yield batcher, engine, told, gate
+    gate.set()
+    await batcher.close()
+
+
+async def test_running_items_whose_deadline_passes_are_handed_to_on_abandon(
+    with_abandon: tuple[DynamicBatcher[Item, str], Recorder, list[Item], threading.Event],
+) -> None:
+    batcher, engine, told, _ = with_abandon
+    before = metric("tserve_dropped_total", model=batcher.model, reason="deadline")
+    with pytest.raises(DeadlineExceeded):
+        await batcher.submit([Item("slow"), Item("slower")], 0.1)
+    assert engine.batches == [["slow", "slower"]]  # they were running, not queued
+    assert told == [Item("slow"), Item("slower")]
+    assert metric("tserve_dropped_total", model=batcher.model, reason="deadline") - before == 2
+
+
+async def test_running_items_of_a_cancelled_request_are_handed_to_on_abandon(
+    with_abandon: tuple[DynamicBatcher[Item, str], Recorder, list[Item], threading.Event],
+) -> None:
+    batcher, engine, told, _ = with_abandon
+    task = asyncio.ensure_future(batcher.submit([Item("gone")], 10))
+    await wait_for(lambda: len(engine.batches) == 1)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert told == [Item("gone")]
+
+
+async def test_retry_after_is_the_work_ahead_over_the_measured_throughput() -> None:
+    gate = threading.Event()
+
+    def engine(items: list[Item]) -> list[str | Exception]:
+        if items[0].text == "measure":
+            time.sleep(0.2)  # 100 tokens in 0.2 s: 500 tokens/s
+        else:
+            assert gate.wait(10)
+        return [it.text for it in items]
+
+    policy = BatchPolicy(max_wait_s=0.001, max_batch_size=1, max_queue=3)
+    batcher: DynamicBatcher[Item, str] = DynamicBatcher(
+        f"test-batcher-{next(_names)}", engine, lambda item: item.cost, policy
+    )
+    batcher.start()
+    try:
+        await batcher.submit([Item("measure", 100)], 5)
+        running = asyncio.ensure_future(batcher.submit([Item("running", 500)], 10))
+        queued = asyncio.ensure_future(batcher.submit([Item("a", 1000), Item("b", 1000)], 10))
+        await wait_for(lambda: batcher.queued == 2)
+        with pytest.raises(QueueFull) as refused:
+            await batcher.submit([Item("c"), Item("d")], 10)
+        assert refused.value.retry_after_s in (5, 6)  # (500 running + 2000 queued) / ~500 per second
+        gate.set()
+        await asyncio.gather(running, queued)
+    finally:
+        gate.set()
+        await batcher.close()
+
+
+async def test_a_later_request_gets_a_place_in_the_next_batch(
+    make: Callable[..., DynamicBatcher[Item, str]],
+) -> None:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    batcher = make(engine, max_batch_size=3)
+    blocker = asyncio.ensure_future(batcher.submit([Item("blocker")], 10))
+    await wait_for(lambda: len(engine.batches) == 1)
+    document = asyncio.ensure_future(batcher.submit([Item(f"s{i}", 5) for i in range(9)], 10))
+    await wait_for(lambda: batcher.queued == 9)
+    short = asyncio.ensure_future(batcher.submit([Item("hello", 1)], 10))
+    await wait_for(lambda: batcher.queued == 10)
+    gate.set()
+    await asyncio.gather(blocker, document, short)
+    assert "hello" in engine.batches[1]  # not behind all nine sentences of the earlier request

@@ -323,3 +323,34 @@ def test_block_top_k_equals_a_full_sort(vocab: int, beam: int) -> None:
         for j in range(sentences):
             for r, t, s in zip(rows[j], tokens[j], got[j], strict=True):
                 assert r // beam == j and (s == -np.inf or scores[r] + logp[r, t] == s)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_an_abandoned_sentence_leaves_at_the_next_step_and_the_others_are_unchanged(beam: int) -> None:
+    never_ends = {A: 0.6, B: 0.3, EOS: 1e-6}  # runs to max_len unless stopped
+    tables: list[Table] = [{}, {}, {}]
+    alone, _ = search(tables, beam, max_len=30, default=never_ends)
+    flags = [False, False, False]
+    decoder = ScriptedDecoder(tables, never_ends)
+    steps = 0
+
+    def abandoned() -> list[bool]:
+        nonlocal steps
+        steps += 1
+        if steps == 5:
+            flags[1] = True  # its client left after four steps
+        return flags
+
+    found = beam_search(decoder, 3, beam_size=beam, max_len=30, bos_id=BOS, eos_id=EOS, abandoned=abandoned)
+    assert found[1] == []  # gone after four steps, nothing finished
+    for i in (0, 2):
+        assert [(h.tokens, h.score) for h in found[i]] == [(h.tokens, h.score) for h in alone[i]]
+    assert decoder.step_sizes[3] == 3 * beam and decoder.step_sizes[4] == 2 * beam  # one step later
+
+
+def test_the_search_ends_at_once_when_every_sentence_is_abandoned() -> None:
+    decoder = ScriptedDecoder([{}, {}], {A: 0.9, EOS: 1e-6})
+    found = beam_search(
+        decoder, 2, beam_size=2, max_len=200, bos_id=BOS, eos_id=EOS, abandoned=lambda: [True, True]
+    )
+    assert found == [[], []] and decoder.step_sizes == []
