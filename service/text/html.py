@@ -56,6 +56,7 @@ from enum import StrEnum
 from html import escape, unescape
 from html.entities import html5 as html5_entities
 from html.parser import HTMLParser
+from typing import NamedTuple
 
 
 class HtmlError(ValueError):
@@ -142,17 +143,15 @@ _UNTERMINATED = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
+class _Run(NamedTuple):  # tuples, for one per text run and open element are cheap to create
     start: int
     end: int
     text: str
     kind: RunKind
-    quote: str = ""
+    quote: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Element:
+class _Element(NamedTuple):
     tag: str
     text: bool  # its text is translated
     attributes: bool  # its descendants' attributes are translated: the HTML "translate" state
@@ -220,7 +219,7 @@ class _Splitter(HTMLParser):
 
     def __start(self, tag: str, attrs: list[tuple[str, str | None]], closed: bool) -> None:
         parent = self.__open[-1]
-        own = _translate_state(attrs)
+        own = _translate_state(attrs) if attrs else None
         attributes = parent.attributes if own is None else own
         if tag in _RAW_TEXT:
             text = False
@@ -228,7 +227,7 @@ class _Splitter(HTMLParser):
             text = own
         else:
             text = parent.text and tag not in _UNTRANSLATED_CONTENT
-        if attributes and any(name in _TRANSLATED_ATTRIBUTES for name, _ in attrs):
+        if attrs and attributes and any(name in _TRANSLATED_ATTRIBUTES for name, _ in attrs):
             self.__flush_text()  # runs stay in document order
             self.__attribute_runs(attrs)
         if not closed:
@@ -262,11 +261,13 @@ class _Splitter(HTMLParser):
     def __flush_text(self) -> None:
         start, end = self.__pending
         if start >= 0:
-            self.__add_run(start, end, RunKind.TEXT)
+            self.__add_run(start, end, RunKind.TEXT, "")
         self.__pending = (-1, -1)
 
-    def __add_run(self, start: int, end: int, kind: RunKind, quote: str = "") -> None:
+    def __add_run(self, start: int, end: int, kind: RunKind, quote: str) -> None:
         raw = self.__document[start:end]
+        if raw.isspace():
+            return
         # A bare attribute value keeps its edges: quotes added around a translation go right after '='.
         bare_value = kind is RunKind.ATTRIBUTE and not quote
         lead, trail = (0, len(raw)) if bare_value else _without_blank_edges(raw)
