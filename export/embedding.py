@@ -475,7 +475,8 @@ def _export_variants(
     _log(name, f"exporting {source.model_type} (dim {source.dim}, {source.pooling} pooling) to ONNX")
     _export_plain_graph(source, plain)
     # fp32 is the reference of the other variants: always verified, published only if asked for
-    _write_variant(job, "fp32", plain, tokenizer, verifier, {}, targets["fp32"], publish="fp32" in todo)
+    fp32_target = targets.get("fp32", work / "fp32")  # staged next to its target, or in work/
+    _write_variant(job, "fp32", plain, tokenizer, verifier, {}, fp32_target, publish="fp32" in todo)
     if "int8" in todo:
         _log(name, "quantizing to int8 (per-row activations, per-column QInt8 weights)")
         quantize_int8(plain, work / "int8.onnx")
