@@ -79,6 +79,9 @@ class BatchPolicy:
     max_wait_s: float = 0.005
     max_queue: int = 1024
     workers: int = 1  # batches running at once
+    # One more worker for small requests (of at most this many tokens), while every regular
+    # worker is busy, so that a one-sentence request is not held behind a long batch. 0: none.
+    express_max_tokens: int = 0
 
 
 @dataclass(eq=False)
@@ -89,6 +92,7 @@ class _Pending(Generic[ItemT, ResultT]):
     enqueued: float  # time.perf_counter()
     future: asyncio.Future[ResultT | Exception]
     request: int  # which submit() it came from
+    small: bool  # its whole request fits the express worker
     state: Literal["queued", "running", "dropped"] = "queued"
 
 
@@ -124,9 +128,11 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         self._queued = 0  # live (state "queued") items in _queue
         self._accepting = True
         self._wakeup = asyncio.Event()
-        self._slots = asyncio.Semaphore(policy.workers)
+        self._busy = 0  # regular workers running a batch
+        self._express_busy = False
         self._stats = _Stats()
         self._executor = ThreadPoolExecutor(policy.workers, thread_name_prefix=f"engine-{model}")
+        self._express = ThreadPoolExecutor(1, thread_name_prefix=f"engine-{model}-express")
         self._loop_task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._queue_depth = QUEUE_DEPTH.labels(model=model)
@@ -179,6 +185,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         self._queue.clear()
         self._set_queued(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._express.shutdown(wait=False, cancel_futures=True)
 
     # ---- the request side ------------------------------------------------------------------
 
@@ -201,8 +208,9 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             self._admit(len(items))  # again: the queue may have filled while a thread counted tokens
         now = time.perf_counter()
         request = next(self._requests)
+        small = sum(max(1, c) for c in costs) <= self.policy.express_max_tokens
         entries = [
-            _Pending[ItemT, ResultT](item, max(1, cost), deadline, now, loop.create_future(), request)
+            _Pending[ItemT, ResultT](item, max(1, cost), deadline, now, loop.create_future(), request, small)
             for item, cost in zip(items, costs, strict=True)
         ]
         self._queue.extend(entries)
@@ -267,27 +275,27 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
 
     async def _loop(self) -> None:
         while True:
-            await self._slots.acquire()
-            try:
-                batch = await self._next_batch()
-            except BaseException:
-                self._slots.release()
-                raise
-            task = asyncio.get_running_loop().create_task(self._execute(batch))
+            batch, express = await self._next_batch()
+            task = asyncio.get_running_loop().create_task(self._execute(batch, express))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _next_batch(self) -> list[_Pending[ItemT, ResultT]]:
-        """Wait until a batch is due, then take it out of the queue."""
+    async def _next_batch(self) -> tuple[list[_Pending[ItemT, ResultT]], bool]:
+        """Wait until a batch is due and a worker is free, then take it out of the queue
+        (and whether it runs on the express worker)."""
         loop = asyncio.get_running_loop()
         while True:
             self._purge(loop.time())
             timeout: float | None = None
-            if self._queue:
+            if self._queue and self._busy < self.policy.workers:
                 waited = time.perf_counter() - self._queue[0].enqueued
                 if self._is_full() or waited >= self.policy.max_wait_s or not self._accepting:
-                    return self._take_batch()
+                    self._busy += 1
+                    return self._take_batch(), False
                 timeout = self.policy.max_wait_s - waited
+            elif self._queue and not self._express_busy and (small := self._take_small()):
+                self._express_busy = True
+                return small, True
             self._wakeup.clear()
             try:
                 async with asyncio.timeout(timeout):
@@ -340,6 +348,23 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         batch.sort(key=lambda p: p.cost)
         return batch
 
+    def _take_small(self) -> list[_Pending[ItemT, ResultT]]:
+        """The oldest queued items of small requests, within the express worker's token budget."""
+        budget = self.policy.express_max_tokens
+        batch: list[_Pending[ItemT, ResultT]] = []
+        for pending in self._queue:
+            if len(batch) == self.policy.max_batch_size or budget < 1:
+                break
+            if pending.small and pending.cost <= budget:
+                batch.append(pending)
+                budget -= pending.cost
+        for pending in batch:
+            pending.state = "running"
+        if batch:
+            self._queue = [p for p in self._queue if p.state == "queued"]
+            self._set_queued(len(self._queue))
+        return batch
+
     def _fair_window(self, size: int) -> list[_Pending[ItemT, ResultT]]:
         """Up to ``size`` queued items after the oldest, taken round-robin over their requests."""
         by_request: dict[int, list[_Pending[ItemT, ResultT]]] = {}
@@ -352,7 +377,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
                 return window[:size]
         return window
 
-    async def _execute(self, batch: list[_Pending[ItemT, ResultT]]) -> None:
+    async def _execute(self, batch: list[_Pending[ItemT, ResultT]], express: bool) -> None:
         cost = sum(p.cost for p in batch)
         self._stats.running += 1
         self._stats.running_cost += cost
@@ -365,7 +390,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             items = [p.item for p in batch]
             loop = asyncio.get_running_loop()
             try:
-                results = await loop.run_in_executor(self._executor, self._call_engine, items)
+                executor = self._express if express else self._executor
+                results = await loop.run_in_executor(executor, self._call_engine, items)
             except asyncio.CancelledError:  # close() while running: nobody will wait for these
                 for pending in batch:
                     if not pending.future.done():
@@ -390,7 +416,11 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             self._stats.running -= 1
             self._stats.running_cost -= cost
             self._stats.done.set()
-            self._slots.release()
+            if express:
+                self._express_busy = False
+            else:
+                self._busy -= 1
+            self._wakeup.set()
 
     def _call_engine(self, items: list[ItemT]) -> list[ResultT | Exception]:
         results = list(self._run_batch(items))

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(default=8192, ge=1)  # padded tokens: longest item × items
     max_wait_ms: float = Field(default=5.0, ge=0, le=1000)
     max_queue: int = Field(default=4096, ge=1)  # queued items (texts, sentences); beyond it → 429
+    # One extra worker per model for requests of at most this many tokens while the regular
+    # workers are busy: a short request does not wait behind a long batch. 0: off.
+    express_max_tokens: int = Field(default=64, ge=0)
     request_timeout_s: float = Field(default=30.0, gt=0)  # deadline from arrival to result → 504
 
     # Threads
@@ -82,6 +85,9 @@ class Settings(BaseSettings):
     # Access
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: auth off
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: CORS off
+
+    # Playground
+    playground: bool = True  # the browser page at / (its static files are exempt from auth, like /docs)
 
     # Lifecycle
     # After SIGTERM: answer 503 for drain_delay_s (load balancers notice), close the listener,

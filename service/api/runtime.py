@@ -70,6 +70,7 @@ class Runtime:
             max_wait_s=s.max_wait_ms / 1000,
             max_queue=s.max_queue,
             workers=s.worker_threads,
+            express_max_tokens=s.express_max_tokens,
         )
         for engine in engines:
             name = engine.manifest.name

@@ -367,3 +367,47 @@ async def test_a_later_request_gets_a_place_in_the_next_batch(
     gate.set()
     await asyncio.gather(blocker, document, short)
     assert "hello" in engine.batches[1]  # not behind all nine sentences of the earlier request
+
+
+async def test_small_work_runs_on_the_express_worker_while_a_long_batch_holds_the_others(
+    make: Callable[..., DynamicBatcher[Item, str]],
+) -> None:
+    gate = threading.Event()
+    engine = Recorder()
+
+    def slow_or_fast(items: list[Item]) -> list[str | Exception]:
+        results = engine(items)
+        if any(it.cost > 8 for it in items):
+            assert gate.wait(10)
+        return results
+
+    batcher = make(slow_or_fast, express_max_tokens=8)
+    long = asyncio.ensure_future(batcher.submit([Item("long", 100)], 10))
+    await wait_for(lambda: len(engine.batches) == 1)
+    more_long = asyncio.ensure_future(batcher.submit([Item("also long", 50)], 10))
+    assert await asyncio.wait_for(batcher.submit([Item("short", 3), Item("tiny", 2)], 10), 2) == [
+        "SHORT",
+        "TINY",
+    ]
+    assert not more_long.done()  # too large for the express worker: waits for a regular one
+    document = asyncio.ensure_future(batcher.submit([Item(f"s{i}", 1) for i in range(9)], 10))
+    await asyncio.sleep(0.2)
+    assert not document.done()  # small sentences, but of a request over the express budget
+    gate.set()
+    assert await long == ["LONG"] and await more_long == ["ALSO LONG"]
+    assert len(await document) == 9
+
+
+async def test_without_an_express_worker_small_work_waits(
+    make: Callable[..., DynamicBatcher[Item, str]],
+) -> None:
+    gate = threading.Event()
+    engine = Recorder(gate)
+    batcher = make(engine)
+    long = asyncio.ensure_future(batcher.submit([Item("long", 100)], 10))
+    await wait_for(lambda: len(engine.batches) == 1)
+    short = asyncio.ensure_future(batcher.submit([Item("short", 3)], 10))
+    await asyncio.sleep(0.1)
+    assert not short.done() and batcher.queued == 1
+    gate.set()
+    await asyncio.gather(long, short)

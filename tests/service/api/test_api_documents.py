@@ -205,3 +205,28 @@ async def test_a_document_over_the_queue_size_is_422_not_429() -> None:
         )
         assert r.status_code == 422
         assert error_of(r)["limit"] == 8
+
+
+async def test_a_request_over_the_decode_cost_cap_is_422_before_queueing() -> None:
+    async with serving(documents_settings(max_decode_cost_per_request=100)) as served:
+        ok = await served.client.post(
+            "/v1/translate", json={"text": "One. Two.", "beam_size": 2, "max_length": 16}
+        )
+        assert ok.status_code == 200  # 2 × 2 × 16 = 64
+        r = await served.client.post(
+            "/v1/translate", json={"text": "One. Two.", "beam_size": 4, "max_length": 16}
+        )
+        assert r.status_code == 422
+        error = error_of(r)
+        assert (error["details"][0]["type"], error["limit"]) == ("decode_cost_too_high", 100)
+        assert "2 sentences × beam_size 4 × max_length 16 = 128" in error["message"]
+        assert len(served.translator.hooks.batches) == 1  # the second never reached the engine
+
+
+async def test_max_length_beyond_the_model_is_422_and_its_default_is_the_models(served: Served) -> None:
+    r = await served.client.post("/v1/translate", json={"text": "hi", "max_length": 17})
+    assert r.status_code == 422
+    assert error_of(r)["limit"] == 16  # the small model writes at most 16 tokens
+    models = (await served.client.get("/v1/models")).json()["data"]
+    assert next(m for m in models if m["task"] == "translate")["max_output_tokens"] == 16
+    assert (await served.client.post("/v1/translate", json={"text": "hi"})).status_code == 200

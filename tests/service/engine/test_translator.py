@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.engine.base import TextTooLong, TranslateItem, TranslateOptions, Translation
+from service.engine.base import Abandoned, TextTooLong, TranslateItem, TranslateOptions, Translation
 from service.engine.translator import DeviceBackend, HostBackend, OnnxTranslator
 from service.metrics import OUTPUT_TOKENS
 
@@ -185,3 +185,35 @@ def test_fp16_variant_keeps_a_float16_cache(
     batch = items(TEXTS, beam_size=2, max_length=10, alignments=True)
     for half, full in zip(engine.translate(batch), translator.translate(batch), strict=True):
         assert ok(half).hypotheses[0].tokens == ok(full).hypotheses[0].tokens
+
+
+def test_an_abandoned_item_is_not_computed_and_the_others_are_unchanged(translator: OnnxTranslator) -> None:
+    batch = items(TEXTS, beam_size=4)
+    alone = [ids_of(translator, r) for r in translator.translate(batch)]
+    batch = items(TEXTS, beam_size=4)
+    batch[2].abandoned.set()  # its client left while it was queued with the others
+    results = translator.translate(batch)
+    assert isinstance(results[2], Abandoned)
+    assert [ids_of(translator, r) for i, r in enumerate(results) if i != 2] == alone[:2] + alone[3:]
+
+
+def test_an_item_abandoned_during_the_search_leaves_it_at_the_next_step(translator: OnnxTranslator) -> None:
+    """The search asks before every decoder step; flagging an item mid-decode stops its rows."""
+    batch = items(["a small cat sits on the big red street", "two dogs run"], beam_size=2, max_length=40)
+    steps = 0
+    decoder_step = HostBackend.step
+
+    def counting_step(self: HostBackend, feeds: dict[str, object], with_attention: bool) -> object:
+        nonlocal steps
+        steps += 1
+        if steps == 2:
+            batch[0].abandoned.set()
+        rows.append(feeds["input_ids"].shape[0])  # type: ignore[attr-defined]
+        return decoder_step(self, feeds, with_attention)  # type: ignore[arg-type]
+
+    rows: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HostBackend, "step", counting_step)
+        results = translator.translate(batch)
+    assert isinstance(results[0], Abandoned) and isinstance(results[1], Translation)
+    assert rows[0] == rows[1] == 4 and rows[2] == 2  # from the third step on, only the other's 2 beams
