@@ -53,6 +53,42 @@ class LibreTranslateRequest(BaseModel):
     api_key: str | None = Field(default=None, max_length=256)
 
 
+class DetectedLanguage(BaseModel):
+    language: str
+    confidence: float
+
+
+class LibreTranslateResponse(BaseModel):
+    translatedText: str | list[str]  # LibreTranslate's field names
+    alternatives: list[str] | list[list[str]] | None = None
+    detectedLanguage: DetectedLanguage | None = None
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str]
+
+
+class LibreTranslateErrorBody(BaseModel):
+    error: str
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": LibreTranslateErrorBody, "description": description}
+    for status, description in {
+        400: "Invalid request (LibreTranslate's status for every validation error)",
+        403: "API key missing or wrong",
+        413: "Request body too large",
+        415: "Body neither JSON nor a form",
+        429: "Queue full; retry after the Retry-After header's seconds",
+        500: "Internal error",
+        503: "Not ready yet, or shutting down",
+        504: "Deadline exceeded",
+    }.items()
+}
+
+
 class LibreTranslateError(Exception):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -61,11 +97,14 @@ class LibreTranslateError(Exception):
         self.headers = headers or {}
 
 
-_BODY_SCHEMA = {"$ref": "#/components/schemas/LibreTranslateRequest"}
+_BODY_SCHEMA = LibreTranslateRequest.model_json_schema()  # parsed by hand: JSON or a form
 
 
 @router.post(
     "/translate",
+    response_model=LibreTranslateResponse,
+    response_model_exclude_none=True,
+    responses=_ERRORS,
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -112,7 +151,7 @@ async def translate(request: Request, runtime: Annotated[Runtime, Depends(get_ru
     return JSONResponse(out)
 
 
-@router.get("/languages")
+@router.get("/languages", response_model=list[Language], responses={s: _ERRORS[s] for s in (403, 503)})
 async def languages(request: Request, runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
     """Every language the service reads or writes, with the targets it translates it into."""
     try:
@@ -206,17 +245,20 @@ def _media(request: Request) -> str:
 
 
 def _check_key(runtime: Runtime, request: Request, body_key: str | None) -> None:
-    """Keys configured: one of them, from the body, the query or a bearer token (else 403)."""
+    """Keys configured: one of them, as ``api_key`` in the body or the query or as a bearer token
+    (any of those given may match; else 403)."""
     keys = runtime.settings.api_keys
     if not keys:
         return
     bearer = request.headers.get("authorization", "")
-    given = body_key or request.query_params.get("api_key")
-    if given is None and bearer[:7].lower() == "bearer ":
-        given = bearer[7:].strip()
-    if not given:
+    given = [body_key, request.query_params.get("api_key")]
+    if bearer[:7].lower() == "bearer ":
+        given.append(bearer[7:].strip())
+    offered = [g for g in given if g]
+    if not offered:
         raise LibreTranslateError(403, "an API key is required: send api_key")
-    matched = [secrets.compare_digest(given.encode(), key.encode()) for key in keys]  # no early exit
+    # Every offered key against every key (no early exit), each in constant time.
+    matched = [secrets.compare_digest(g.encode(), key.encode()) for g in offered for key in keys]
     if not any(matched):
         raise LibreTranslateError(403, "Invalid API key")
 

@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 
-from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS, Settings
+from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS, HARD_MAX_REQUEST_CHARS, Settings
 
 MAX_BEAM = 8
 MAX_OUTPUT_TOKENS = 512
@@ -154,7 +154,14 @@ def check_language(value: str | None, field: str, served: list[str], model: str)
 class TranslateRequest(_Request):
     """Translate one text or a list; the response has one translation per text, in order."""
 
-    text: OneOrManyTexts
+    text: Annotated[
+        OneOrManyTexts,
+        Field(
+            description="One text or a list: sentences, paragraphs, documents (format text) or HTML; "
+            f"all together at most max_translate_chars_per_request characters "
+            f"(ceiling {HARD_MAX_REQUEST_CHARS:,}) and max_sentences_per_request sentences"
+        ),
+    ]
     source_language: Language | None = Field(
         default=None, description="Checked against the model's languages"
     )
