@@ -21,7 +21,8 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import embed, health, libretranslate, openai, translate
 from service.api.errors import install_error_handlers
-from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware, ServerTimingMiddleware
+from service.api.playground import install_playground
 from service.api.runtime import Runtime, require_api_key
 from service.artefacts import MANIFEST_NAME, ArtefactError
 from service.engine.base import Engine
@@ -69,6 +70,8 @@ def create_app(
     for module in (translate, embed, openai):
         app.include_router(module.router, dependencies=protected)
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
+    if settings.playground:
+        install_playground(app)  # open like /docs: the page asks for a key and sends it itself
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
     )
@@ -78,8 +81,9 @@ def create_app(
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "Retry-After"],
+            expose_headers=["X-Request-ID", "Retry-After", "Server-Timing"],
         )
+    app.add_middleware(ServerTimingMiddleware, path_prefixes=("/v1/", "/translate"))
     app.add_middleware(RequestContextMiddleware)  # outermost: sees every status, CORS and 413 included
     return app
 

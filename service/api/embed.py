@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
+from service.api.middleware import timed_stage
 from service.api.runtime import Embedder, Runtime, ready_runtime, until_disconnect
 from service.api.schemas import EmbedRequest, EmbedResponse, EmbedUsage, check_texts, json_response
 from service.engine.base import Embedding, EmbedItem
@@ -30,7 +31,10 @@ async def embed_texts(
     if errors:
         raise validation_error(errors)
     items = [EmbedItem(text=text, truncate=truncate) for text in texts]
-    results = await until_disconnect(request, model.batcher.submit(items, runtime.settings.request_timeout_s))
+    with timed_stage(request.scope, "embed", "queue wait and encoding (batched with other requests)"):
+        results = await until_disconnect(
+            request, model.batcher.submit(items, runtime.settings.request_timeout_s)
+        )
     return unpack_results(results, field)
 
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
+from service.api.middleware import timed_stage
 from service.api.runtime import Runtime, Translator, ready_runtime, until_disconnect
 from service.api.schemas import (
     Hypothesis,
@@ -120,7 +121,8 @@ async def translate_texts(
         ]
     if errors:
         raise validation_error(errors)
-    prepared = await prepare(texts, fmt, language, translator.engine)
+    with timed_stage(request.scope, "segment", "sentence segmentation and tokenization"):
+        prepared = await prepare(texts, fmt, language, translator.engine)
     html_errors: list[dict[str, Any]] = [
         {"type": "html_invalid", "loc": ("body", field, i), "msg": str(d)}
         for i, d in enumerate(prepared.documents)
@@ -155,10 +157,11 @@ async def translate_texts(
                 }
             ]
         )
-    results = await until_disconnect(
-        request,
-        translate_documents(translator.batcher, prepared, options, runtime.settings.request_timeout_s),
-    )
+    with timed_stage(request.scope, "translate", "queue wait and decoding (batched with other requests)"):
+        results = await until_disconnect(
+            request,
+            translate_documents(translator.batcher, prepared, options, runtime.settings.request_timeout_s),
+        )
     return unpack_results(results, field)
 
 
