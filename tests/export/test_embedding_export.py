@@ -372,3 +372,24 @@ def test_real_minilm_fp32(tmp_path: Path) -> None:
     assert manifest.embedding.max_len == 256 and manifest.embedding.normalize
     assert manifest.parity["min_cosine_vs_st"] >= 0.9999
     assert manifest.parity["max_abs_hidden"] <= 1e-4
+
+
+def test_every_variant_carries_its_reference_check(exported: Path) -> None:
+    """Measured on the committed reference sentences through the service's engine: alone vs
+    batched for every variant (bounded for fp32/int8), int8/fp16 against fp32; int8 is per row."""
+    import onnx
+
+    from export.determinism import MIN_EMBED_COSINE
+    from export.reference import MIN_COSINE_VS_FP32, MIN_MEAN_COSINE_VS_FP32, load_reference
+
+    for variant in ("fp32", "int8", "fp16"):
+        check = read_manifest(exported / "tiny" / variant).reference_check
+        assert check is not None and check.sha256 == load_reference().sha256
+        assert check.figures["alone_vs_batched_min_cosine"] >= MIN_EMBED_COSINE
+        if variant == "int8":
+            assert check.bounds["min_alone_vs_batched_min_cosine"] == MIN_EMBED_COSINE
+        if variant != "fp32":
+            assert check.figures["mean_cosine_vs_fp32"] >= MIN_MEAN_COSINE_VS_FP32
+            assert check.figures["min_cosine_vs_fp32"] >= MIN_COSINE_VS_FP32
+    ops = {n.op_type for n in onnx.load(str(exported / "tiny" / "int8" / "encoder.onnx")).graph.node}
+    assert "MatMulIntegerToFloat" in ops and "DynamicQuantizeLinear" not in ops
