@@ -153,7 +153,9 @@ class Figures:
         }
 
 
-def engine_decoder(engine: OnnxTranslator, src: np.ndarray, pad_id: int) -> tuple[OnnxDecoder, tuple]:
+def engine_decoder(
+    engine: OnnxTranslator, src: np.ndarray, pad_id: int
+) -> tuple[OnnxDecoder, tuple[np.ndarray, np.ndarray]]:
     """The engine's own incremental decoder over padded ``src`` (with cross-attention), and the
     encoder's memory K/V it runs on."""
     memory = engine.backend.encode(src)

@@ -24,7 +24,6 @@ from export.translation import FP32_TOLERANCE, VerificationError, export_transla
 from export.translation_checks import (
     BUILTIN_SENTENCES,
     default_limits,
-    engine_decoder,
     open_engine,
     translate_ids,
 )
@@ -121,11 +120,19 @@ def test_first_step_with_empty_past(checkpoint: Path, exported: Path) -> None:
     model = load_checkpoint(checkpoint / "model.safetensors")
     engine = open_engine(exported / "transformer-en-de" / "fp32", threads=1)
     src = pad(encode_source(load_source(checkpoint).tokenizer, TEXTS[:2], 48), 0)
-    decoder, _ = engine_decoder(engine, src.numpy(), 0)
+    memory_keys, memory_values = engine.backend.encode(src.numpy())
     bos = np.full(2, model.cfg.bos_id, dtype=np.int64)
     mask = (src != 0).long().numpy()
-    log_probs, attn = decoder.step(bos)
-    keys, values = decoder._past
+    empty = np.zeros((2, 2, 4, 0, 8), dtype=np.float32)
+    feeds = {
+        "input_ids": bos[:, None],
+        "source_mask": mask,
+        "memory_keys": memory_keys,
+        "memory_values": memory_values,
+        "past_keys": empty,
+        "past_values": empty,
+    }
+    log_probs, attn, keys, values = engine.backend.step(feeds, True)
     assert attn is not None
     assert keys.shape == values.shape == (2, 2, 4, 1, 8)
     assert log_probs.dtype == np.float32 and log_probs.shape == (2, model.cfg.vocab_size)
