@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("playground-keyed-server") / "server.log"
     with server_process(small_server_command(), {"TSERVE_API_KEYS": API_KEY}, log) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def busy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One item per batch, half a second each, a queue of 8 texts: easy to fill."""
+    log = tmp_path_factory.mktemp("playground-busy-server") / "server.log"
+    env = {
+        "TSERVE_MAX_QUEUE": "8",
+        "TSERVE_MAX_ITEMS_PER_REQUEST": "8",
+        "TSERVE_MAX_BATCH_SIZE": "1",
+        "TSERVE_EXPRESS_MAX_TOKENS": "0",
+    }
+    with server_process(small_server_command(delay_s=0.5), env, log) as s:
         yield s
 
 
@@ -217,6 +233,30 @@ def test_api_errors_are_shown_as_messages(page: Page, server: ServerProcess, scr
     translate(page, "Two dogs play.")  # a success clears the message
     expect(page.locator(".heatmap")).to_have_count(1)
     expect(error).to_be_hidden()
+
+
+def test_a_full_queue_is_shown_as_429_with_its_retry_after(
+    page: Page, busy_server: ServerProcess, screenshots: Path
+) -> None:
+    open_playground(page, busy_server)
+    texts = [f"filler {i}" for i in range(8)]
+    filler = threading.Thread(
+        target=lambda: httpx.post(f"{busy_server.url}/v1/embed", json={"texts": texts}, timeout=60)
+    )
+    filler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while busy_server.metric("tserve_queue_depth", model="small-embed") < 5:
+            assert time.monotonic() < deadline, "the filler request never queued"
+            time.sleep(0.05)
+        page.fill("#embed-text", "\n".join(EMBED_SENTENCES))
+        page.click("#embed-button")
+        error = page.locator("#embed-error")
+        expect(error).to_contain_text("429 queue_full")
+        expect(error).to_contain_text("retry after")
+        page.screenshot(path=screenshots / "queue-full-429.png", full_page=True)
+    finally:
+        filler.join()
 
 
 def test_with_api_keys_the_page_asks_for_one_and_sends_it_as_a_bearer_token(
