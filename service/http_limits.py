@@ -325,5 +325,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.write_eof()
             self.flow.resume_reading()
             self.loop.call_later(_LINGER_S, self.transport.close)
+            self.waiting[self] = None  # and the first to go if the cap needs its descriptor
+            self.waiting.move_to_end(self, last=False)
         else:
             self.transport.close()
