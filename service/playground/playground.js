@@ -241,7 +241,41 @@ function heatmap(sentence, index) {
   });
   table.append(body);
   // Scrolls inside itself (never the page) when a long sentence is wider than the screen.
-  return element("div", { class: "heatmap-scroll", tabindex: "0", role: "region", "aria-label": `Attention, sentence ${index + 1}` }, table);
+  const box = element("div", {
+    class: "heatmap-scroll",
+    tabindex: "0",
+    role: "region",
+    "aria-label": `Attention, sentence ${index + 1}: arrow keys move between cells`,
+  }, table);
+  const readout = element("p", { class: "readout", "aria-live": "polite", text: "Hover a cell, or focus the map and use the arrow keys." });
+  exploreCells(box, table, readout);
+  return [box, readout];
+}
+
+// The weight under the pointer, or under a cursor the arrow keys move while the map has the focus.
+function exploreCells(box, table, readout) {
+  const rows = [...table.tBodies[0].rows].map((r) => [...r.querySelectorAll("td")]);
+  let at = null; // [row, column] of the keyboard cursor
+  const show = (cell) => {
+    readout.textContent = cell.title;
+  };
+  table.addEventListener("mouseover", (event) => {
+    if (event.target instanceof HTMLTableCellElement && event.target.dataset.value) show(event.target);
+  });
+  box.addEventListener("keydown", (event) => {
+    const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+    const move = moves[event.key];
+    if (!move || !rows.length || !rows[0].length) return;
+    event.preventDefault(); // the cursor moves, not the page
+    if (at) rows[at[0]][at[1]].classList.remove("cursor");
+    at = at
+      ? [Math.min(Math.max(at[0] + move[0], 0), rows.length - 1), Math.min(Math.max(at[1] + move[1], 0), rows[0].length - 1)]
+      : [0, 0];
+    const cell = rows[at[0]][at[1]];
+    cell.classList.add("cursor");
+    cell.scrollIntoView({ block: "nearest", inline: "nearest" });
+    show(cell);
+  });
 }
 
 function nBest(hypotheses) {
@@ -261,7 +295,7 @@ function renderTranslation(payload) {
         element("h4", { text: `Sentence ${i + 1}${pieces}` }),
         element("p", { class: "source", text: sentence.source }),
         nBest(sentence.hypotheses),
-        heatmap(sentence, i)));
+        ...heatmap(sentence, i)));
     });
   }
 }

@@ -163,6 +163,9 @@ def test_a_paragraph_shows_one_heatmap_per_sentence_and_follows_the_input(
     translate(page, PARAGRAPH)
     first = assert_heatmaps_match(page, server, PARAGRAPH)
     assert first == [(9, 9), (3, 3), (14, 14)]
+    # "Two dogs play." reversed: its first output word looks at the last source word.
+    page.locator(".heatmap").nth(1).locator("tbody tr").first.locator("td").last.hover()
+    expect(page.locator(".readout").nth(1)).to_have_text("PLAY. ← play.: 1.000")
     timings = page.locator("#translate-timings")
     for stage in ("body", "segment", "translate", "total", "browser"):
         expect(timings.locator(f'[data-stage="{stage}"]')).to_contain_text(" ms")
@@ -307,6 +310,16 @@ def test_keyboard_alone_reaches_and_triggers_every_control(page: Page, server: S
     assert [i for i in visited if i] == ["translate-text", "beam-size", "n-best", "translate-button"]
     page.keyboard.press("Enter")
     expect(page.locator(".heatmap")).to_have_count(3)  # the default text: three sentences
+
+    # Next in the tab order: the first map; the arrow keys move a cursor over its cells.
+    page.keyboard.press("Tab")
+    first_map = page.locator(".heatmap-scroll").first
+    expect(first_map).to_be_focused()
+    for key in ("ArrowRight", "ArrowDown", "ArrowRight"):  # the first press lands on the top left
+        page.keyboard.press(key)
+    cell = first_map.locator("tbody tr").nth(1).locator("td").nth(1)
+    expect(cell).to_have_class("cursor")
+    expect(page.locator(".readout").first).to_have_text(cell.get_attribute("title") or "no title")
 
     tab_to(page, "embed-text")
     page.keyboard.press("Control+Enter")
