@@ -13,8 +13,9 @@ change with whatever shares its batch. This rewrite gives each row of the flatte
 
 (``MatMulIntegerToFloat`` is ``(q - 128) @ W_int8`` in exact int32, times the broadcast product
 of the two scales; its CPU kernel broadcasts an (M, 1) ``a_scale`` over the output rows, which
-is what makes one fused kernel per MatMul possible. The activation of Q/K/V projections is
-quantised once and shared.)
+is what makes one fused kernel per MatMul possible. Bias Adds stay separate: with a non-scalar
+``a_scale`` the kernel multiplies its ``bias`` input by the row scale too. The activation of
+Q/K/V projections is quantised once and shared.)
 
 ``W_int8`` is symmetric per output column (QInt8, what the u8×s8 VNNI kernels want); the row
 scale is the only thing computed from the activation, and it depends on that row alone. The
