@@ -60,15 +60,15 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 
 @pytest.fixture(scope="module")
 def busy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One item per batch, half a second each, a queue of 8 texts: easy to fill."""
+    """One item per batch, a second each, a queue of 4 texts: easy to fill."""
     log = tmp_path_factory.mktemp("playground-busy-server") / "server.log"
     env = {
-        "TSERVE_MAX_QUEUE": "8",
-        "TSERVE_MAX_ITEMS_PER_REQUEST": "8",
+        "TSERVE_MAX_QUEUE": "4",
+        "TSERVE_MAX_ITEMS_PER_REQUEST": "4",
         "TSERVE_MAX_BATCH_SIZE": "1",
         "TSERVE_EXPRESS_MAX_TOKENS": "0",
     }
-    with server_process(small_server_command(delay_s=0.5), env, log) as s:
+    with server_process(small_server_command(delay_s=1.0), env, log) as s:
         yield s
 
 
@@ -242,14 +242,14 @@ def test_a_full_queue_is_shown_as_429_with_its_retry_after(
     page: Page, busy_server: ServerProcess, screenshots: Path
 ) -> None:
     open_playground(page, busy_server)
-    texts = [f"filler {i}" for i in range(8)]
+    texts = [f"filler {i}" for i in range(4)]  # one runs, three wait: the page's three do not fit
     filler = threading.Thread(
         target=lambda: httpx.post(f"{busy_server.url}/v1/embed", json={"texts": texts}, timeout=60)
     )
     filler.start()
     try:
         deadline = time.monotonic() + 10
-        while busy_server.metric("tserve_queue_depth", model="small-embed") < 5:
+        while busy_server.metric("tserve_queue_depth", model="small-embed") < 3:  # then 1 s at 3, 1 s at 2
             assert time.monotonic() < deadline, "the filler request never queued"
             time.sleep(0.05)
         page.fill("#embed-text", "\n".join(EMBED_SENTENCES))
