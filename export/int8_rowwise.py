@@ -13,7 +13,11 @@ change with whatever shares its batch. This rewrite gives each row of the flatte
 
 (``MatMulIntegerToFloat`` is ``(q - 128) @ W_int8`` in exact int32, times the broadcast product
 of the two scales; its CPU kernel broadcasts an (M, 1) ``a_scale`` over the output rows, which
-is what makes one fused kernel per MatMul possible. Bias Adds stay separate: with a non-scalar
+is what makes one fused kernel per MatMul possible. The operator's documentation names only a
+scalar or per-column ``a_scale``, so this leans on the CPU kernel's broadcasting: the tests
+(tests/export/test_onnx_tools.py) and every export's alone-vs-batched and parity checks guard it
+for the onnxruntime in use, which the manifest records. The int8 variant is for the CPU; GPUs
+serve fp16. Bias Adds stay separate: with a non-scalar
 ``a_scale`` the kernel multiplies its ``bias`` input by the row scale too. The activation of
 Q/K/V projections is quantised once and shared.)
 
