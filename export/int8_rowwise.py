@@ -12,30 +12,29 @@ change with whatever shares its batch. This rewrite gives each row of the flatte
     Y = MatMulIntegerToFloat(q, W_int8, s[:, None], w_scale, 128)  ──Reshape──▶ (…, N)
 
 (``MatMulIntegerToFloat`` is ``(q - 128) @ W_int8`` in exact int32, times the broadcast product
-of the two scales; its CPU kernel broadcasts an (M, 1) ``a_scale`` over the output rows, which
-is what makes one fused kernel per MatMul possible. The operator's documentation names only a
-scalar or per-column ``a_scale``, so this leans on the CPU kernel's broadcasting: the tests
-(tests/export/test_onnx_tools.py) and every export's alone-vs-batched and parity checks guard it
-for the onnxruntime in use, which the manifest records. The int8 variant is for the CPU; GPUs
-serve fp16. Bias Adds stay separate: with a non-scalar
-``a_scale`` the kernel multiplies its ``bias`` input by the row scale too. The activation of
-Q/K/V projections is quantised once and shared.)
+of the two scales. Its documentation names only a scalar or per-column ``a_scale``; the CPU kernel
+broadcasts an (M, 1) one over the output rows, which is what makes one fused kernel per MatMul
+possible. tests/export/test_onnx_tools.py and every export's alone-vs-batched and parity checks
+guard that for the onnxruntime in use, which the manifest records. The int8 variant is for the
+CPU; GPUs serve fp16. Bias Adds stay separate: with a non-scalar ``a_scale`` the kernel
+multiplies its ``bias`` input by the row scale too. Q/K/V projections share one quantised
+activation.)
 
 ``W_int8`` is symmetric per output column (QInt8, what the u8×s8 VNNI kernels want); the row
 scale is the only thing computed from the activation, and it depends on that row alone. The
-integer product is exact and the two float multiplies are element-wise, so a row's result is
-bit-identical whatever the number of rows: tested by ``export.determinism``.
+integer product is exact and the scaling element-wise, so a row's result is bit-identical
+whatever the number of rows: tested by ``export.determinism``.
 
 Why this and not the alternatives (measured in-process on the shared 2-core AVX-512 VNNI box,
 onnxruntime 1.32; rough, see the module docstring of export/onnx_tools.py for the table):
 
 * ``MatMulNBits`` 8-bit, ``accuracy_level=4`` (int8 compute, activations quantised per block of
-  32/64/128 along K): block 32 is batch-independent and accurate, but decoding ran no faster than
-  fp32 (the CompInt8 path pays per call for small M); blocks 64/128 were faster but not
-  batch-independent (their kernels change with M), so they do not meet the contract.
+  32/64/128 along K): block 32 was batch-independent and the most accurate, but decoding ran no
+  faster than fp32 and embedding at 1.2× fp32; with blocks 64/128 a sentence's output changed
+  with its batch (1 of 32 translations), so they do not meet the contract.
 * ``MatMulInteger`` with a per-row ``a_zero_point`` (asymmetric per-row): the CPU kernel accepts
   only a scalar zero point. Symmetric rows need only the scalar 128, which it takes.
-* ``MatMulIntegerToFloat`` / ``DynamicQuantizeMatMul``: their ``a_scale`` is a scalar on CPU.
+* ``DynamicQuantizeMatMul``: computes its own per-tensor activation scale, the problem itself.
 """
 
 from __future__ import annotations
