@@ -77,18 +77,24 @@ function splitUnquoted(text, separator) {
 // 'name;dur=1.2;desc="…", …' (W3C Server Timing) → [{name, dur, desc}]
 function parseServerTiming(header) {
   if (!header) return [];
-  return splitUnquoted(header, ",").filter(Boolean).map((metric) => {
-    const [name, ...params] = splitUnquoted(metric, ";");
-    const entry = { name, dur: null, desc: "" };
-    for (const param of params) {
-      const eq = param.indexOf("=");
-      const key = param.slice(0, eq).trim().toLowerCase();
-      const value = param.slice(eq + 1).trim().replace(/^"(.*)"$/, "$1").replace(/\\(.)/g, "$1");
-      if (key === "dur") entry.dur = Number(value);
-      if (key === "desc") entry.desc = value;
-    }
-    return entry;
-  });
+  return splitUnquoted(header, ",")
+    .filter(Boolean)
+    .map((metric) => {
+      const [name, ...params] = splitUnquoted(metric, ";");
+      const entry = { name, dur: null, desc: "" };
+      for (const param of params) {
+        const eq = param.indexOf("=");
+        const key = param.slice(0, eq).trim().toLowerCase();
+        const value = param
+          .slice(eq + 1)
+          .trim()
+          .replace(/^"(.*)"$/, "$1")
+          .replace(/\\(.)/g, "$1");
+        if (key === "dur") entry.dur = Number(value);
+        if (key === "desc") entry.desc = value;
+      }
+      return entry;
+    });
 }
 
 // ---- small DOM helpers ---------------------------------------------------------------------
@@ -110,7 +116,7 @@ function showError(target, error) {
     box.append(element("strong", { text: `${error.status} ${error.type}` }), `: ${error.message}`);
     if (error.details.length) {
       box.append(
-        element("ul", {}, ...error.details.map((d) => element("li", { text: `${d.field}: ${d.message}` })))
+        element("ul", {}, ...error.details.map((d) => element("li", { text: `${d.field}: ${d.message}` }))),
       );
     }
     const notes = [];
@@ -134,13 +140,21 @@ function showTimings(target, timings, roundTrip) {
   const list = element("ul", { class: "timing-list", "aria-label": "Stage timings of this request" });
   for (const t of timings) {
     list.append(
-      element("li", { "data-stage": t.name, title: t.desc }, element("span", { text: t.name }),
-        t.dur === null ? "" : ` ${t.dur.toFixed(1)} ms`)
+      element(
+        "li",
+        { "data-stage": t.name, title: t.desc },
+        element("span", { text: t.name }),
+        t.dur === null ? "" : ` ${t.dur.toFixed(1)} ms`,
+      ),
     );
   }
   list.append(
-    element("li", { "data-stage": "browser", title: "fetch to parsed JSON, measured here" },
-      element("span", { text: "round trip" }), ` ${roundTrip.toFixed(1)} ms`)
+    element(
+      "li",
+      { "data-stage": "browser", title: "fetch to parsed JSON, measured here" },
+      element("span", { text: "round trip" }),
+      ` ${roundTrip.toFixed(1)} ms`,
+    ),
   );
   $(target).replaceChildren(element("h3", { text: "Timings" }), list);
 }
@@ -177,7 +191,12 @@ function describeModel(m) {
     parts.push(`${m.source_languages.join("/")}→${m.target_languages.join("/")}`);
   }
   if (m.dim) parts.push(`dim ${m.dim}`);
-  return element("span", { class: "model", "data-model": m.id }, element("strong", { text: m.id }), ` (${parts.join(", ")})`);
+  return element(
+    "span",
+    { class: "model", "data-model": m.id },
+    element("strong", { text: m.id }),
+    ` (${parts.join(", ")})`,
+  );
 }
 
 async function loadModels() {
@@ -189,17 +208,19 @@ async function loadModels() {
     if (!models.length) line.textContent = "No models are served.";
     if (sessionStorage.getItem(KEY_STORAGE)) $("key-section").hidden = true;
   } catch (error) {
-    line.textContent = error instanceof ApiError
-      ? `Models unavailable: ${error.status} ${error.type}: ${error.message}`
-      : `Models unavailable: ${error.message}`;
+    line.textContent =
+      error instanceof ApiError
+        ? `Models unavailable: ${error.status} ${error.type}: ${error.message}`
+        : `Models unavailable: ${error.message}`;
   }
 }
 
 function askForKey(error) {
   const message = $("key-message");
-  message.textContent = error.status === 403
-    ? `${error.status} ${error.type}: ${error.message} — enter a valid key.`
-    : `${error.status} ${error.type}: ${error.message}`;
+  message.textContent =
+    error.status === 403
+      ? `${error.status} ${error.type}: ${error.message} — enter a valid key.`
+      : `${error.status} ${error.type}: ${error.message}`;
   message.hidden = false;
   const section = $("key-section");
   if (section.hidden) {
@@ -220,9 +241,14 @@ function heatmap(sentence, index) {
     "data-rows": String(targets.length),
     "data-cols": String(sources.length),
   });
-  table.append(element("caption", { text: `Sentence ${index + 1}: ${targets.length} output × ${sources.length} source subwords` }));
+  table.append(
+    element("caption", {
+      text: `Sentence ${index + 1}: ${targets.length} output × ${sources.length} source subwords`,
+    }),
+  );
   const head = element("tr", {}, element("th", { scope: "col", class: "corner" }));
-  for (const token of sources) head.append(element("th", { scope: "col", class: "source-token" }, element("span", { text: token })));
+  for (const token of sources)
+    head.append(element("th", { scope: "col", class: "source-token" }, element("span", { text: token })));
   table.append(element("thead", {}, head));
   const body = element("tbody");
   targets.forEach((target, t) => {
@@ -241,13 +267,21 @@ function heatmap(sentence, index) {
   });
   table.append(body);
   // Scrolls inside itself (never the page) when a long sentence is wider than the screen.
-  const box = element("div", {
-    class: "heatmap-scroll",
-    tabindex: "0",
-    role: "region",
-    "aria-label": `Attention, sentence ${index + 1}: arrow keys move between cells`,
-  }, table);
-  const readout = element("p", { class: "readout", "aria-live": "polite", text: "Hover a cell, or focus the map and use the arrow keys." });
+  const box = element(
+    "div",
+    {
+      class: "heatmap-scroll",
+      tabindex: "0",
+      role: "region",
+      "aria-label": `Attention, sentence ${index + 1}: arrow keys move between cells`,
+    },
+    table,
+  );
+  const readout = element("p", {
+    class: "readout",
+    "aria-live": "polite",
+    text: "Hover a cell, or focus the map and use the arrow keys.",
+  });
   exploreCells(box, table, readout);
   return [box, readout];
 }
@@ -269,7 +303,10 @@ function exploreCells(box, table, readout) {
     event.preventDefault(); // the cursor moves, not the page
     if (at) rows[at[0]][at[1]].classList.remove("cursor");
     at = at
-      ? [Math.min(Math.max(at[0] + move[0], 0), rows.length - 1), Math.min(Math.max(at[1] + move[1], 0), rows[0].length - 1)]
+      ? [
+          Math.min(Math.max(at[0] + move[0], 0), rows.length - 1),
+          Math.min(Math.max(at[1] + move[1], 0), rows[0].length - 1),
+        ]
       : [0, 0];
     const cell = rows[at[0]][at[1]];
     cell.classList.add("cursor");
@@ -279,9 +316,23 @@ function exploreCells(box, table, readout) {
 }
 
 function nBest(hypotheses) {
-  return element("ol", { class: "nbest" }, ...hypotheses.map((h) =>
-    element("li", {}, element("span", { class: "hypothesis", text: h.text }), " ",
-      element("span", { class: "score", title: "length-normalised log-probability", text: h.score.toFixed(3) }))));
+  return element(
+    "ol",
+    { class: "nbest" },
+    ...hypotheses.map((h) =>
+      element(
+        "li",
+        {},
+        element("span", { class: "hypothesis", text: h.text }),
+        " ",
+        element("span", {
+          class: "score",
+          title: "length-normalised log-probability",
+          text: h.score.toFixed(3),
+        }),
+      ),
+    ),
+  );
 }
 
 function renderTranslation(payload) {
@@ -291,11 +342,16 @@ function renderTranslation(payload) {
     out.append(element("h3", { text: "Whole text" }), nBest(translation.hypotheses));
     translation.sentences.forEach((sentence, i) => {
       const pieces = sentence.pieces > 1 ? ` (translated in ${sentence.pieces} pieces)` : "";
-      out.append(element("article", { class: "sentence", "data-sentence": String(i) },
-        element("h4", { text: `Sentence ${i + 1}${pieces}` }),
-        element("p", { class: "source", text: sentence.source }),
-        nBest(sentence.hypotheses),
-        ...heatmap(sentence, i)));
+      out.append(
+        element(
+          "article",
+          { class: "sentence", "data-sentence": String(i) },
+          element("h4", { text: `Sentence ${i + 1}${pieces}` }),
+          element("p", { class: "source", text: sentence.source }),
+          nBest(sentence.hypotheses),
+          ...heatmap(sentence, i),
+        ),
+      );
     });
   }
 }
@@ -330,7 +386,11 @@ function similarityMatrix(sentences, vectors) {
     const row = element("tr", {}, element("th", { scope: "row", title: sentences[i], text: String(i + 1) }));
     vectors.forEach((b, j) => {
       const cosine = a.reduce((sum, x, k) => sum + x * b[k], 0); // the vectors come normalised
-      const cell = element("td", { "data-value": cosine.toFixed(4), title: `${i + 1} · ${j + 1}: ${cosine.toFixed(4)}`, text: cosine.toFixed(2) });
+      const cell = element("td", {
+        "data-value": cosine.toFixed(4),
+        title: `${i + 1} · ${j + 1}: ${cosine.toFixed(4)}`,
+        text: cosine.toFixed(2),
+      });
       cell.style.setProperty("--weight", Math.max(cosine, 0).toFixed(4));
       if (cosine > 0.55) cell.classList.add("dark"); // white figures on the darker cells
       row.append(cell);
@@ -339,12 +399,21 @@ function similarityMatrix(sentences, vectors) {
   });
   table.append(body);
   const legend = element("ol", { class: "legend" }, ...sentences.map((s) => element("li", { text: s })));
-  return [legend, element("div", { class: "heatmap-scroll", tabindex: "0", role: "region", "aria-label": "Similarity matrix" }, table)];
+  return [
+    legend,
+    element(
+      "div",
+      { class: "heatmap-scroll", tabindex: "0", role: "region", "aria-label": "Similarity matrix" },
+      table,
+    ),
+  ];
 }
 
 async function embed() {
   clearError("embed-error");
-  const sentences = $("embed-text").value.split("\n").filter((line) => line.trim() !== "");
+  const sentences = $("embed-text")
+    .value.split("\n")
+    .filter((line) => line.trim() !== "");
   try {
     const { payload, timings, roundTrip } = await call("/v1/embed", { texts: sentences, normalize: true });
     $("similarity").replaceChildren(...similarityMatrix(sentences, payload.embeddings));
