@@ -1,5 +1,4 @@
-// The playground: plain DOM, public API only (/v1/models, /v1/translate, /v1/embed).
-"use strict";
+// The playground: plain DOM, public API only (/v1/models, /v1/translate, /v1/embed). A module: strict.
 
 const KEY_STORAGE = "tserve-api-key"; // sessionStorage: the key lives as long as the tab
 const $ = (id) => document.getElementById(id);
@@ -36,13 +35,13 @@ async function call(path, body) {
   } catch (error) {
     throw new NetworkError(`the service could not be reached (${error.message})`);
   }
-  const roundTrip = performance.now() - started;
   let payload = null;
   try {
     payload = await response.json();
   } catch {
     payload = null; // a proxy's HTML error page, an empty body: the status still says what happened
   }
+  const roundTrip = performance.now() - started;
   if (!response.ok) {
     const error = new ApiError(response.status, payload, response.headers.get("Retry-After"));
     if (response.status === 401 || response.status === 403) askForKey(error);
