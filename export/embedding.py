@@ -47,7 +47,7 @@ from export.onnx_tools import (
     source_sha256,
     to_fp16,
 )
-from export.reference import load_reference
+from export.reference import REFERENCE_FILE, load_reference
 from service.artefacts import (
     MANIFEST_NAME,
     ArtefactError,
@@ -410,13 +410,16 @@ def export_embedding(
     name: str | None = None,
     tolerances: Tolerances = DEFAULT_TOLERANCES,
     threads: int | None = None,
+    reference: Path = REFERENCE_FILE,
 ) -> list[Path]:
     """Export, verify and publish ``variants`` of an embedding model; return the artefact dirs.
 
     ``name`` defaults to the source directory's name; ``threads`` (default: torch's current
-    setting) sizes the onnxruntime sessions used for verification. Variants already up to date
-    (same source hash, intact files) are skipped. Raises VerificationError when a variant is out
-    of tolerance (nothing published for it), ValueError for a source it cannot export.
+    setting) sizes the onnxruntime sessions used for verification; ``reference`` is the sentence
+    file every variant is measured on (export/reference.py). Variants already up to date (same
+    source hash, intact files, same reference file) are skipped. Raises VerificationError when a
+    variant is out of tolerance (nothing published for it), ValueError for a source it cannot
+    export.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only: never reach a hub
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -427,11 +430,11 @@ def export_embedding(
     sha = source_sha256(source.weight_files)
     targets = {v: out_root / name / v for v in wanted}
     want_sts = sts_csv is not None
-    reference = load_reference()
+    reference_set = load_reference(reference)
     todo = [
         v
         for v in wanted
-        if not _up_to_date(targets[v], name, v, sha, source.info(), want_sts, reference.sha256)
+        if not _up_to_date(targets[v], name, v, sha, source.info(), want_sts, reference_set.sha256)
     ]
     for v in wanted:
         if v not in todo:
@@ -449,7 +452,7 @@ def export_embedding(
         tokenizer,
         job.special.pad,
         read_sts(sts_csv) if sts_csv else None,
-        reference,
+        reference_set,
         tolerances,
         threads or torch.get_num_threads(),
         name,

@@ -46,9 +46,11 @@ class ReferenceSet:
 
 
 def load_reference(path: Path = REFERENCE_FILE) -> ReferenceSet:
-    """The non-blank lines of the reference file, and the file's sha256."""
+    """The non-blank lines of the reference file, and the file's sha256; ValueError if none."""
     data = path.read_bytes()
     sentences = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
+    if not sentences:
+        raise ValueError(f"{path}: no reference sentences (one per line expected)")
     try:
         shown = path.relative_to(Path(__file__).resolve().parent.parent).as_posix()
     except ValueError:  # a reference file outside the repository (tests)

@@ -48,7 +48,7 @@ from export.onnx_tools import (
     quantize_int8,
     source_sha256,
 )
-from export.reference import load_reference, translation_check
+from export.reference import REFERENCE_FILE, ReferenceSet, load_reference, translation_check
 from export.sources import TranslationSource
 from export.translation_checks import (
     BUILTIN_SENTENCES,
@@ -262,10 +262,17 @@ class _Exporter:
     """One source's variants: shared fp32 graphs, PyTorch references, the fp32 baselines (BLEU and
     the reference-set outputs) that int8/fp16 are measured against."""
 
-    def __init__(self, source: TranslationSource, sha: str, eval_dir: Path | None, work: Path) -> None:
+    def __init__(
+        self,
+        source: TranslationSource,
+        sha: str,
+        eval_dir: Path | None,
+        work: Path,
+        reference_set: ReferenceSet,
+    ) -> None:
         self.source, self.sha, self.eval_dir, self.work = source, sha, eval_dir, work
         self.val_texts = validation_texts(source, eval_dir)
-        self.reference_set = load_reference()
+        self.reference_set = reference_set
         self._fp32: tuple[Path, dict[str, int]] | None = None
         self._reference: dict[str, list[list[int]]] = {}
         self._bleu_fp32: BleuResult | None = None
@@ -416,11 +423,17 @@ class _Exporter:
 
 
 def export_translation(
-    source: Path, out_root: Path, variants: list[str], eval_dir: Path | None = None, name: str | None = None
+    source: Path,
+    out_root: Path,
+    variants: list[str],
+    eval_dir: Path | None = None,
+    name: str | None = None,
+    reference: Path = REFERENCE_FILE,
 ) -> list[Path]:
     """Export ``source`` (a checkpoint of ours or a Marian directory) to
     ``<out_root>/<name>/<variant>/`` for each variant (``["all"]``: every one); returns those
-    directories. ``name`` overrides the artefact name (default: the checkpoint directory's).
+    directories. ``name`` overrides the artefact name (default: the checkpoint directory's);
+    ``reference`` is the sentence file every variant is measured on (export/reference.py).
 
     Each variant is built in a scratch directory next to its target and moved into place only
     once verified with its manifest, so a failed export leaves any previous artefact intact.
@@ -434,8 +447,8 @@ def export_translation(
     sha = source_sha256(src.weight_files)
     root = out_root / src.name
     targets = [root / v for v in variants]
-    reference_sha = load_reference().sha256
-    todo = [v for v in variants if not up_to_date(root / v, src, sha, v, reference_sha)]
+    reference_set = load_reference(reference)
+    todo = [v for v in variants if not up_to_date(root / v, src, sha, v, reference_set.sha256)]
     for v in variants:
         if v not in todo:
             progress(f"{src.name}/{v}: up to date (source sha256 {sha[:12]}…), skipped")
@@ -443,7 +456,7 @@ def export_translation(
         return targets
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="translation-export-") as work:
-        exporter = _Exporter(src, sha, eval_dir, Path(work))
+        exporter = _Exporter(src, sha, eval_dir, Path(work), reference_set)
         for variant in todo:
             _export_variant(exporter, variant, root)
     return targets

@@ -197,3 +197,21 @@ def test_name_defaults_to_the_directory_and_can_be_overridden(checkpoint: Path) 
     custom = load_source(checkpoint, "tiny-en-fr")
     assert custom.name == "tiny-en-fr"
     assert (custom.source_languages, custom.target_languages) == (["en"], ["fr"])
+
+
+def test_reference_sentences_can_be_replaced(checkpoint: Path, tmp_path: Path) -> None:
+    """--reference: the check runs on the given file (e.g. a model whose source is not English),
+    and its hash decides whether an artefact is up to date; an empty or missing file is refused."""
+    from export import __main__ as cli
+    from service.artefacts import sha256_of
+
+    reference = tmp_path / "reference.txt"
+    reference.write_text("a man rides a bike.\n\ntwo dogs run on the street.\n", encoding="utf-8")
+    argv = [str(checkpoint), "--out", str(tmp_path / "out"), "--variant", "fp32", "--threads", "1"]
+    assert cli.main([*argv, "--reference", str(reference)]) == 0
+    check = read_manifest(tmp_path / "out" / "transformer-en-de" / "fp32").reference_check
+    assert check is not None and check.sentences == 2 and check.sha256 == sha256_of(reference)
+    assert check.reference == str(reference)
+    assert cli.main([*argv, "--reference", str(tmp_path / "missing.txt")]) == 2
+    (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
+    assert cli.main([*argv, "--reference", str(tmp_path / "empty.txt")]) == 1
