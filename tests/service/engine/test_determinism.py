@@ -72,17 +72,22 @@ def per_tensor_int8(artefact: Path, out: Path, graphs: tuple[str, ...]) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     shutil.copytree(artefact, out)
-    logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice goes to the root logger
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name in graphs:
-            quantize_dynamic(
-                artefact / name,
-                out / name,
-                per_channel=True,
-                weight_type=QuantType.QInt8,
-                extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
-            )
+    root = logging.getLogger()  # the quantizer logs its advice on the root logger
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name in graphs:
+                quantize_dynamic(
+                    artefact / name,
+                    out / name,
+                    per_channel=True,
+                    weight_type=QuantType.QInt8,
+                    extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
+                )
+    finally:
+        root.setLevel(level)
     manifest = read_manifest(out)
     specs = {key: graph_spec(out, spec.file) for key, spec in manifest.graphs.items()}
     write_manifest(out, manifest.model_copy(update={"files": file_entries(out), "graphs": specs}))
