@@ -351,7 +351,9 @@ class _Exporter:
             figures |= self.verify_fp32(engine, figures)
         else:
             figures |= self.verify_reduced(variant, engine)
-        determinism = self.fp32_determinism() if variant == "fp32" else self.determinism(variant, engine)
+        determinism = self.determinism(variant, engine)  # the staged directory, as served
+        if variant == "fp32":
+            self._fp32_determinism = determinism
         baseline = None if variant == "fp32" else self.fp32_determinism()
         check, failures = translation_check(self.reference_set, determinism, baseline, variant != "fp16")
         progress(f"  {variant}: reference check {check.figures}")
