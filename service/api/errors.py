@@ -151,7 +151,10 @@ def unpack_results(results: Sequence[R | Exception], field: str) -> list[R]:
     too_long = [(i, r) for i, r in enumerate(results) if isinstance(r, TextTooLong)]
     if too_long:
         raise validation_error(
-            [{"type": "text_too_long", "loc": ("body", field, i), "msg": str(r)} for i, r in too_long]
+            [
+                {"type": "text_too_long", "loc": ("body", field, i), "msg": str(r), "ctx": {"limit": r.limit}}
+                for i, r in too_long
+            ]
         )
     for i, result in enumerate(results):
         if isinstance(result, EngineFailure):

@@ -69,6 +69,10 @@ class Abandoned(RuntimeError):
 class TextTooLong(ValueError):
     """A text longer than the model's max length while truncation is off (→ 422 for that item)."""
 
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit  # the model's max length, in tokens
+
 
 class Engine(Protocol):
     manifest: Manifest

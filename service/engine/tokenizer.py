@@ -68,7 +68,9 @@ class TextTokenizer:
                 cut = self._truncating.encode(text)
                 out.append(Encoded(list(cut.ids), list(cut.tokens), truncated=True))
             else:
-                out.append(TextTooLong(f"text has {n} tokens; the model takes at most {self.max_len}"))
+                out.append(
+                    TextTooLong(f"text has {n} tokens; the model takes at most {self.max_len}", self.max_len)
+                )
         return out
 
     def pad(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

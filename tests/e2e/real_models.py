@@ -47,6 +47,8 @@ def is_current(root: Path) -> bool:
             files = {f.path: f.sha256 for f in manifest.files}
             if manifest.source.sha256 != sha or (name == TRANSLATOR and files["tokenizer.json"] != tokenizer):
                 return False
+            if manifest.reference_check is None:  # exported before int8 became per-row
+                return False
     return True
 
 

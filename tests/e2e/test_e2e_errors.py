@@ -63,20 +63,23 @@ def test_invalid_requests_are_422_naming_the_field(
     assert field in error["message"] and message in error["message"], error["message"]
 
 
-def test_one_over_long_text_fails_the_whole_list_naming_each_index(client: httpx.Client) -> None:
+def test_one_over_long_text_fails_the_whole_embed_list_naming_each_index(client: httpx.Client) -> None:
     cards = {c["id"]: c for c in client.get("/v1/models").json()["data"]}
     texts = ["A dog runs.", OVER_LONG, "A cat sleeps.", OVER_LONG]
-    for path, body, field in [
-        ("/v1/translate", {"text": texts}, "text"),
-        ("/v1/embed", {"texts": texts, "truncate": False}, "texts"),
-    ]:
-        model = TRANSLATOR if path == "/v1/translate" else EMBEDDER
-        response = client.post(path, json=body)
-        assert response.status_code == 422, response.text
-        details = response.json()["error"]["details"]
-        assert [d["field"] for d in details] == [f"{field}[1]", f"{field}[3]"], details
-        assert all(d["type"] == "text_too_long" for d in details)
-        assert str(cards[model]["max_input_tokens"]) in details[0]["message"]
+    response = client.post("/v1/embed", json={"texts": texts, "truncate": False})
+    assert response.status_code == 422, response.text
+    details = response.json()["error"]["details"]
+    assert [d["field"] for d in details] == ["texts[1]", "texts[3]"], details
+    assert all(d["type"] == "text_too_long" for d in details)
+    assert all(d["limit"] == cards[EMBEDDER]["max_input_tokens"] for d in details)
+
+
+def test_over_long_texts_are_translated_in_pieces_not_refused(client: httpx.Client) -> None:
+    response = client.post("/v1/translate", json={"text": ["A dog runs.", OVER_LONG], "beam_size": 1})
+    assert response.status_code == 200, response.text
+    long_one = response.json()["translations"][1]
+    assert len(long_one["sentences"]) == 60  # sixty sentences, each within the model's input
+    assert all(s["hypotheses"][0]["text"].strip() for s in long_one["sentences"])
 
 
 def test_over_long_texts_are_truncated_for_embeddings_by_default(client: httpx.Client) -> None:

@@ -125,7 +125,7 @@ class HashEmbedder:
             if FAIL_WORD in words(item.text):
                 out.append(RuntimeError("this item failed"))
             elif n > self.max_len and not item.truncate:
-                out.append(TextTooLong(f"text has {n} tokens, more than {self.max_len}"))
+                out.append(TextTooLong(f"text has {n} tokens, more than {self.max_len}", self.max_len))
             else:
                 out.append(
                     Embedding(vector=self.vector(item.text, item.truncate), n_tokens=min(n, self.max_len))
@@ -179,7 +179,10 @@ class ReverseTranslator:
                 out.append(RuntimeError("this item failed"))
             elif self.count_tokens(item.text) > self.max_len:
                 out.append(
-                    TextTooLong(f"text has {self.count_tokens(item.text)} tokens, more than {self.max_len}")
+                    TextTooLong(
+                        f"text has {self.count_tokens(item.text)} tokens, more than {self.max_len}",
+                        self.max_len,
+                    )
                 )
             else:
                 out.append(self._translate(source, item))

@@ -47,6 +47,7 @@ async def test_without_truncation_a_long_text_fails_the_request_naming_it(served
     error = error_of(r)
     assert [d["field"] for d in error["details"]] == ["texts[1]"]
     assert error["details"][0]["type"] == "text_too_long"
+    assert error["details"][0]["limit"] == error["limit"] == 16  # the small embedder's max length
 
 
 @pytest.mark.parametrize(
