@@ -24,7 +24,7 @@ from service.api.errors import install_error_handlers
 from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware, ServerTimingMiddleware
 from service.api.playground import install_playground
 from service.api.runtime import Runtime, require_api_key
-from service.artefacts import MANIFEST_NAME, ArtefactError
+from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest
 from service.engine.base import Engine
 from service.settings import Settings
 
@@ -116,13 +116,14 @@ async def load_engines(settings: Settings) -> list[Engine]:
         if name
     ]
     missing = [n for _, n in wanted if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
-    if missing:
-        if not settings.auto_export:
-            raise ArtefactError(
-                f"no {variant} artefacts for {', '.join(missing)} under {settings.artefact_root}: run "
-                f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
-                "or set TSERVE_AUTO_EXPORT=true"
-            )
+    stale = [n for _, n in wanted if n not in missing and _unchecked(settings.model_dir(n, variant))]
+    if missing and not settings.auto_export:
+        raise ArtefactError(
+            f"no {variant} artefacts for {', '.join(missing)} under {settings.artefact_root}: run "
+            f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
+            "or set TSERVE_AUTO_EXPORT=true"
+        )
+    if missing or (stale and settings.auto_export):  # stale: exported before the reference check
         await run_export(settings.artefact_root, variant, settings.export_timeout_s)
     from service.engine.loader import (
         load_engine,
@@ -147,6 +148,13 @@ async def load_engines(settings: Settings) -> list[Engine]:
             )
         engines.append(engine)
     return engines
+
+
+def _unchecked(directory: Path) -> bool:
+    try:
+        return read_manifest(directory).reference_check is None
+    except ArtefactError:
+        return False  # loading will say what is wrong with it
 
 
 async def run_export(out: Path, variant: str, timeout_s: float) -> None:
