@@ -13,7 +13,7 @@ import contextlib
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
@@ -26,20 +26,24 @@ from service.api.playground import install_playground
 from service.api.runtime import Runtime, require_api_key
 from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest
 from service.engine.base import Engine
-from service.settings import Settings
+from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
 
 log = logging.getLogger(__name__)
 
 _TAIL_LINES = 20  # of the export's output, quoted when it fails
+_EXPORTED_BY_DEFAULT = {*DEFAULT_TRANSLATE_MODELS, DEFAULT_EMBED_MODEL}  # `python -m export default`
+
+GivenEngines = Mapping[str, Engine] | Sequence[Engine]
 
 
 def create_app(
     settings: Settings,
-    engines: Mapping[str, Engine] | None = None,
+    engines: GivenEngines | None = None,
     *,
     on_fatal: Callable[[BaseException], None] | None = None,
 ) -> FastAPI:
-    """The app; ``engines`` (keyed by task: "translate", "embed") replaces loading from artefacts.
+    """The app; ``engines`` replaces loading from artefacts: a list (several translation models,
+    the default first, and at most one embedder) or a mapping keyed by task ("translate", "embed").
 
     ``on_fatal`` is called when the models cannot be loaded (``python -m service`` exits 1);
     without it the app stays up, not ready, and ``/health/ready`` says why.
@@ -59,7 +63,7 @@ def create_app(
 
     app = FastAPI(
         title="Transformer serving",
-        summary="Translation (en→de) and sentence embeddings on onnxruntime, with dynamic batching",
+        summary="Translation and sentence embeddings on onnxruntime, with dynamic batching",
         version="0.1.0",
         lifespan=lifespan,
     )
@@ -88,15 +92,10 @@ def create_app(
     return app
 
 
-async def _start(runtime: Runtime, given: Mapping[str, Engine] | None) -> None:
+async def _start(runtime: Runtime, given: GivenEngines | None) -> None:
     """Load (or take), warm up, then attach batchers; any failure is fatal and explained."""
     try:
-        engines = list(given.values()) if given is not None else await load_engines(runtime.settings)
-        for key, engine in (given or {}).items():
-            if key != engine.manifest.task:
-                raise ArtefactError(
-                    f"engine {engine.manifest.name!r} given as {key!r} is a {engine.manifest.task}"
-                )
+        engines = _check_given(given) if given is not None else await load_engines(runtime.settings)
         for engine in engines:
             await asyncio.to_thread(engine.warmup)
         runtime.attach(engines)
@@ -106,24 +105,50 @@ async def _start(runtime: Runtime, given: Mapping[str, Engine] | None) -> None:
         runtime.fail(e)
 
 
+def _check_given(given: GivenEngines) -> list[Engine]:
+    """The engines in order; a task key must match its engine, names must be distinct (they
+    are the routes' ``model`` and the metrics' ``model`` label), and one embedder at most."""
+    if isinstance(given, Mapping):
+        for key, engine in given.items():
+            if key != engine.manifest.task:
+                raise ArtefactError(
+                    f"engine {engine.manifest.name!r} given as {key!r} is a {engine.manifest.task}"
+                )
+        given = list(given.values())
+    names = [e.manifest.name for e in given]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ArtefactError(f"more than one engine named {', '.join(repeated)}")
+    if sum(e.manifest.task == "embed" for e in given) > 1:
+        raise ArtefactError("at most one embedding engine is served")
+    return list(given)
+
+
 async def load_engines(settings: Settings) -> list[Engine]:
-    """``artefact_root/<model>/<variant>`` for each configured model, exported first if missing."""
+    """``artefact_root/<model>/<variant>`` for each configured model, exported first if missing
+    (one export subprocess for all of them; it knows only the default models)."""
     provider = settings.resolved_provider()
     variant = settings.resolved_variant(provider)
-    wanted = [
-        (task, name)
-        for task, name in (("translate", settings.translate_model), ("embed", settings.embed_model))
-        if name
-    ]
+    wanted = [("translate", name) for name in settings.translation_models]
+    if settings.embed_model:
+        wanted.append(("embed", settings.embed_model))
     missing = [n for _, n in wanted if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
     stale = [n for _, n in wanted if n not in missing and _unchecked(settings.model_dir(n, variant))]
+    not_exportable = [n for n in missing if n not in _EXPORTED_BY_DEFAULT]
+    if not_exportable:
+        raise ArtefactError(
+            f"no {variant} artefacts for {', '.join(not_exportable)} under {settings.artefact_root}, "
+            f"and the auto-export makes only the default models ({', '.join(sorted(_EXPORTED_BY_DEFAULT))}): "
+            f"run `python -m export SOURCE --name NAME --out {settings.artefact_root} --variant {variant}`"
+        )
     if missing and not settings.auto_export:
         raise ArtefactError(
             f"no {variant} artefacts for {', '.join(missing)} under {settings.artefact_root}: run "
             f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
             "or set TSERVE_AUTO_EXPORT=true"
         )
-    if missing or (stale and settings.auto_export):  # stale: exported before the reference check
+    # stale: exported before the reference check; only the default ones can be re-exported here
+    if missing or (settings.auto_export and any(n in _EXPORTED_BY_DEFAULT for n in stale)):
         await run_export(settings.artefact_root, variant, settings.export_timeout_s)
     from service.engine.loader import (
         load_engine,
@@ -158,7 +183,8 @@ def _unchecked(directory: Path) -> bool:
 
 
 async def run_export(out: Path, variant: str, timeout_s: float) -> None:
-    """``python -m export default`` in a subprocess (torch stays out of this process)."""
+    """``python -m export default`` (every default model) in a subprocess (torch stays out of
+    this process)."""
     command = [sys.executable, "-m", "export", "default", "--out", str(out), "--variant", variant]
     log.info("artefacts missing: running %s", " ".join(command))
     process = await asyncio.create_subprocess_exec(

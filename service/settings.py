@@ -2,8 +2,8 @@
 
 This is the only place that reads the environment: the rest of the service gets a ``Settings``
 object, so tests build one directly and nothing depends on the process's environment.
-Lists (``TSERVE_API_KEYS``, ``TSERVE_CORS_ORIGINS``) take either a JSON list or a
-comma-separated string.
+Lists (``TSERVE_API_KEYS``, ``TSERVE_CORS_ORIGINS``, ``TSERVE_TRANSLATE_MODELS``) take either a
+JSON list or a comma-separated string.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ ProviderSetting = Literal["auto", "cuda", "cpu"]
 VariantSetting = Literal["auto", "fp32", "int8", "fp16"]
 CUDA_PROVIDER = "CUDAExecutionProvider"
 
+# What `python -m export default` exports and the service serves unless told otherwise.
+# Add "transformer-de-en" here (and to export's defaults) once its checkpoint is trained (issue 16).
+DEFAULT_TRANSLATE_MODELS = ("transformer-en-de",)
+DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TSERVE_", extra="ignore", validate_default=True)
@@ -47,8 +52,12 @@ class Settings(BaseSettings):
 
     # Models: <artefact_root>/<model name>/<variant>/manifest.json; an empty name disables that task.
     artefact_root: Path = Path(".artefacts")
-    translate_model: str = "transformer-en-de"
-    embed_model: str = "all-MiniLM-L6-v2"
+    # Translation: TRANSLATE_MODELS lists every model served (requests are routed by language
+    # pair or by name; the first is the default); TRANSLATE_MODEL is the one-model shorthand
+    # ("" serves no translation). Neither set: DEFAULT_TRANSLATE_MODELS. Both set: refused.
+    translate_models: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    translate_model: str | None = None
+    embed_model: str = DEFAULT_EMBED_MODEL
     variant: VariantSetting = "auto"  # auto: fp16 on CUDA, else cpu_variant
     cpu_variant: Literal["fp32", "int8"] = "int8"
     provider: ProviderSetting = "auto"  # auto: CUDA when onnxruntime has it, else CPU
@@ -96,7 +105,7 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
-    @field_validator("api_keys", "cors_origins", mode="before")
+    @field_validator("api_keys", "cors_origins", "translate_models", mode="before")
     @classmethod
     def _split_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -113,10 +122,22 @@ class Settings(BaseSettings):
             raise ValueError("API keys must not be blank")
         return keys
 
+    @field_validator("translate_models")
+    @classmethod
+    def _distinct_models(cls, names: list[str]) -> list[str]:
+        if any(not name.strip() for name in names):
+            raise ValueError("model names must not be blank")
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"listed more than once: {', '.join(repeated)}")
+        return names
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
-        if not self.translate_model and not self.embed_model:
-            raise ValueError("serve at least one model: set translate_model or embed_model")
+        if self.translate_models and self.translate_model is not None:
+            raise ValueError("set translate_models (several models) or translate_model (one), not both")
+        if not self.translation_models and not self.embed_model:
+            raise ValueError("serve at least one model: set translate_models or embed_model")
         if self.max_queue < self.max_items_per_request:
             raise ValueError(
                 "max_queue must be at least max_items_per_request (else a full request never fits)"
@@ -127,6 +148,15 @@ class Settings(BaseSettings):
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
+
+    @property
+    def translation_models(self) -> list[str]:
+        """The translation artefacts to serve, the default (first) one first."""
+        if self.translate_models:
+            return list(self.translate_models)
+        if self.translate_model is not None:
+            return [self.translate_model] if self.translate_model else []
+        return list(DEFAULT_TRANSLATE_MODELS)
 
     def resolved_provider(self) -> Literal["cuda", "cpu"]:
         """``auto`` → CUDA when this onnxruntime build offers it (onnxruntime-gpu), else CPU."""

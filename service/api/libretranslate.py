@@ -7,8 +7,9 @@ LibreTranslate's shape, ``{"error": "..."}``, and its status codes (400 for any 
 request, 403 for a missing or wrong key), plus ours where it has none (413, 429 with
 Retry-After, 503, 504). Translation runs the same path as ``/v1/translate``: the same limits,
 sentence batching, queue, deadline and metrics. ``/detect`` is not offered: there is no language
-detector behind this service, and ``source: "auto"`` resolves only when the model has a single
-source language.
+detector behind this service, and ``source: "auto"`` resolves only when exactly one served model
+translates into ``target`` and it reads one language. With several models, a request goes to the
+first configured one serving its pair (LibreTranslate's clients cannot name a model).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
-from service.api.errors import InternalError, ServiceError
-from service.api.runtime import Runtime, get_runtime, ready_runtime
+from service.api.errors import InternalError, ModelNotFound, ServiceError
+from service.api.runtime import Runtime, Translator, get_runtime, ready_runtime
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
-from service.api.translate import get_translator, translate_texts
+from service.api.translate import translate_texts
 from service.batching import BatcherClosed, DeadlineExceeded, QueueFull
 from service.engine.base import TranslateOptions
 
@@ -117,13 +118,8 @@ async def translate(request: Request, runtime: Annotated[Runtime, Depends(get_ru
     try:
         body, single = await _parse(request)
         _check_key(runtime, request, body.api_key)
-        translator = get_translator(ready_runtime(runtime))
+        translator, source = _route(ready_runtime(runtime), body.source, body.target)
         info = translator.engine.manifest.translation
-        sources = info.source_languages if info else []
-        targets = info.target_languages if info else []
-        source = _resolve_source(body.source, sources)
-        if body.target not in targets:
-            raise LibreTranslateError(400, f"{body.target} is not supported (targets: {', '.join(targets)})")
         n = body.alternatives + 1
         options = TranslateOptions(
             beam_size=max(4, n),
@@ -146,31 +142,30 @@ async def translate(request: Request, runtime: Annotated[Runtime, Depends(get_ru
         alternatives = [[h.text for h in t.hypotheses[1:]] for t in done]
         out["alternatives"] = alternatives[0] if single else alternatives
     if body.source == "auto":
-        # Not detected: the one language the model translates from (so certain by construction).
+        # Not detected: the one language translated into target (so certain by construction).
         out["detectedLanguage"] = {"language": source, "confidence": 100.0}
     return JSONResponse(out)
 
 
 @router.get("/languages", response_model=list[Language], responses={s: _ERRORS[s] for s in (403, 503)})
 async def languages(request: Request, runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
-    """Every language the service reads or writes, with the targets it translates it into."""
+    """Every language the service reads or writes, with every target some model translates it into."""
     try:
         _check_key(runtime, request, None)
-        translator = get_translator(ready_runtime(runtime))
+        translators = _translators(ready_runtime(runtime))
     except LibreTranslateError as e:
         return JSONResponse({"error": e.message}, e.status, headers=e.headers)
     except ServiceError as e:
         return _service_error(e)
-    info = translator.engine.manifest.translation
-    sources = info.source_languages if info else []
-    targets = info.target_languages if info else []
-    codes = list(dict.fromkeys([*sources, *targets]))
+    codes = list(dict.fromkeys(c for t in translators for c in (*t.sources, *t.targets)))
     return JSONResponse(
         [
             {
                 "code": code,
                 "name": _name(code),
-                "targets": [t for t in targets if t != code] if code in sources else [],
+                "targets": list(
+                    dict.fromkeys(x for t in translators if code in t.sources for x in t.targets if x != code)
+                ),
             }
             for code in codes
         ]
@@ -180,7 +175,7 @@ async def languages(request: Request, runtime: Annotated[Runtime, Depends(get_ru
 @router.get("/frontend/settings")
 async def frontend_settings(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
     """What LibreTranslate's web clients ask first: limits, whether a key is needed, the languages."""
-    translator = runtime.translator
+    translator = runtime.default_translator
     info = translator.engine.manifest.translation if translator else None
     source = info.source_languages[0] if info and info.source_languages else "auto"
     target = info.target_languages[0] if info and info.target_languages else ""
@@ -263,16 +258,34 @@ def _check_key(runtime: Runtime, request: Request, body_key: str | None) -> None
         raise LibreTranslateError(403, "Invalid API key")
 
 
-def _resolve_source(source: str, served: list[str]) -> str:
+def _translators(runtime: Runtime) -> list[Translator]:
+    if not runtime.translators:
+        raise ModelNotFound("no translation model is loaded (TSERVE_TRANSLATE_MODELS is empty)")
+    return list(runtime.translators.values())
+
+
+def _route(runtime: Runtime, source: str, target: str) -> tuple[Translator, str]:
+    """The first configured model translating ``source`` into ``target``, and the source
+    language; ``auto`` only when one model translates into ``target`` from one language."""
+    served = ", ".join(runtime.served_pairs())
+    translators = _translators(runtime)
     if source == "auto":
-        if len(served) == 1:
-            return served[0]
-        raise LibreTranslateError(
-            400, f"source 'auto' is ambiguous here: name one of {', '.join(served)} (no language detection)"
-        )
-    if source not in served:
-        raise LibreTranslateError(400, f"{source} is not supported (sources: {', '.join(served)})")
-    return source
+        into = [t for t in translators if t.serves(None, target)]
+        if len(into) == 1 and len(into[0].sources) == 1:
+            return into[0], into[0].sources[0]
+        if into:
+            sources = ", ".join(dict.fromkeys(s for t in into for s in t.sources))
+            raise LibreTranslateError(
+                400,
+                f"source 'auto' is ambiguous into {target}: name one of {sources} (no language detection)",
+            )
+    elif not any(t.serves(source, None) for t in translators):
+        raise LibreTranslateError(400, f"{source} is not supported (served pairs: {served})")
+    matches = [t for t in translators if t.serves(None if source == "auto" else source, target)]
+    if not matches:
+        pair = target if source == "auto" else f"{source}→{target}"
+        raise LibreTranslateError(400, f"{pair} is not supported (served pairs: {served})")
+    return matches[0], source
 
 
 def _describe(errors: Sequence[Any]) -> str:

@@ -32,6 +32,27 @@ class Translator:
     engine: TranslateEngine
     batcher: DynamicBatcher[TranslateItem, Any]
 
+    @property
+    def name(self) -> str:
+        return self.engine.manifest.name
+
+    @property
+    def sources(self) -> list[str]:
+        info = self.engine.manifest.translation
+        return info.source_languages if info else []
+
+    @property
+    def targets(self) -> list[str]:
+        info = self.engine.manifest.translation
+        return info.target_languages if info else []
+
+    def pairs(self) -> list[str]:
+        return [f"{s}→{t}" for s in self.sources for t in self.targets if s != t]
+
+    def serves(self, source: str | None, target: str | None) -> bool:
+        """Whether it translates ``source`` into ``target`` (None: any)."""
+        return (source is None or source in self.sources) and (target is None or target in self.targets)
+
 
 @dataclass
 class Embedder:
@@ -44,7 +65,7 @@ class Runtime:
     settings: Settings
     state: State = "loading"
     detail: str | None = None
-    translator: Translator | None = None
+    translators: dict[str, Translator] = field(default_factory=dict)  # by name, the default first
     embedder: Embedder | None = None
     on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
     limits: RequestLimits = field(init=False)
@@ -54,12 +75,28 @@ class Runtime:
         READY.set(0)
 
     @property
+    def models(self) -> list[Translator | Embedder]:
+        return [*self.translators.values(), *([self.embedder] if self.embedder else [])]
+
+    @property
     def engines(self) -> list[Engine]:
-        return [m.engine for m in (self.translator, self.embedder) if m is not None]
+        return [m.engine for m in self.models]
 
     @property
     def batchers(self) -> list[DynamicBatcher[Any, Any]]:
-        return [m.batcher for m in (self.translator, self.embedder) if m is not None]
+        return [m.batcher for m in self.models]
+
+    @property
+    def default_translator(self) -> Translator | None:
+        return next(iter(self.translators.values()), None)
+
+    def translators_for(self, source: str | None, target: str | None) -> list[Translator]:
+        """The models translating ``source`` into ``target`` (None: any), in configured order."""
+        return [t for t in self.translators.values() if t.serves(source, target)]
+
+    def served_pairs(self) -> list[str]:
+        """Every ``source→target`` served, once each, in configured order."""
+        return list(dict.fromkeys(p for t in self.translators.values() for p in t.pairs()))
 
     def attach(self, engines: list[Engine]) -> None:
         """Start a batcher per warmed-up engine and declare the service ready (in the event loop)."""
@@ -76,7 +113,7 @@ class Runtime:
             name = engine.manifest.name
             if engine.manifest.task == "translate":
                 translate: TranslateEngine = engine  # type: ignore[assignment]
-                self.translator = Translator(
+                translator = self.translators[name] = Translator(
                     translate,
                     DynamicBatcher(
                         name,
@@ -86,7 +123,7 @@ class Runtime:
                         on_abandon=lambda item: item.abandoned.set(),
                     ),
                 )
-                self.translator.batcher.start()
+                translator.batcher.start()
             else:
                 embed: EmbedEngine = engine  # type: ignore[assignment]
                 self.embedder = Embedder(embed, DynamicBatcher(name, embed.embed, _embed_cost(embed), policy))

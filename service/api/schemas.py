@@ -162,11 +162,18 @@ class TranslateRequest(_Request):
             f"(ceiling {HARD_MAX_REQUEST_CHARS:,}) and max_sentences_per_request sentences"
         ),
     ]
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="A translation model of GET /v1/models; default: the model serving "
+        "source_language → target_language, or the first one when neither is given",
+    )
     source_language: Language | None = Field(
-        default=None, description="Checked against the model's languages"
+        default=None, description="Routes to the model translating from it (checked against the model's)"
     )
     target_language: Language | None = Field(
-        default=None, description="Checked against the model's languages"
+        default=None, description="Routes to the model translating into it (checked against the model's)"
     )
     beam_size: int = Field(default=4, ge=1, le=MAX_BEAM, description="1 = greedy")
     n_best: int = Field(default=1, ge=1, le=MAX_BEAM, description="Hypotheses per text, at most beam_size")

@@ -28,10 +28,40 @@ from service.text.pipeline import Format, prepare, translate_documents
 router = APIRouter(tags=["translate"])
 
 
-def get_translator(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Translator:
-    if runtime.translator is None:
-        raise ModelNotFound("no translation model is loaded (TSERVE_TRANSLATE_MODEL is empty)")
-    return runtime.translator
+def route(runtime: Runtime, model: str | None, source: str | None, target: str | None) -> Translator:
+    """The model a request names, else the one serving its languages (the default when it names
+    none): 404 for a model not served, 422 for a pair nobody or several models serve."""
+    if not runtime.translators:
+        raise ModelNotFound("no translation model is loaded (TSERVE_TRANSLATE_MODELS is empty)")
+    if model is not None:
+        if model not in runtime.translators:
+            raise ModelNotFound(
+                f"the model {model!r} is not served here; translators: {', '.join(runtime.translators)}"
+            )
+        return runtime.translators[model]
+    if source is None and target is None:
+        return next(iter(runtime.translators.values()))  # the default: the first configured
+    matches = runtime.translators_for(source, target)
+    if len(matches) == 1:
+        return matches[0]
+    served = ", ".join(runtime.served_pairs())
+    if matches:
+        kind, field = (
+            "ambiguous_language_pair",
+            "target_language" if target is not None else "source_language",
+        )
+        message = f"{', '.join(t.name for t in matches)} all translate this: name one in 'model'"
+    elif source is not None and not runtime.translators_for(source, None):
+        kind, field = "unsupported_language_pair", "source_language"
+        message = f"{source!r} is not served as a source language"
+    elif target is not None and not runtime.translators_for(None, target):
+        kind, field = "unsupported_language_pair", "target_language"
+        message = f"{target!r} is not served as a target language"
+    else:
+        kind, field = "unsupported_language_pair", "target_language"
+        message = f"{source!r} → {target!r} is not served"
+    error = {"type": kind, "loc": ("body", field), "msg": f"{message} (served pairs: {served})"}
+    raise validation_error([{**error, "ctx": {"limit": served}}])
 
 
 @router.post("/v1/translate", response_model=TranslateResponse, responses=ERROR_RESPONSES)
@@ -39,14 +69,15 @@ async def translate(
     body: TranslateRequest,
     request: Request,
     runtime: Annotated[Runtime, Depends(ready_runtime)],
-    translator: Annotated[Translator, Depends(get_translator)],
 ) -> Response:
     """Translate one text or a list: each text sentence by sentence, in its own layout
-    (all-or-nothing: one untranslatable text fails the request)."""
+    (all-or-nothing: one untranslatable text fails the request). The model is ``model``, else
+    the one serving ``source_language`` → ``target_language``, else the default (the first)."""
+    translator = route(runtime, body.model, body.source_language, body.target_language)
     manifest = translator.engine.manifest
     info = manifest.translation
-    sources = info.source_languages if info else []
-    targets = info.target_languages if info else []
+    sources = translator.sources
+    targets = translator.targets
     errors = [
         *check_language(body.source_language, "source_language", sources, manifest.name),
         *check_language(body.target_language, "target_language", targets, manifest.name),

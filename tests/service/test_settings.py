@@ -22,7 +22,7 @@ def test_defaults() -> None:
     s = Settings()
     assert (s.host, s.port) == ("0.0.0.0", 8000)
     assert s.artefact_root == Path(".artefacts")
-    assert (s.translate_model, s.embed_model) == ("transformer-en-de", "all-MiniLM-L6-v2")
+    assert (s.translation_models, s.embed_model) == (["transformer-en-de"], "all-MiniLM-L6-v2")
     assert s.api_keys == [] and s.cors_origins == []
     assert s.auto_export is True
 
