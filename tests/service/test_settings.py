@@ -93,3 +93,42 @@ def test_auto_provider_follows_onnxruntime() -> None:
 
     has_cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
     assert Settings().resolved_provider() == ("cuda" if has_cuda else "cpu")
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, ["transformer-en-de"]),  # DEFAULT_TRANSLATE_MODELS
+        (
+            {"TSERVE_TRANSLATE_MODELS": "transformer-en-de,transformer-de-en"},
+            ["transformer-en-de", "transformer-de-en"],
+        ),
+        (
+            {"TSERVE_TRANSLATE_MODELS": '["opus-mt-de-en", "transformer-en-de"]'},
+            ["opus-mt-de-en", "transformer-en-de"],
+        ),
+        ({"TSERVE_TRANSLATE_MODEL": "opus-mt-en-fr"}, ["opus-mt-en-fr"]),  # the one-model shorthand
+        ({"TSERVE_TRANSLATE_MODEL": ""}, []),  # no translation
+        ({"TSERVE_TRANSLATE_MODELS": "", "TSERVE_TRANSLATE_MODEL": "m"}, ["m"]),  # an empty list is unset
+    ],
+)
+def test_translation_models(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: list[str]
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert Settings().translation_models == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"translate_models": ["a", "b"], "translate_model": "a"}, "not both"),
+        ({"translate_models": "a, b, a"}, "listed more than once: a"),
+        ({"translate_models": ["a", " "]}, "must not be blank"),
+        ({"translate_model": "", "embed_model": ""}, "at least one model"),
+    ],
+)
+def test_translation_models_refused(values: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Settings.model_validate(values)

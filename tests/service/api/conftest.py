@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -60,12 +60,13 @@ def engines(**hooks: Any) -> tuple[HashEmbedder, ReverseTranslator]:
 @asynccontextmanager
 async def serving(
     settings: Settings | None = None,
-    given: Mapping[str, Engine] | None = None,
+    given: Mapping[str, Engine] | Sequence[Engine] | None = None,
     *,
     wait_ready: bool = True,
     **hooks: Any,
 ) -> AsyncIterator[Served]:
-    """The app over ``given`` engines, or over a fresh small pair built with ``hooks``."""
+    """The app over ``given`` engines (by task, or a list: ``translator`` is then the first
+    translation engine), or over a fresh small pair built with ``hooks``."""
     embedder, translator = engines(**hooks)
     if given is None:
         given = {"embed": embedder, "translate": translator}
@@ -75,8 +76,9 @@ async def serving(
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             if wait_ready:
                 await until_ready(client)
-            served_embedder = given.get("embed", embedder)
-            served_translator = given.get("translate", translator)
+            by_task = given if isinstance(given, Mapping) else {e.manifest.task: e for e in reversed(given)}
+            served_embedder = by_task.get("embed", embedder)
+            served_translator = by_task.get("translate", translator)
             assert isinstance(served_embedder, HashEmbedder) and isinstance(
                 served_translator, ReverseTranslator
             )
