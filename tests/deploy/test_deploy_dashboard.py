@@ -75,3 +75,21 @@ def test_the_dashboard_shows_what_operators_need(dashboard: dict) -> None:
     assert "sum by (status)" in exprs
     info = next(p for p in dashboard_panels(dashboard) if "tserve_model_info" in str(p.get("targets")))
     assert {"variant", "provider"} <= set(re.findall(r"\w+", info["targets"][0]["expr"]))
+
+
+# Metrics labelled by model (service/metrics.py): with several models, a panel on them must not
+# add their series together.
+_PER_MODEL = re.compile(
+    r"\btserve_(queue_depth|batch_size|batch_tokens|stage_duration_seconds|input_tokens|output_tokens)"
+)
+
+
+def test_per_model_metrics_are_shown_per_model(dashboard: dict) -> None:
+    for panel in dashboard_panels(dashboard):
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            if not _PER_MODEL.search(expr):
+                continue
+            assert 'model=~"$model"' in expr, (panel["title"], expr)
+            grouped = all("by (model" in by for by in re.findall(r"\bby \([^)]*\)", expr))
+            assert grouped or panel.get("repeat") == "model", (panel["title"], expr)
