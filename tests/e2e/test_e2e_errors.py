@@ -37,7 +37,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str, str]] = [
     (T, {"text": "A dog.", "beam_size": "4"}, "beam_size", "int_type", "valid integer"),
     (T, {"text": "A dog.", "beam": 4}, "beam", "extra_forbidden", "unknown field"),
     (T, {"text": "A dog.", "beam_size": 2, "n_best": 3}, "n_best", "n_best_over_beam", "beam_size"),
-    (T, {"text": "A dog.", "target_language": "fr"}, "target_language", "unsupported_language", "de"),
+    (T, {"text": "A dog.", "target_language": "fr"}, "target_language", "unsupported_language_pair", "en→de"),
     (T, {"beam_size": 4}, "text", "missing", "required"),
     (E, {"texts": "A dog."}, "texts", "list_type", "valid list"),
     (E, {"texts": []}, "texts", "too_short", "at least 1"),
