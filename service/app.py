@@ -96,6 +96,10 @@ async def _start(runtime: Runtime, given: GivenEngines | None) -> None:
     """Load (or take), warm up, then attach batchers; any failure is fatal and explained."""
     try:
         engines = _check_given(given) if given is not None else await load_engines(runtime.settings)
+        names = [e.manifest.name for e in engines]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:  # names are the routes' `model` and the metrics' `model` label
+            raise ArtefactError(f"more than one engine named {', '.join(repeated)}")
         for engine in engines:
             await asyncio.to_thread(engine.warmup)
         runtime.attach(engines)
@@ -106,8 +110,7 @@ async def _start(runtime: Runtime, given: GivenEngines | None) -> None:
 
 
 def _check_given(given: GivenEngines) -> list[Engine]:
-    """The engines in order; a task key must match its engine, names must be distinct (they
-    are the routes' ``model`` and the metrics' ``model`` label), and one embedder at most."""
+    """The engines in order; a task key must match its engine, and one embedder at most."""
     if isinstance(given, Mapping):
         for key, engine in given.items():
             if key != engine.manifest.task:
@@ -115,10 +118,6 @@ def _check_given(given: GivenEngines) -> list[Engine]:
                     f"engine {engine.manifest.name!r} given as {key!r} is a {engine.manifest.task}"
                 )
         given = list(given.values())
-    names = [e.manifest.name for e in given]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ArtefactError(f"more than one engine named {', '.join(repeated)}")
     if sum(e.manifest.task == "embed" for e in given) > 1:
         raise ArtefactError("at most one embedding engine is served")
     return list(given)
