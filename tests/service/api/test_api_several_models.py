@@ -295,3 +295,13 @@ async def test_a_missing_model_the_auto_export_cannot_make_fails_clearly(tmp_pat
     assert f"artefacts for opus-mt-de-en under {tmp_path}" in detail  # only the one it cannot make
     assert "python -m export SOURCE --name NAME" in detail
     assert not (tmp_path / "transformer-en-de").exists()  # nothing was exported
+
+
+async def test_a_requested_model_name_never_becomes_a_metric_label(two: Two) -> None:
+    from prometheus_client import REGISTRY
+
+    r = await two.served.client.post("/v1/translate", json={"text": "a", "model": "label-from-a-client"})
+    assert r.status_code == 404
+    values = {v for family in REGISTRY.collect() for sample in family.samples for v in sample.labels.values()}
+    assert "label-from-a-client" not in values
+    assert two.de_en.manifest.name in values  # the loaded ones are there
