@@ -267,24 +267,24 @@ def _translators(runtime: Runtime) -> list[Translator]:
 def _route(runtime: Runtime, source: str, target: str) -> tuple[Translator, str]:
     """The first configured model translating ``source`` into ``target``, and the source
     language; ``auto`` only when one model translates into ``target`` from one language."""
-    served = ", ".join(runtime.served_pairs())
     translators = _translators(runtime)
+    served = ", ".join(runtime.served_pairs())
     if source == "auto":
         into = [t for t in translators if t.serves(None, target)]
-        if len(into) == 1 and len(into[0].sources) == 1:
-            return into[0], into[0].sources[0]
-        if into:
+        if not into:
+            raise LibreTranslateError(400, f"{target} is not supported (served pairs: {served})")
+        if len(into) > 1 or len(into[0].sources) > 1:
             sources = ", ".join(dict.fromkeys(s for t in into for s in t.sources))
             raise LibreTranslateError(
                 400,
                 f"source 'auto' is ambiguous into {target}: name one of {sources} (no language detection)",
             )
-    elif not any(t.serves(source, None) for t in translators):
+        return into[0], into[0].sources[0]
+    if not any(t.serves(source, None) for t in translators):
         raise LibreTranslateError(400, f"{source} is not supported (served pairs: {served})")
-    matches = [t for t in translators if t.serves(None if source == "auto" else source, target)]
+    matches = [t for t in translators if t.serves(source, target)]
     if not matches:
-        pair = target if source == "auto" else f"{source}→{target}"
-        raise LibreTranslateError(400, f"{pair} is not supported (served pairs: {served})")
+        raise LibreTranslateError(400, f"{source}→{target} is not supported (served pairs: {served})")
     return matches[0], source
 
 
