@@ -218,10 +218,9 @@ async def _parse(request: Request) -> tuple[LibreTranslateRequest, bool]:
         raise LibreTranslateError(400, f"Invalid request: invalid JSON at character {e.pos}: {e.msg}") from e
     except RecursionError as e:
         raise LibreTranslateError(400, "Invalid request: the JSON is nested too deeply") from e
-    except HTTPException as e:  # the form parser's errors (too many fields, a bad boundary)
-        if e.status_code != 400:
-            raise
-        raise LibreTranslateError(400, f"Invalid request: {e.detail}") from e
+    except HTTPException as e:  # the body stream's (413, 408, 400) and the form parser's errors
+        prefix = "Invalid request: " if e.status_code == 400 else ""
+        raise LibreTranslateError(e.status_code, prefix + str(e.detail), dict(e.headers or {})) from e
 
 
 def _form_fields(form: FormData) -> dict[str, Any]:

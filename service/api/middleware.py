@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import time
 import uuid
@@ -20,6 +21,7 @@ from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _UTF8 = {"utf-8", "utf8"}
 _UTF16_OR_32_BOMS = (b"\xfe\xff", b"\xff\xfe")
+_LIBRETRANSLATE_PATHS = ("/translate", "/languages", "/frontend/settings")  # errors: {"error": "..."}
 
 
 def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
@@ -87,6 +89,8 @@ class BodyLimitMiddleware:
         headers = dict(scope.get("headers") or [])
         refusal = self._refusal(headers)
         if refusal is not None:
+            if scope.get("path") in _LIBRETRANSLATE_PATHS:
+                refusal = _libretranslate_shape(refusal)
             refusal.headers["Connection"] = "close"
             await refusal(scope, receive, send)
             return
@@ -146,6 +150,12 @@ class BodyLimitMiddleware:
                 limit="utf-8",
             )
         return None
+
+
+def _libretranslate_shape(response: JSONResponse) -> JSONResponse:
+    """The same refusal as LibreTranslate's clients read errors: ``{"error": "<message>"}``."""
+    message = json.loads(bytes(response.body))["error"]["message"]
+    return JSONResponse({"error": message}, response.status_code)
 
 
 def _parameter(parameters: str, name: str) -> str | None:

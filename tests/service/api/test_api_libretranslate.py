@@ -159,3 +159,19 @@ async def test_libretranslate_routes_are_counted_in_the_metrics(served: Served) 
     before = metric("tserve_requests_total", endpoint="/translate", status="200")
     await served.client.post("/translate", json={"q": "a", "source": "en", "target": "de"})
     assert metric("tserve_requests_total", endpoint="/translate", status="200") == before + 1
+
+
+async def test_body_limits_answer_in_its_shape_too() -> None:
+    async with serving(small_settings(max_body_bytes=1024)) as served:
+        big = {"q": "word " * 400, "source": "en", "target": "de"}
+        declared = await served.client.post("/translate", json=big)  # refused from Content-Length
+        assert "larger than 1024 bytes" in lt_error(declared, 413)
+        assert declared.headers["Connection"] == "close"
+
+        async def streamed() -> Any:
+            yield b'{"q": "' + b"w" * 2000 + b'"}'
+
+        chunked = await served.client.post(
+            "/translate", content=streamed(), headers={"Content-Type": "application/json"}
+        )
+        assert "larger than 1024 bytes" in lt_error(chunked, 413)
