@@ -121,6 +121,30 @@ def clamp_ir_version(path: Path, max_ir: int = MAX_IR_VERSION) -> None:
         onnx.save(model, str(path))
 
 
+def append_top_k(
+    path: Path, scores: str, k_input: str, values: str, indices: str, rows_axis: str = "batch"
+) -> None:
+    """Append a ``TopK`` over the last axis of output ``scores`` to the graph at ``path``, in
+    place: a new int64 input ``k_input`` of shape [1] sets k per run, and outputs ``values``
+    (float32, best first) and ``indices`` (int64) of shape (``rows_axis``, "top_k") follow
+    the existing outputs, which stay as they are."""
+    model = onnx.load(str(path))
+    graph = model.graph
+    graph.input.append(onnx.helper.make_tensor_value_info(k_input, onnx.TensorProto.INT64, [1]))
+    graph.node.append(
+        onnx.helper.make_node("TopK", [scores, k_input], [values, indices], axis=-1, largest=1, sorted=1)
+    )
+    shape = [rows_axis, "top_k"]
+    graph.output.extend(
+        [
+            onnx.helper.make_tensor_value_info(values, onnx.TensorProto.FLOAT, shape),
+            onnx.helper.make_tensor_value_info(indices, onnx.TensorProto.INT64, shape),
+        ]
+    )
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
 # --------------------------------------------------------------------------------------------
 # graph variants
 

@@ -64,9 +64,10 @@ from export.translation_checks import (
     parity,
     validation_texts,
 )
-from export.translation_graphs import example_inputs, export_graphs, load_ours
+from export.translation_graphs import TOP_K_INPUT, example_inputs, export_graphs, load_ours
 from service.artefacts import (
     ArtefactError,
+    DecoderLayout,
     Manifest,
     ReferenceCheck,
     SourceInfo,
@@ -209,6 +210,7 @@ def build_manifest(
             max_source_len=source.max_source_len,
             max_target_len=source.max_target_len,
             has_alignments=True,
+            decoder_layout=decoder_layout(directory / "decoder.onnx"),
         ),
         opset=opset,
         ir_version=ir_version,
@@ -218,6 +220,12 @@ def build_manifest(
         reference_check=reference_check,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
+
+
+def decoder_layout(path: Path) -> DecoderLayout:
+    """The layout the decoder graph at ``path`` has, read from its inputs."""
+    names = {t.name for t in graph_spec(path).inputs}
+    return "stacked_kv_top_k" if TOP_K_INPUT in names else "stacked_kv"
 
 
 def write_tokenizer(source: TranslationSource, directory: Path) -> None:

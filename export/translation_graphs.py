@@ -10,6 +10,12 @@ The service engine is written against exactly these names and shapes:
   (n_layers, batch, n_heads, past_len, d_head; past_len may be 0) → ``log_probs`` float32
   (batch, vocab), ``present_keys``/``present_values`` (…, past_len + 1, d_head) and
   ``cross_attention`` float32 (batch, src_len): the last layer's weights, mean over heads.
+* Decoder layout ``stacked_kv_top_k`` (the manifest's ``translation.decoder_layout`` says which
+  layout an artefact has; the default export stays ``stacked_kv``: the in-graph ``TopK`` measured
+  no faster on CPU, see benchmarks/README.md): the same graph plus an int64 input ``top_k`` of
+  shape [1] and outputs ``top_log_probs`` float32 / ``top_tokens`` int64 (batch, top_k), the
+  row's best continuations from an in-graph ``TopK``, so the search reads (rows, 2·beam)
+  candidates instead of (rows, vocab). ``stacked_kv`` has no ``top_k``.
 
 The new token's position is past_len, read inside the graph from ``past_keys``' shape, so the
 service never tracks positions.
@@ -28,16 +34,18 @@ from torch import Tensor, nn
 from export.checkpoint import load_checkpoint, read_config
 from export.data import pad
 from export.model import Transformer
-from export.onnx_tools import export_onnx
+from export.onnx_tools import append_top_k, export_onnx
 from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
 from export.translate import TorchDecoder
-from service.artefacts import SpecialIds
+from service.artefacts import DecoderLayout, SpecialIds
 from service.engine.search import beam_search
 
 ENCODER_INPUTS = ["input_ids"]
 ENCODER_OUTPUTS = ["memory_keys", "memory_values"]
 DECODER_INPUTS = ["input_ids", "source_mask", "memory_keys", "memory_values", "past_keys", "past_values"]
 DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "cross_attention"]
+TOP_K_INPUT = "top_k"
+TOP_K_OUTPUTS = ["top_log_probs", "top_tokens"]
 
 _KV_SRC = {1: "batch", 3: "src_len"}
 ENCODER_AXES: dict[str, dict[int, str]] = {
@@ -218,11 +226,17 @@ def example_inputs(
 
 
 def export_graphs(
-    encoder: nn.Module, decoder: nn.Module, src: Tensor, step: tuple[Tensor, ...], out_dir: Path
+    encoder: nn.Module,
+    decoder: nn.Module,
+    src: Tensor,
+    step: tuple[Tensor, ...],
+    out_dir: Path,
+    layout: DecoderLayout = "stacked_kv",
 ) -> tuple[Path, Path]:
     """Trace both wrappers to ``encoder.onnx`` and ``decoder.onnx`` with the layout's names and
     dynamic axes (``onnx_tools.export_onnx``: the TorchScript exporter at opset 17, which keeps
-    the shape arithmetic, positions from ``past_keys``, dynamic)."""
+    the shape arithmetic, positions from ``past_keys``, dynamic); ``stacked_kv_top_k`` then
+    appends the candidates' ``TopK`` to the decoder."""
     encoder.eval(), decoder.eval()  # the exporter restores the wrapper's mode, recursively, afterwards
     enc_path = export_onnx(
         encoder,
@@ -240,4 +254,6 @@ def export_graphs(
         output_names=DECODER_OUTPUTS,
         dynamic_axes=DECODER_AXES,
     )
+    if layout == "stacked_kv_top_k":
+        append_top_k(dec_path, "log_probs", TOP_K_INPUT, *TOP_K_OUTPUTS)
     return enc_path, dec_path

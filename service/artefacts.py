@@ -18,6 +18,7 @@ SCHEMA_VERSION = 1
 
 Task = Literal["translate", "embed"]
 Variant = Literal["fp32", "int8", "fp16"]
+DecoderLayout = Literal["stacked_kv", "stacked_kv_top_k"]
 
 
 class ArtefactError(RuntimeError):
@@ -68,6 +69,9 @@ class TranslationInfo(_Strict):
     max_source_len: int
     max_target_len: int
     has_alignments: bool
+    # The decoder graph's I/O (export/translation_graphs.py); artefacts from before the field
+    # have the plain stacked layout.
+    decoder_layout: DecoderLayout = "stacked_kv"
 
 
 class EmbeddingInfo(_Strict):

@@ -16,9 +16,19 @@ from typing import Any, Protocol
 import numpy as np
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """Each row's best next tokens, best first, as a decoder graph with an in-graph ``TopK``
+    returns them: at least the search's 2 × beam per row (or the whole vocabulary)."""
+
+    log_probs: np.ndarray  # (N, n) float32
+    tokens: np.ndarray  # (N, n) int64
+
+
 class IncrementalDecoder(Protocol):
-    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """(N,) int64 → log-probs (N, V) float32 and, if tracked, cross-attention (N, S)."""
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+        """(N,) int64 → log-probs (N, V) float32 or the rows' ``Candidates``, and, if tracked,
+        cross-attention (N, S)."""
         ...
 
     def reorder(self, rows: np.ndarray) -> None:
@@ -83,7 +93,10 @@ def beam_search(
         if attn is not None:
             step_attn = attn[:, None, :]
             attn_history = step_attn if attn_history is None else np.concatenate([attn_history, step_attn], 1)
-        top_rows, top_tokens, top_scores = _best_continuations(scores, logp, k, 2 * k)
+        if isinstance(logp, Candidates):
+            top_rows, top_tokens, top_scores = _best_candidates(scores, logp, k, 2 * k)
+        else:
+            top_rows, top_tokens, top_scores = _best_continuations(scores, logp, k, 2 * k)
 
         keep_rows: list[int] = []
         keep_tokens: list[int] = []
@@ -183,6 +196,21 @@ def _best_continuations(
     top = np.take_along_axis(top, np.argsort(-np.take_along_axis(cand, top, 1), axis=1), 1)
     top_rows = np.take_along_axis(row, top // _BLOCK, 1)
     top_tokens = np.take_along_axis(cols.reshape(sentences, m * _BLOCK), top, 1)
+    return top_rows.tolist(), top_tokens.tolist(), np.take_along_axis(cand, top, 1).tolist()
+
+
+def _best_candidates(
+    scores: np.ndarray, candidates: Candidates, k: int, n: int
+) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+    """``_best_continuations`` from each row's best tokens: a sentence's ``n`` best continuations
+    are among its rows' ``n`` best tokens each, so ranking the k × n candidates is exact."""
+    rows, width = candidates.log_probs.shape
+    sentences = rows // k
+    cand = (candidates.log_probs + scores[:, None]).reshape(sentences, k * width)
+    m = min(n, k * width)
+    top = np.argsort(-cand, axis=1, kind="stable")[:, :m]
+    top_rows = np.arange(sentences)[:, None] * k + top // width
+    top_tokens = np.take_along_axis(candidates.tokens.reshape(sentences, k * width), top, 1)
     return top_rows.tolist(), top_tokens.tolist(), np.take_along_axis(cand, top, 1).tolist()
 
 

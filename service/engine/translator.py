@@ -15,6 +15,10 @@ The decoder's key/value cache lives in a backend:
   (``session.DeviceGather``). It is the same decoder code with ``take``/``run`` swapped, and it
   also runs on CPU OrtValues, which is how the tests check it without a GPU.
 
+A decoder of layout ``stacked_kv_top_k`` takes ``top_k`` and returns each row's 2 × beam best
+tokens (``search.Candidates``), so only (rows, 2·beam) scores leave the graph per step; the
+full (rows, vocab) log-probs are still there for the export's step-by-step parity checks.
+
 Iteration-level (continuous) batching would slot in at ``IncrementalDecoder``: the search
 already shrinks the running batch when sentences finish (``reorder`` drops their rows); a
 scheduler could instead *append* rows for newly arrived requests between steps, by running the
@@ -44,7 +48,7 @@ from service.engine.base import (
     Translation,
     TranslationHypothesis,
 )
-from service.engine.search import Hypothesis, beam_search
+from service.engine.search import Candidates, Hypothesis, IncrementalDecoder, beam_search
 from service.engine.session import (
     CUDA,
     NUMPY_DTYPE,
@@ -71,19 +75,25 @@ class Backend(Protocol):
 
     def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor: ...
 
+    takes_top_k: bool  # the decoder graph has the ``top_k`` input (layout stacked_kv_top_k)
+
     def step(
         self, feeds: dict[str, Tensor], with_attention: bool
-    ) -> tuple[np.ndarray, np.ndarray | None, Tensor, Tensor]:
-        """One decoder step → log-probs (N, V), cross-attention (N, S) or None, present K, V."""
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, Tensor, Tensor]:
+        """One decoder step → log-probs (N, V) (or ``Candidates`` when ``feeds`` set ``top_k``),
+        cross-attention (N, S) or None, present K, V."""
         ...
 
 
 class HostBackend:
     """NumPy in, NumPy out: ``session.run`` copies nothing that matters on a CPU."""
 
-    def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession) -> None:
+    def __init__(
+        self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, takes_top_k: bool = False
+    ) -> None:
         self.encoder = encoder
         self.decoder = decoder
+        self.takes_top_k = takes_top_k
 
     def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:
         keys, values = self.encoder.run(["memory_keys", "memory_values"], {"input_ids": input_ids})
@@ -94,11 +104,12 @@ class HostBackend:
 
     def step(
         self, feeds: dict[str, Tensor], with_attention: bool
-    ) -> tuple[np.ndarray, np.ndarray | None, Tensor, Tensor]:
-        names = ["log_probs", "present_keys", "present_values"]
-        out = self.decoder.run([*names, "cross_attention"] if with_attention else names, feeds)
-        attn = np.asarray(out[3], dtype=np.float32) if with_attention else None
-        return np.asarray(out[0], dtype=np.float32), attn, out[1], out[2]
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, Tensor, Tensor]:
+        scores = _score_outputs(feeds)
+        names = [*scores, "present_keys", "present_values"] + (["cross_attention"] if with_attention else [])
+        out = dict(zip(names, self.decoder.run(names, feeds), strict=True))
+        attn = np.asarray(out["cross_attention"], dtype=np.float32) if with_attention else None
+        return _scores(out), attn, out["present_keys"], out["present_values"]
 
 
 class DeviceBackend:
@@ -111,9 +122,11 @@ class DeviceBackend:
         gather: DeviceGather,
         device: str,
         device_id: int = 0,
+        takes_top_k: bool = False,
     ) -> None:
         self.encoder = encoder
         self.decoder = decoder
+        self.takes_top_k = takes_top_k
         self.gather = gather
         self.device = device
         self.device_id = device_id
@@ -134,22 +147,37 @@ class DeviceBackend:
 
     def step(
         self, feeds: dict[str, Tensor], with_attention: bool
-    ) -> tuple[np.ndarray, np.ndarray | None, Tensor, Tensor]:
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, Tensor, Tensor]:
         binding = self.decoder.io_binding()
         for name, value in feeds.items():
             if isinstance(value, np.ndarray):
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
             else:
                 binding.bind_ortvalue_input(name, value)
-        binding.bind_output("log_probs", "cpu")
+        scores = _score_outputs(feeds)
+        on_host = [*scores, "cross_attention"] if with_attention else scores
+        for name in on_host:
+            binding.bind_output(name, "cpu")
         binding.bind_output("present_keys", self.device, self.device_id)
         binding.bind_output("present_values", self.device, self.device_id)
-        if with_attention:
-            binding.bind_output("cross_attention", "cpu")
         self.decoder.run_with_iobinding(binding)
-        out = binding.get_outputs()
-        attn = np.asarray(out[3].numpy(), dtype=np.float32) if with_attention else None
-        return np.asarray(out[0].numpy(), dtype=np.float32), attn, out[1], out[2]
+        values = binding.get_outputs()  # in binding order
+        host = {name: values[i].numpy() for i, name in enumerate(on_host)}
+        attn = np.asarray(host["cross_attention"], dtype=np.float32) if with_attention else None
+        keys, cache_values = values[len(on_host)], values[len(on_host) + 1]
+        return _scores(host), attn, keys, cache_values
+
+
+def _score_outputs(feeds: dict[str, Tensor]) -> list[str]:
+    """The decoder outputs the search reads: the candidates when ``top_k`` asks for some, else
+    the full log-probs (``top_k`` 0: a step-by-step comparison with a reference)."""
+    return ["top_log_probs", "top_tokens"] if "top_k" in feeds and feeds["top_k"][0] > 0 else ["log_probs"]
+
+
+def _scores(out: dict[str, Any]) -> np.ndarray | Candidates:
+    if "top_tokens" in out:
+        return Candidates(np.asarray(out["top_log_probs"], dtype=np.float32), np.asarray(out["top_tokens"]))
+    return np.asarray(out["log_probs"], dtype=np.float32)
 
 
 # --- the incremental decoder the search drives -----------------------------------------------------
@@ -160,7 +188,8 @@ class OnnxDecoder:
 
     The cross-attention memory depends only on which *sentence* a row decodes, so it is kept
     per sentence and re-gathered only when that row → sentence map changes (start of a beam,
-    sentences finishing), not on every beam reorder.
+    sentences finishing), not on every beam reorder. ``step`` returns the full log-probs;
+    ``CandidateDecoder`` drives it through ``step_candidates`` instead.
     """
 
     def __init__(
@@ -189,7 +218,18 @@ class OnnxDecoder:
         return np.zeros((layers, rows, heads, 0, d_head), dtype=self._cache_dtype)
 
     def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        feeds = {
+        scores, attn = self._run(last_tokens, 0)
+        assert isinstance(scores, np.ndarray)
+        return scores, attn
+
+    def step_candidates(self, last_tokens: np.ndarray, n: int) -> tuple[Candidates, np.ndarray | None]:
+        """The step's ``n`` best tokens per row, from the graph's ``TopK`` (layout stacked_kv_top_k)."""
+        scores, attn = self._run(last_tokens, n)
+        assert isinstance(scores, Candidates)
+        return scores, attn
+
+    def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+        feeds: dict[str, Tensor] = {
             "input_ids": np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None],
             "source_mask": self._mask,
             "memory_keys": self._memory[0],
@@ -197,6 +237,8 @@ class OnnxDecoder:
             "past_keys": self._past[0],
             "past_values": self._past[1],
         }
+        if self.backend.takes_top_k:
+            feeds["top_k"] = np.array([top_k], dtype=np.int64)
         log_probs, attn, keys, values = self.backend.step(feeds, self.with_attention)
         self._past = (keys, values)
         return log_probs, attn
@@ -215,6 +257,21 @@ class OnnxDecoder:
             self._memory = (self.backend.take(keys, sentences, 1), self.backend.take(values, sentences, 1))
             self._mask = self._sentence_mask[sentences]
             self._row_sentence = sentences
+
+
+class CandidateDecoder:
+    """``search.IncrementalDecoder`` that hands the search each row's ``n`` best tokens from the
+    graph (n ≥ 2 × beam keeps the search exact) instead of the (rows, vocab) log-probs."""
+
+    def __init__(self, decoder: OnnxDecoder, n: int) -> None:
+        self.decoder = decoder
+        self.n = n
+
+    def step(self, last_tokens: np.ndarray) -> tuple[Candidates, np.ndarray | None]:
+        return self.decoder.step_candidates(last_tokens, self.n)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.decoder.reorder(rows)
 
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -296,13 +353,19 @@ class OnnxTranslator:
         self._cache_dtype = NUMPY_DTYPE[next(t.dtype for t in decoder_spec.inputs if t.name == "past_keys")]
         has_attention_output = any(t.name == "cross_attention" for t in decoder_spec.outputs)
         self._can_align = self.info.has_alignments and has_attention_output
+        takes_top_k = self.info.decoder_layout == "stacked_kv_top_k"
+        if takes_top_k != any(t.name == "top_k" for t in decoder_spec.inputs):
+            raise ArtefactError(
+                f"{directory / 'manifest.json'}: decoder_layout {self.info.decoder_layout!r} does not "
+                "match the decoder graph's inputs"
+            )
         encoder, decoder = sessions["encoder"], sessions["decoder"]
         if io_binding if io_binding is not None else self.provider == CUDA:
             device = device_type(self.provider)
             gather = DeviceGather(provider_pref, device, device_id)
-            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, device_id)
+            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, device_id, takes_top_k)
         else:
-            self.backend = HostBackend(encoder, decoder)
+            self.backend = HostBackend(encoder, decoder, takes_top_k)
 
     # -- Engine protocol --
 
@@ -433,8 +496,11 @@ class OnnxTranslator:
             self._cache_dtype,
             with_attention=key.alignments and self._can_align,
         )
+        search_decoder: IncrementalDecoder = decoder
+        if self.backend.takes_top_k:
+            search_decoder = CandidateDecoder(decoder, min(2 * key.beam_size, self.manifest.vocab_size))
         return beam_search(
-            decoder,
+            search_decoder,
             mask.shape[0],
             beam_size=key.beam_size,
             max_len=max_len,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -354,3 +355,65 @@ def test_the_search_ends_at_once_when_every_sentence_is_abandoned() -> None:
         decoder, 2, beam_size=2, max_len=200, bos_id=BOS, eos_id=EOS, abandoned=lambda: [True, True]
     )
     assert found == [[], []] and decoder.step_sizes == []
+
+
+@pytest.mark.parametrize("vocab", [6, 130, 8000])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_ranking_each_rows_top_candidates_equals_the_full_vocabulary_ranking(vocab: int, beam: int) -> None:
+    """What a graph's TopK hands the search (each row's 2·beam best tokens) ranks to exactly the
+    continuations the full (rows, vocab) log-probs give, dead beams and -inf log-probs included."""
+    from service.engine.search import Candidates, _best_candidates, _best_continuations
+
+    rng = np.random.default_rng(vocab * 7 + beam)
+    sentences, n = 5, 2 * beam
+    logp = np.log(rng.dirichlet(np.full(vocab, 0.3), size=sentences * beam)).astype(np.float32)
+    logp[rng.random(logp.shape) < 0.05] = -np.inf
+    width = min(n, vocab)
+    order = np.argsort(-logp, axis=1, kind="stable")[:, :width]
+    candidates = Candidates(np.take_along_axis(logp, order, 1), order.astype(np.int64))
+    for scores in (rng.normal(size=sentences * beam) * 3, np.tile([0.0] + [-np.inf] * (beam - 1), sentences)):
+        rows, tokens, got = _best_candidates(scores, candidates, beam, n)
+        want_rows, want_tokens, want = _best_continuations(scores, logp, beam, n)
+        assert got == want
+        finite = [[s != -np.inf for s in row] for row in got]
+        for j in range(sentences):  # the same (row, token) wherever the score is finite
+            pick = [i for i, f in enumerate(finite[j]) if f]
+            assert [(rows[j][i], tokens[j][i]) for i in pick] == [
+                (want_rows[j][i], want_tokens[j][i]) for i in pick
+            ]
+
+
+class CandidateScriptedDecoder(ScriptedDecoder):
+    """The scripted decoder as a TopK graph would serve it: each row's n best tokens only."""
+
+    def __init__(self, tables: Sequence[Table], n: int, default: dict[int, float] | None = None) -> None:
+        super().__init__(tables, default)
+        self.n = n
+
+    def step(self, last_tokens: np.ndarray) -> tuple[Any, np.ndarray | None]:
+        from service.engine.search import Candidates
+
+        logp, attn = super().step(last_tokens)
+        order = np.argsort(-logp, axis=1, kind="stable")[:, : self.n]
+        return Candidates(np.take_along_axis(logp, order, 1), order.astype(np.int64)), attn
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_beam_search_over_candidates_equals_the_full_log_probs(beam: int) -> None:
+    tables: list[Table] = [
+        {(): {A: 0.5, B: 0.4, EOS: 0.1}, (A,): {EOS: 0.2, B: 0.8}, (B,): {EOS: 0.9, A: 0.1}},
+        {(): {B: 0.6, EOS: 0.4}},
+        {},
+    ]
+    want, _ = search(tables, beam, max_len=[6, 3, 8], n_best=beam)
+    dec = CandidateScriptedDecoder(tables, 2 * beam)
+    got = beam_search(
+        dec, len(tables), beam_size=beam, max_len=[6, 3, 8], bos_id=BOS, eos_id=EOS, n_best=beam
+    )
+    # Equal scores throughout; tokens too, except where tied tokens (the table's uniform
+    # remainder) may come in either order.
+    assert [[h.score for h in s] for s in got] == [[h.score for h in s] for s in want]
+    assert [s[0].tokens for s in got] == [s[0].tokens for s in want]
+    assert [s[0].alignment.tolist() for s in got if s[0].alignment is not None] == [
+        s[0].alignment.tolist() for s in want if s[0].alignment is not None
+    ]

@@ -217,3 +217,53 @@ def test_an_item_abandoned_during_the_search_leaves_it_at_the_next_step(translat
         results = translator.translate(batch)
     assert isinstance(results[0], Abandoned) and isinstance(results[1], Translation)
     assert rows[0] == rows[1] == 4 and rows[2] == 2  # from the third step on, only the other's 2 beams
+
+
+def top_k_layout_copy(artefact: Path, out: Path) -> Path:
+    """The artefact with its decoder in layout stacked_kv_top_k: the TopK the export appends
+    (``export_graphs(layout="stacked_kv_top_k")``), on the very same graph."""
+    import json
+    import shutil
+
+    from export.onnx_tools import append_top_k, file_entries, graph_spec
+    from export.translation_graphs import TOP_K_INPUT, TOP_K_OUTPUTS
+
+    shutil.copytree(artefact, out)
+    append_top_k(out / "decoder.onnx", "log_probs", TOP_K_INPUT, *TOP_K_OUTPUTS)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["graphs"]["decoder"] = graph_spec(out, "decoder.onnx").model_dump()
+    manifest["translation"]["decoder_layout"] = "stacked_kv_top_k"
+    manifest["files"] = [e.model_dump() for e in file_entries(out, [f["path"] for f in manifest["files"]])]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_top_k_layout_translates_exactly_as_the_stacked_layout(
+    translator: OnnxTranslator, translation_artefact: Path, tmp_path: Path, beam: int
+) -> None:
+    """The in-graph TopK hands the search (rows, 2·beam) candidates; every hypothesis, score and
+    alignment equals the full-vocabulary search's, alone and in a batch."""
+    top_k = OnnxTranslator(top_k_layout_copy(translation_artefact, tmp_path / "top_k"), "cpu", 1)
+    assert top_k.backend.takes_top_k and not translator.backend.takes_top_k
+    options = TranslateOptions(beam_size=beam, n_best=beam, alignments=True)
+    items = [TranslateItem(text=t, options=options) for t in TEXTS]
+    for got, want in zip(top_k.translate(items), translator.translate(items), strict=True):
+        assert ok(got).hypotheses == ok(want).hypotheses
+    alone = top_k.translate(items[2:3])[0]
+    assert ok(alone).hypotheses == ok(translator.translate(items[2:3])[0]).hypotheses
+
+
+def test_a_layout_that_does_not_match_the_graph_is_refused(
+    translation_artefact: Path, tmp_path: Path
+) -> None:
+    import json
+
+    from service.artefacts import ArtefactError
+
+    copy = top_k_layout_copy(translation_artefact, tmp_path / "top_k")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["translation"]["decoder_layout"] = "stacked_kv"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtefactError, match="decoder_layout"):
+        OnnxTranslator(copy, "cpu", 1)
