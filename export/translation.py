@@ -126,11 +126,12 @@ def export_raw(
     decoder: torch.nn.Module,
     dtype: torch.dtype,
     out_dir: Path,
+    layout: DecoderLayout = "stacked_kv",
 ) -> None:
     src, step = example_inputs(
         source.n_layers, source.n_heads, source.d_head, source.vocab_size, dtype, source.special.pad
     )
-    export_graphs(encoder, decoder, src, step, out_dir)
+    export_graphs(encoder, decoder, src, step, out_dir, layout)
 
 
 def build_int8(fp32_dir: Path, out_dir: Path) -> dict[str, int]:

@@ -215,3 +215,37 @@ def test_reference_sentences_can_be_replaced(checkpoint: Path, tmp_path: Path) -
     assert cli.main([*argv, "--reference", str(tmp_path / "missing.txt")]) == 2
     (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
     assert cli.main([*argv, "--reference", str(tmp_path / "empty.txt")]) == 1
+
+
+def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """export_graphs(layout="stacked_kv_top_k"): the plain decoder's outputs unchanged, plus
+    ``top_k`` → each row's best log-probs and tokens, best first; the manifest records the layout."""
+    import onnxruntime as ort
+
+    from export.translation import decoder_layout, export_raw
+    from export.translation_graphs import TOP_K_INPUT, TOP_K_OUTPUTS, example_inputs
+
+    source = load_source(checkpoint)
+    encoder, decoder = source.build_graphs(torch.float32)
+    export_raw(source, encoder, decoder, torch.float32, tmp_path / "plain")
+    export_raw(source, encoder, decoder, torch.float32, tmp_path / "top_k", "stacked_kv_top_k")
+    assert decoder_layout(tmp_path / "plain" / "decoder.onnx") == "stacked_kv"
+    assert decoder_layout(tmp_path / "top_k" / "decoder.onnx") == "stacked_kv_top_k"
+    plain = ort.InferenceSession(str(tmp_path / "plain" / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    top_k = ort.InferenceSession(str(tmp_path / "top_k" / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in top_k.get_inputs()] == [*DECODER_INPUTS, TOP_K_INPUT]
+    assert [o.name for o in top_k.get_outputs()] == [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
+    _, step = example_inputs(
+        source.n_layers, source.n_heads, source.d_head, source.vocab_size, torch.float32, source.special.pad
+    )
+    feeds = {name: x.numpy() for name, x in zip(DECODER_INPUTS, step, strict=True)}
+    want = plain.run(None, feeds)
+    got = top_k.run(None, {**feeds, TOP_K_INPUT: np.array([6], dtype=np.int64)})
+    for a, b in zip(got[: len(want)], want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    values, tokens = got[len(want) :]
+    assert values.shape == tokens.shape == (want[0].shape[0], 6)
+    np.testing.assert_array_equal(values, -np.sort(-want[0], axis=1)[:, :6])
+    np.testing.assert_array_equal(np.take_along_axis(want[0], tokens, 1), values)
