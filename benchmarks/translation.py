@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from benchmarks.common import Results, Row, percentiles_ms
+from service.engine.search import Candidates
 
 BASELINE = "HF transformers"
 CT2_INT8 = "CTranslate2 int8"
@@ -136,6 +137,7 @@ class _EosMask:
 
     def __init__(self, inner: Any, eos_id: int) -> None:
         self.inner, self.eos_id = inner, eos_id
+        self.layout = inner.layout
 
     def encode(self, input_ids: np.ndarray) -> Any:
         return self.inner.encode(input_ids)
@@ -143,11 +145,20 @@ class _EosMask:
     def take(self, x: Any, rows: np.ndarray, axis: int) -> Any:
         return self.inner.take(x, rows, axis)
 
+    def layer(self, x: Any, i: int) -> Any:
+        return self.inner.layer(x, i)
+
     def step(self, feeds: dict[str, Any], with_attention: bool) -> Any:
-        log_probs, attn, keys, values = self.inner.step(feeds, with_attention)
-        log_probs = np.array(log_probs, copy=True)
+        scores, attn, past = self.inner.step(feeds, with_attention)
+        if isinstance(scores, Candidates):  # a TopK decoder layout: drop </s> from the candidates
+            return (
+                Candidates(np.where(scores.tokens == self.eos_id, -np.inf, scores.log_probs), scores.tokens),
+                attn,
+                past,
+            )
+        log_probs = np.array(scores, copy=True)
         log_probs[:, self.eos_id] = -np.inf
-        return log_probs, attn, keys, values
+        return log_probs, attn, past
 
 
 class OursInProcess:

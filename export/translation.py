@@ -113,10 +113,12 @@ def _merge_fusions(*counts: dict[str, int]) -> dict[str, int]:
     return merged
 
 
-def build_fp32(source: TranslationSource, out_dir: Path) -> dict[str, int]:
+def build_fp32(
+    source: TranslationSource, out_dir: Path, layout: DecoderLayout = "per_layer_kv_top_k"
+) -> dict[str, int]:
     """Traced, then optimised fp32 graphs in ``out_dir``; returns the fusion counts."""
     encoder, decoder = source.build_graphs(torch.float32)
-    export_raw(source, encoder, decoder, torch.float32, out_dir)
+    export_raw(source, encoder, decoder, torch.float32, out_dir, layout)
     return _merge_fusions(*(optimize_graph(out_dir / f, source) for f in ("encoder.onnx", "decoder.onnx")))
 
 
@@ -126,7 +128,7 @@ def export_raw(
     decoder: torch.nn.Module,
     dtype: torch.dtype,
     out_dir: Path,
-    layout: DecoderLayout = "stacked_kv",
+    layout: DecoderLayout = "per_layer_kv_top_k",
 ) -> None:
     src, step = example_inputs(
         source.n_layers, source.n_heads, source.d_head, source.vocab_size, dtype, source.special.pad
@@ -226,6 +228,8 @@ def build_manifest(
 def decoder_layout(path: Path) -> DecoderLayout:
     """The layout the decoder graph at ``path`` has, read from its inputs."""
     names = {t.name for t in graph_spec(path).inputs}
+    if "past_keys_0" in names:
+        return "per_layer_kv_top_k"
     return "stacked_kv_top_k" if TOP_K_INPUT in names else "stacked_kv"
 
 

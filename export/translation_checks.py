@@ -160,7 +160,7 @@ def engine_decoder(
     encoder's memory K/V it runs on."""
     memory = engine.backend.encode(src)
     spec = engine.manifest.graphs["decoder"]
-    dtype = NUMPY_DTYPE[next(t.dtype for t in spec.inputs if t.name == "past_keys")]
+    dtype = NUMPY_DTYPE[next(t.dtype for t in spec.inputs if t.name in ("past_keys", "past_keys_0"))]
     info = engine.info
     decoder = OnnxDecoder(
         engine.backend,

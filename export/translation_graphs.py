@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from export.checkpoint import load_checkpoint, read_config
 from export.data import pad
 from export.model import Transformer
-from export.onnx_tools import append_top_k, export_onnx
+from export.onnx_tools import append_top_k, export_onnx, unstack_layers
 from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
 from export.translate import TorchDecoder
 from service.artefacts import DecoderLayout, SpecialIds
@@ -46,6 +46,22 @@ DECODER_INPUTS = ["input_ids", "source_mask", "memory_keys", "memory_values", "p
 DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "cross_attention"]
 TOP_K_INPUT = "top_k"
 TOP_K_OUTPUTS = ["top_log_probs", "top_tokens"]
+
+
+def decoder_io(layout: DecoderLayout, n_layers: int) -> tuple[list[str], list[str]]:
+    """The decoder graph's input and output names, in order, for ``layout``."""
+    if layout == "stacked_kv":
+        return DECODER_INPUTS, DECODER_OUTPUTS
+    inputs, outputs = [*DECODER_INPUTS, TOP_K_INPUT], [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
+    if layout == "stacked_kv_top_k":
+        return inputs, outputs
+    stacked_in, stacked_out = DECODER_INPUTS[2:6], DECODER_OUTPUTS[1:3]
+    per_layer = [f"{name}_{i}" for name in stacked_in for i in range(n_layers)]
+    present = [f"{name}_{i}" for name in stacked_out for i in range(n_layers)]
+    return [x for x in inputs if x not in stacked_in] + per_layer, [
+        x for x in outputs if x not in stacked_out
+    ] + present
+
 
 _KV_SRC = {1: "batch", 3: "src_len"}
 ENCODER_AXES: dict[str, dict[int, str]] = {
@@ -231,7 +247,7 @@ def export_graphs(
     src: Tensor,
     step: tuple[Tensor, ...],
     out_dir: Path,
-    layout: DecoderLayout = "stacked_kv",
+    layout: DecoderLayout = "per_layer_kv_top_k",
 ) -> tuple[Path, Path]:
     """Trace both wrappers to ``encoder.onnx`` and ``decoder.onnx`` with the layout's names and
     dynamic axes (``onnx_tools.export_onnx``: the TorchScript exporter at opset 17, which keeps
@@ -254,6 +270,8 @@ def export_graphs(
         output_names=DECODER_OUTPUTS,
         dynamic_axes=DECODER_AXES,
     )
-    if layout == "stacked_kv_top_k":
+    if layout != "stacked_kv":
         append_top_k(dec_path, "log_probs", TOP_K_INPUT, *TOP_K_OUTPUTS)
+    if layout == "per_layer_kv_top_k":
+        unstack_layers(dec_path, DECODER_INPUTS[2:6], DECODER_OUTPUTS[1:3])
     return enc_path, dec_path

@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 
 Task = Literal["translate", "embed"]
 Variant = Literal["fp32", "int8", "fp16"]
-DecoderLayout = Literal["stacked_kv", "stacked_kv_top_k"]
+DecoderLayout = Literal["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k"]
 
 
 class ArtefactError(RuntimeError):

@@ -154,8 +154,9 @@ def _value_info(name: str, elem_type: int, rank: int) -> bytes:
     return _field_bytes(1, name) + _field_bytes(2, _field_bytes(1, tensor_type))
 
 
-def gather_model_bytes(dtype: str, axis: int, rank: int) -> bytes:
-    """A one-node ONNX model ``out = Gather(data, indices, axis)``, serialised by hand.
+def gather_model_bytes(dtype: str, axis: int, rank: int, indices_rank: int = 1) -> bytes:
+    """A one-node ONNX model ``out = Gather(data, indices, axis)``, serialised by hand; a
+    scalar index (``indices_rank`` 0) drops the axis, as ``x[i]`` does.
 
     The service does not depend on the ``onnx`` package, and this graph is small enough to
     write out in protobuf wire format directly (ModelProto → GraphProto → NodeProto).
@@ -176,8 +177,8 @@ def gather_model_bytes(dtype: str, axis: int, rank: int) -> bytes:
         _field_bytes(1, node)
         + _field_bytes(2, "reorder")
         + _field_bytes(11, _value_info("data", elem, rank))
-        + _field_bytes(11, _value_info("indices", 7, 1))
-        + _field_bytes(12, _value_info("out", elem, rank))
+        + _field_bytes(11, _value_info("indices", 7, indices_rank))
+        + _field_bytes(12, _value_info("out", elem, rank - 1 + indices_rank))
     )
     opset = _field_int(2, 13)  # default domain, opset 13
     ir_version = _field_int(1, 8)
@@ -191,13 +192,13 @@ class DeviceGather:
         self._providers = resolve_providers(provider_pref, device_id)
         self._device = device
         self._device_id = device_id
-        self._sessions: dict[tuple[str, int, int], ort.InferenceSession] = {}
+        self._sessions: dict[tuple[str, int, int, int], ort.InferenceSession] = {}
 
-    def _session(self, dtype: str, axis: int, rank: int) -> ort.InferenceSession:
-        key = (dtype, axis, rank)
+    def _session(self, dtype: str, axis: int, rank: int, indices_rank: int) -> ort.InferenceSession:
+        key = (dtype, axis, rank, indices_rank)
         if key not in self._sessions:
             self._sessions[key] = ort.InferenceSession(
-                gather_model_bytes(dtype, axis, rank),
+                gather_model_bytes(dtype, axis, rank, indices_rank),
                 sess_options=session_options(1, 1),
                 providers=self._providers,
             )
@@ -205,10 +206,10 @@ class DeviceGather:
 
     def __call__(self, x: ort.OrtValue, rows: np.ndarray, axis: int) -> ort.OrtValue:
         dtype = np.dtype(ELEMENT_NUMPY[x.data_type()]).name
-        session = self._session(dtype, axis, len(x.shape()))
+        session = self._session(dtype, axis, len(x.shape()), np.ndim(rows))
         binding = session.io_binding()
         binding.bind_ortvalue_input("data", x)
-        binding.bind_cpu_input("indices", np.ascontiguousarray(rows, dtype=np.int64))
+        binding.bind_cpu_input("indices", np.array(rows, dtype=np.int64))  # keeps a 0-d index 0-d
         binding.bind_output("out", self._device, self._device_id)
         session.run_with_iobinding(binding)
         out: ort.OrtValue = binding.get_outputs()[0]

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnxruntime as ort
 
-from service.artefacts import ArtefactError, Manifest, TranslationInfo, load_and_verify
+from service.artefacts import ArtefactError, DecoderLayout, Manifest, TranslationInfo, load_and_verify
 from service.engine.base import (
     Abandoned,
     TextTooLong,
@@ -75,13 +75,17 @@ class Backend(Protocol):
 
     def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor: ...
 
-    takes_top_k: bool  # the decoder graph has the ``top_k`` input (layout stacked_kv_top_k)
+    layout: DecoderLayout  # the decoder graph's I/O (manifest translation.decoder_layout)
+
+    def layer(self, x: Tensor, i: int) -> Tensor:
+        """Layer ``i`` of a stacked (n_layers, …) tensor."""
+        ...
 
     def step(
         self, feeds: dict[str, Tensor], with_attention: bool
-    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, Tensor, Tensor]:
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
         """One decoder step → log-probs (N, V) (or ``Candidates`` when ``feeds`` set ``top_k``),
-        cross-attention (N, S) or None, present K, V."""
+        cross-attention (N, S) or None, and the next step's cache feeds (``past_*`` names)."""
         ...
 
 
@@ -89,11 +93,15 @@ class HostBackend:
     """NumPy in, NumPy out: ``session.run`` copies nothing that matters on a CPU."""
 
     def __init__(
-        self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, takes_top_k: bool = False
+        self,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        layout: DecoderLayout = "stacked_kv",
     ) -> None:
         self.encoder = encoder
         self.decoder = decoder
-        self.takes_top_k = takes_top_k
+        self.layout = layout
+        self._presents = [o.name for o in decoder.get_outputs() if o.name.startswith("present_")]
 
     def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:
         keys, values = self.encoder.run(["memory_keys", "memory_values"], {"input_ids": input_ids})
@@ -102,14 +110,17 @@ class HostBackend:
     def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor:
         return np.take(x, rows, axis=axis)
 
+    def layer(self, x: Tensor, i: int) -> Tensor:
+        return x[i]  # a view: a stacked array's layer is contiguous
+
     def step(
         self, feeds: dict[str, Tensor], with_attention: bool
-    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, Tensor, Tensor]:
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
         scores = _score_outputs(feeds)
-        names = [*scores, "present_keys", "present_values"] + (["cross_attention"] if with_attention else [])
+        names = [*scores, *self._presents] + (["cross_attention"] if with_attention else [])
         out = dict(zip(names, self.decoder.run(names, feeds), strict=True))
         attn = np.asarray(out["cross_attention"], dtype=np.float32) if with_attention else None
-        return _scores(out), attn, out["present_keys"], out["present_values"]
+        return _scores(out), attn, _next_past(out)
 
 
 class DeviceBackend:
@@ -122,11 +133,12 @@ class DeviceBackend:
         gather: DeviceGather,
         device: str,
         device_id: int = 0,
-        takes_top_k: bool = False,
+        layout: DecoderLayout = "stacked_kv",
     ) -> None:
         self.encoder = encoder
         self.decoder = decoder
-        self.takes_top_k = takes_top_k
+        self.layout = layout
+        self._presents = [o.name for o in decoder.get_outputs() if o.name.startswith("present_")]
         self.gather = gather
         self.device = device
         self.device_id = device_id
@@ -145,9 +157,12 @@ class DeviceBackend:
             return np.take(x, rows, axis=axis)
         return self.gather(x, rows, axis)
 
+    def layer(self, x: Tensor, i: int) -> Tensor:
+        return x[i] if isinstance(x, np.ndarray) else self.gather(x, np.array(i, dtype=np.int64), 0)
+
     def step(
         self, feeds: dict[str, Tensor], with_attention: bool
-    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, Tensor, Tensor]:
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
         binding = self.decoder.io_binding()
         for name, value in feeds.items():
             if isinstance(value, np.ndarray):
@@ -158,20 +173,27 @@ class DeviceBackend:
         on_host = [*scores, "cross_attention"] if with_attention else scores
         for name in on_host:
             binding.bind_output(name, "cpu")
-        binding.bind_output("present_keys", self.device, self.device_id)
-        binding.bind_output("present_values", self.device, self.device_id)
+        for name in self._presents:
+            binding.bind_output(name, self.device, self.device_id)
         self.decoder.run_with_iobinding(binding)
         values = binding.get_outputs()  # in binding order
         host = {name: values[i].numpy() for i, name in enumerate(on_host)}
         attn = np.asarray(host["cross_attention"], dtype=np.float32) if with_attention else None
-        keys, cache_values = values[len(on_host)], values[len(on_host) + 1]
-        return _scores(host), attn, keys, cache_values
+        presents = dict(zip(self._presents, values[len(on_host) :], strict=True))
+        return _scores(host), attn, _next_past(presents)
 
 
 def _score_outputs(feeds: dict[str, Tensor]) -> list[str]:
     """The decoder outputs the search reads: the candidates when ``top_k`` asks for some, else
     the full log-probs (``top_k`` 0: a step-by-step comparison with a reference)."""
     return ["top_log_probs", "top_tokens"] if "top_k" in feeds and feeds["top_k"][0] > 0 else ["log_probs"]
+
+
+def _next_past(outputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``present_*`` outputs renamed to the ``past_*`` inputs they feed next step."""
+    return {
+        "past_" + name[len("present_") :]: x for name, x in outputs.items() if name.startswith("present_")
+    }
 
 
 def _scores(out: dict[str, Any]) -> np.ndarray | Candidates:
@@ -207,15 +229,35 @@ class OnnxDecoder:
         self._sentence_mask = source_mask
         self._cache_shape = cache_shape  # (n_layers, heads, d_head)
         self._cache_dtype = cache_dtype
+        self._per_layer = backend.layout == "per_layer_kv_top_k"
+        self._takes_top_k = backend.layout != "stacked_kv"
+        self._cache_axis = 0 if self._per_layer else 1  # the rows axis of each cache feed
         n = source_mask.shape[0]
         self._row_sentence = np.arange(n)
-        self._memory = memory
+        self._memory = self._memory_feeds(memory)
         self._mask = source_mask
-        self._past = (self._empty_cache(n), self._empty_cache(n))
+        self._past = self._empty_cache(n)
+        self._past_len = 0
 
-    def _empty_cache(self, rows: int) -> np.ndarray:
+    def _memory_feeds(self, memory: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
+        """The decoder's memory inputs: the stacked K/V, or each layer's (host: views)."""
+        names = ("memory_keys", "memory_values")
+        if not self._per_layer:
+            return dict(zip(names, memory, strict=True))
+        layers = self._cache_shape[0]
+        return {
+            f"{name}_{i}": self.backend.layer(x, i)
+            for name, x in zip(names, memory, strict=True)
+            for i in range(layers)
+        }
+
+    def _empty_cache(self, rows: int) -> dict[str, Tensor]:
         layers, heads, d_head = self._cache_shape
-        return np.zeros((layers, rows, heads, 0, d_head), dtype=self._cache_dtype)
+        if not self._per_layer:
+            empty = np.zeros((layers, rows, heads, 0, d_head), dtype=self._cache_dtype)
+            return {"past_keys": empty, "past_values": empty}
+        empty = np.zeros((rows, heads, 0, d_head), dtype=self._cache_dtype)
+        return {f"{name}_{i}": empty for name in ("past_keys", "past_values") for i in range(layers)}
 
     def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         scores, attn = self._run(last_tokens, 0)
@@ -232,29 +274,30 @@ class OnnxDecoder:
         feeds: dict[str, Tensor] = {
             "input_ids": np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None],
             "source_mask": self._mask,
-            "memory_keys": self._memory[0],
-            "memory_values": self._memory[1],
-            "past_keys": self._past[0],
-            "past_values": self._past[1],
+            **self._memory,
+            **self._past,
         }
-        if self.backend.takes_top_k:
+        if self._takes_top_k:
             feeds["top_k"] = np.array([top_k], dtype=np.int64)
-        log_probs, attn, keys, values = self.backend.step(feeds, self.with_attention)
-        self._past = (keys, values)
+        log_probs, attn, self._past = self.backend.step(feeds, self.with_attention)
+        self._past_len += 1
         return log_probs, attn
 
     def reorder(self, rows: np.ndarray) -> None:
         if len(rows) == len(self._row_sentence) and np.array_equal(rows, np.arange(len(rows))):
             return
-        if isinstance(self._past[0], np.ndarray) and self._past[0].shape[3] == 0:
-            self._past = (self._empty_cache(len(rows)), self._empty_cache(len(rows)))
+        if self._past_len == 0:
+            self._past = self._empty_cache(len(rows))
         else:
-            keys, values = self._past
-            self._past = (self.backend.take(keys, rows, 1), self.backend.take(values, rows, 1))
+            self._past = {
+                name: self.backend.take(x, rows, self._cache_axis) for name, x in self._past.items()
+            }
         sentences = self._row_sentence[rows]
         if not np.array_equal(sentences, self._row_sentence):
             keys, values = self._sentence_memory
-            self._memory = (self.backend.take(keys, sentences, 1), self.backend.take(values, sentences, 1))
+            self._memory = self._memory_feeds(
+                (self.backend.take(keys, sentences, 1), self.backend.take(values, sentences, 1))
+            )
             self._mask = self._sentence_mask[sentences]
             self._row_sentence = sentences
 
@@ -350,22 +393,24 @@ class OnnxTranslator:
             check_io(sessions[graph], spec, path)
         self.provider: str = used_provider(sessions["decoder"])
         decoder_spec = self.manifest.graphs["decoder"]
-        self._cache_dtype = NUMPY_DTYPE[next(t.dtype for t in decoder_spec.inputs if t.name == "past_keys")]
+        self._cache_dtype = NUMPY_DTYPE[
+            next(t.dtype for t in decoder_spec.inputs if t.name in ("past_keys", "past_keys_0"))
+        ]
         has_attention_output = any(t.name == "cross_attention" for t in decoder_spec.outputs)
         self._can_align = self.info.has_alignments and has_attention_output
-        takes_top_k = self.info.decoder_layout == "stacked_kv_top_k"
-        if takes_top_k != any(t.name == "top_k" for t in decoder_spec.inputs):
+        layout = self.info.decoder_layout
+        if layout != _layout_of({t.name for t in decoder_spec.inputs}):
             raise ArtefactError(
-                f"{directory / 'manifest.json'}: decoder_layout {self.info.decoder_layout!r} does not "
-                "match the decoder graph's inputs"
+                f"{directory / 'manifest.json'}: decoder_layout {layout!r} does not match "
+                "the decoder graph's inputs"
             )
         encoder, decoder = sessions["encoder"], sessions["decoder"]
         if io_binding if io_binding is not None else self.provider == CUDA:
             device = device_type(self.provider)
             gather = DeviceGather(provider_pref, device, device_id)
-            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, device_id, takes_top_k)
+            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, device_id, layout)
         else:
-            self.backend = HostBackend(encoder, decoder, takes_top_k)
+            self.backend = HostBackend(encoder, decoder, layout)
 
     # -- Engine protocol --
 
@@ -497,7 +542,7 @@ class OnnxTranslator:
             with_attention=key.alignments and self._can_align,
         )
         search_decoder: IncrementalDecoder = decoder
-        if self.backend.takes_top_k:
+        if self.info.decoder_layout != "stacked_kv":
             search_decoder = CandidateDecoder(decoder, min(2 * key.beam_size, self.manifest.vocab_size))
         return beam_search(
             search_decoder,
@@ -571,6 +616,12 @@ def _translation_info(manifest: Manifest, directory: Path) -> TranslationInfo:
     if manifest.task != "translate" or manifest.translation is None:
         raise ArtefactError(f"{directory / 'manifest.json'}: task {manifest.task!r} is not a translation")
     return manifest.translation
+
+
+def _layout_of(decoder_inputs: set[str]) -> DecoderLayout:
+    if "past_keys_0" in decoder_inputs:
+        return "per_layer_kv_top_k"
+    return "stacked_kv_top_k" if "top_k" in decoder_inputs else "stacked_kv"
 
 
 def _shape(x: Tensor) -> list[int]:

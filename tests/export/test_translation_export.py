@@ -27,7 +27,13 @@ from export.translation_checks import (
     open_engine,
     translate_ids,
 )
-from export.translation_graphs import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
+from export.translation_graphs import (
+    DECODER_INPUTS,
+    DECODER_OUTPUTS,
+    ENCODER_INPUTS,
+    ENCODER_OUTPUTS,
+    decoder_io,
+)
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest
 from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
@@ -71,8 +77,10 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
         assert m.task == "translate" and m.name == "transformer-en-de"
         assert [t.name for t in m.graphs["encoder"].inputs] == ENCODER_INPUTS
         assert [t.name for t in m.graphs["encoder"].outputs] == ENCODER_OUTPUTS
-        assert [t.name for t in m.graphs["decoder"].inputs] == DECODER_INPUTS
-        assert [t.name for t in m.graphs["decoder"].outputs] == DECODER_OUTPUTS
+        assert m.translation is not None and m.translation.decoder_layout == "per_layer_kv_top_k"
+        inputs, outputs = decoder_io("per_layer_kv_top_k", 2)
+        assert [t.name for t in m.graphs["decoder"].inputs] == inputs
+        assert [t.name for t in m.graphs["decoder"].outputs] == outputs
         assert m.translation is not None and m.translation.has_alignments
         assert (m.translation.n_layers, m.translation.n_heads, m.translation.d_head) == (2, 4, 8)
         assert m.translation.source_languages == ["en"] and m.translation.target_languages == ["de"]
@@ -94,8 +102,10 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
     assert int8.reference_check.figures["chrf_vs_fp32_beam4"] >= MIN_CHRF_VS_FP32
     assert int8.reference_check.bounds["min_chrf_vs_fp32_beam4"] == MIN_CHRF_VS_FP32
     decoder = {t.name: t for t in fp32.graphs["decoder"].inputs}
-    assert decoder["past_keys"].shape == [2, "batch", 4, "past_len", 8]
-    assert decoder["past_keys"].dtype == "float32" and decoder["input_ids"].dtype == "int64"
+    assert decoder["past_keys_1"].shape == ["batch", 4, "past_len", 8]
+    assert decoder["memory_values_0"].shape == ["batch", 4, "src_len", 8]
+    assert decoder["past_keys_1"].dtype == "float32" and decoder["input_ids"].dtype == "int64"
+    assert decoder["top_k"].shape == [1] and decoder["top_k"].dtype == "int64"
 
 
 def test_service_engine_gives_the_same_tokens_as_pytorch(checkpoint: Path, exported: Path) -> None:
@@ -123,18 +133,16 @@ def test_first_step_with_empty_past(checkpoint: Path, exported: Path) -> None:
     memory_keys, memory_values = engine.backend.encode(src.numpy())
     bos = np.full(2, model.cfg.bos_id, dtype=np.int64)
     mask = (src != 0).long().numpy()
-    empty = np.zeros((2, 2, 4, 0, 8), dtype=np.float32)
-    feeds = {
-        "input_ids": bos[:, None],
-        "source_mask": mask,
-        "memory_keys": memory_keys,
-        "memory_values": memory_values,
-        "past_keys": empty,
-        "past_values": empty,
-    }
-    log_probs, attn, keys, values = engine.backend.step(feeds, True)
+    empty = np.zeros((2, 4, 0, 8), dtype=np.float32)
+    feeds = {"input_ids": bos[:, None], "source_mask": mask, "top_k": np.array([0], dtype=np.int64)}
+    for i in range(2):
+        feeds |= {f"memory_keys_{i}": memory_keys[i], f"memory_values_{i}": memory_values[i]}
+        feeds |= {f"past_keys_{i}": empty, f"past_values_{i}": empty}
+    log_probs, attn, past = engine.backend.step(feeds, True)
+    assert isinstance(log_probs, np.ndarray)
     assert attn is not None
-    assert keys.shape == values.shape == (2, 2, 4, 1, 8)
+    assert sorted(past) == ["past_keys_0", "past_keys_1", "past_values_0", "past_values_1"]
+    assert all(x.shape == (2, 4, 1, 8) for x in past.values())
     assert log_probs.dtype == np.float32 and log_probs.shape == (2, model.cfg.vocab_size)
     with torch.no_grad():
         mem_kv = model.memory_kv(model.encode(src))
@@ -229,7 +237,7 @@ def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
 
     source = load_source(checkpoint)
     encoder, decoder = source.build_graphs(torch.float32)
-    export_raw(source, encoder, decoder, torch.float32, tmp_path / "plain")
+    export_raw(source, encoder, decoder, torch.float32, tmp_path / "plain", "stacked_kv")
     export_raw(source, encoder, decoder, torch.float32, tmp_path / "top_k", "stacked_kv_top_k")
     assert decoder_layout(tmp_path / "plain" / "decoder.onnx") == "stacked_kv"
     assert decoder_layout(tmp_path / "top_k" / "decoder.onnx") == "stacked_kv_top_k"

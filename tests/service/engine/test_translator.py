@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.artefacts import ArtefactError, DecoderLayout, write_manifest
 from service.engine.base import Abandoned, TextTooLong, TranslateItem, TranslateOptions, Translation
 from service.engine.translator import DeviceBackend, HostBackend, OnnxTranslator
 from service.metrics import OUTPUT_TOKENS
@@ -219,38 +220,33 @@ def test_an_item_abandoned_during_the_search_leaves_it_at_the_next_step(translat
     assert rows[0] == rows[1] == 4 and rows[2] == 2  # from the third step on, only the other's 2 beams
 
 
-def top_k_layout_copy(artefact: Path, out: Path) -> Path:
-    """The artefact with its decoder in layout stacked_kv_top_k: the TopK the export appends
-    (``export_graphs(layout="stacked_kv_top_k")``), on the very same graph."""
-    import json
-    import shutil
+def artefact_with_layout(checkpoint: Path, out: Path, layout: DecoderLayout) -> Path:
+    """An fp32 artefact of ``checkpoint`` whose decoder has ``layout`` (the export's own graph
+    building and manifest, without its verification)."""
+    from export.translation import build_fp32, build_manifest, load_source, write_tokenizer
 
-    from export.onnx_tools import append_top_k, file_entries, graph_spec
-    from export.translation_graphs import TOP_K_INPUT, TOP_K_OUTPUTS
-
-    shutil.copytree(artefact, out)
-    append_top_k(out / "decoder.onnx", "log_probs", TOP_K_INPUT, *TOP_K_OUTPUTS)
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest["graphs"]["decoder"] = graph_spec(out, "decoder.onnx").model_dump()
-    manifest["translation"]["decoder_layout"] = "stacked_kv_top_k"
-    manifest["files"] = [e.model_dump() for e in file_entries(out, [f["path"] for f in manifest["files"]])]
-    (out / "manifest.json").write_text(json.dumps(manifest))
+    source = load_source(checkpoint)
+    fusions = build_fp32(source, out, layout)
+    write_tokenizer(source, out)
+    write_manifest(out, build_manifest(source, "fp32", out, "0" * 64, {}, fusions))
     return out
 
 
+@pytest.mark.parametrize("layout", ["stacked_kv", "stacked_kv_top_k"])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_top_k_layout_translates_exactly_as_the_stacked_layout(
-    translator: OnnxTranslator, translation_artefact: Path, tmp_path: Path, beam: int
+def test_every_decoder_layout_translates_exactly_as_the_default(
+    translator: OnnxTranslator, translation_checkpoint: Path, tmp_path: Path, layout: DecoderLayout, beam: int
 ) -> None:
-    """The in-graph TopK hands the search (rows, 2·beam) candidates; every hypothesis, score and
-    alignment equals the full-vocabulary search's, alone and in a batch."""
-    top_k = OnnxTranslator(top_k_layout_copy(translation_artefact, tmp_path / "top_k"), "cpu", 1)
-    assert top_k.backend.takes_top_k and not translator.backend.takes_top_k
+    """The older layouts still load and serve; every hypothesis, score and alignment equals the
+    default layout's (per-layer caches, in-graph TopK candidates), in a batch and alone."""
+    assert translator.info.decoder_layout == "per_layer_kv_top_k"
+    other = OnnxTranslator(artefact_with_layout(translation_checkpoint, tmp_path / layout, layout), "cpu", 1)
+    assert other.info.decoder_layout == layout
     options = TranslateOptions(beam_size=beam, n_best=beam, alignments=True)
     items = [TranslateItem(text=t, options=options) for t in TEXTS]
-    for got, want in zip(top_k.translate(items), translator.translate(items), strict=True):
+    for got, want in zip(other.translate(items), translator.translate(items), strict=True):
         assert ok(got).hypotheses == ok(want).hypotheses
-    alone = top_k.translate(items[2:3])[0]
+    alone = other.translate(items[2:3])[0]
     assert ok(alone).hypotheses == ok(translator.translate(items[2:3])[0]).hypotheses
 
 
@@ -258,10 +254,10 @@ def test_a_layout_that_does_not_match_the_graph_is_refused(
     translation_artefact: Path, tmp_path: Path
 ) -> None:
     import json
+    import shutil
 
-    from service.artefacts import ArtefactError
-
-    copy = top_k_layout_copy(translation_artefact, tmp_path / "top_k")
+    copy = tmp_path / "copy"
+    shutil.copytree(translation_artefact, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["translation"]["decoder_layout"] = "stacked_kv"
     (copy / "manifest.json").write_text(json.dumps(manifest))
