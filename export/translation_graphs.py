@@ -10,12 +10,17 @@ The service engine is written against exactly these names and shapes:
   (n_layers, batch, n_heads, past_len, d_head; past_len may be 0) → ``log_probs`` float32
   (batch, vocab), ``present_keys``/``present_values`` (…, past_len + 1, d_head) and
   ``cross_attention`` float32 (batch, src_len): the last layer's weights, mean over heads.
-* Decoder layout ``stacked_kv_top_k`` (the manifest's ``translation.decoder_layout`` says which
-  layout an artefact has; the default export stays ``stacked_kv``: the in-graph ``TopK`` measured
-  no faster on CPU, see benchmarks/README.md): the same graph plus an int64 input ``top_k`` of
-  shape [1] and outputs ``top_log_probs`` float32 / ``top_tokens`` int64 (batch, top_k), the
-  row's best continuations from an in-graph ``TopK``, so the search reads (rows, 2·beam)
-  candidates instead of (rows, vocab). ``stacked_kv`` has no ``top_k``.
+* The manifest's ``translation.decoder_layout`` says which decoder I/O an artefact has
+  (``decoder_io`` lists the names): ``stacked_kv`` is the graph above; ``stacked_kv_top_k`` adds
+  an int64 input ``top_k`` of shape [1] and outputs ``top_log_probs`` float32 / ``top_tokens``
+  int64 (batch, top_k), each row's best tokens from an in-graph ``TopK``, so the search reads
+  (rows, 2·beam) candidates instead of (rows, vocab) (``top_k`` 0: none, for step-by-step
+  comparisons on ``log_probs``); ``per_layer_kv_top_k``, the default export, also replaces every
+  stacked K/V input and output by one per layer (``memory_keys_0`` … ``past_values_{n-1}``,
+  (batch, n_heads, len, d_head); ``present_keys_0`` …), so a step copies no layer out of a stacked
+  tensor and stacks nothing (measured 1.11–1.13× tok/s, benchmarks/README.md). Both are built
+  from the traced stacked graph by ``onnx_tools.append_top_k`` and ``onnx_tools.unstack_layers``,
+  for our checkpoints and Marian imports alike.
 
 The new token's position is past_len, read inside the graph from ``past_keys``' shape, so the
 service never tracks positions.

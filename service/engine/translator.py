@@ -7,17 +7,20 @@ hypotheses into text, scores, token strings and alignments (post).
 The decoder's key/value cache lives in a backend:
 
 * ``HostBackend`` (CPU, the tested path): NumPy arrays through ``session.run``; the cache goes
-  out as ``present_*`` and comes back as ``past_*``; reordering is ``np.take`` on the stacked
-  (n_layers, rows, heads, len, d_head) caches' row axis.
+  out as ``present_*`` and comes back as ``past_*``; reordering is ``np.take`` on the caches'
+  row axis (per layer in layout ``per_layer_kv_top_k``, where the memory feeds are views of the
+  encoder's stacked output; of the stacked (n_layers, rows, heads, len, d_head) caches in the
+  older layouts).
 * ``DeviceBackend`` (CUDA): IO binding, so ``present_*`` are bound to device memory and fed back
   as the next ``past_*`` without a host round trip; only the token ids, the source mask and the
   (rows, vocab) log-probs cross the bus. Reordering runs a one-node ONNX ``Gather`` on the device
   (``session.DeviceGather``). It is the same decoder code with ``take``/``run`` swapped, and it
   also runs on CPU OrtValues, which is how the tests check it without a GPU.
 
-A decoder of layout ``stacked_kv_top_k`` takes ``top_k`` and returns each row's 2 × beam best
-tokens (``search.Candidates``), so only (rows, 2·beam) scores leave the graph per step; the
-full (rows, vocab) log-probs are still there for the export's step-by-step parity checks.
+A decoder of layout ``stacked_kv_top_k`` or ``per_layer_kv_top_k`` takes ``top_k`` and returns
+each row's 2 × beam best tokens (``search.Candidates``), so only (rows, 2·beam) scores leave the
+graph per step; the full (rows, vocab) log-probs are still there for the export's step-by-step
+parity checks.
 
 Iteration-level (continuous) batching would slot in at ``IncrementalDecoder``: the search
 already shrinks the running batch when sentences finish (``reorder`` drops their rows); a
