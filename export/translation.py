@@ -64,7 +64,13 @@ from export.translation_checks import (
     parity,
     validation_texts,
 )
-from export.translation_graphs import TOP_K_INPUT, example_inputs, export_graphs, load_ours
+from export.translation_graphs import (
+    DEFAULT_DECODER_LAYOUT,
+    TOP_K_INPUT,
+    example_inputs,
+    export_graphs,
+    load_ours,
+)
 from service.artefacts import (
     ArtefactError,
     DecoderLayout,
@@ -114,7 +120,7 @@ def _merge_fusions(*counts: dict[str, int]) -> dict[str, int]:
 
 
 def build_fp32(
-    source: TranslationSource, out_dir: Path, layout: DecoderLayout = "per_layer_kv_top_k"
+    source: TranslationSource, out_dir: Path, layout: DecoderLayout = DEFAULT_DECODER_LAYOUT
 ) -> dict[str, int]:
     """Traced, then optimised fp32 graphs in ``out_dir``; returns the fusion counts."""
     encoder, decoder = source.build_graphs(torch.float32)
@@ -128,7 +134,7 @@ def export_raw(
     decoder: torch.nn.Module,
     dtype: torch.dtype,
     out_dir: Path,
-    layout: DecoderLayout = "per_layer_kv_top_k",
+    layout: DecoderLayout = DEFAULT_DECODER_LAYOUT,
 ) -> None:
     src, step = example_inputs(
         source.n_layers, source.n_heads, source.d_head, source.vocab_size, dtype, source.special.pad
@@ -244,12 +250,15 @@ def up_to_date(
     directory: Path, source: TranslationSource, sha: str, variant: str, reference_sha: str
 ) -> bool:
     """A verified artefact of the same weights (and tokenizer) and variant is already there,
-    measured on the current reference sentences."""
+    measured on the current reference sentences, with the current default decoder layout (an
+    older layout still loads, but the re-export is faster)."""
     try:
         manifest = load_and_verify(directory)
     except ArtefactError:
         return False
     if manifest.source.sha256 != sha or manifest.variant != variant or manifest.task != "translate":
+        return False
+    if manifest.translation is None or manifest.translation.decoder_layout != DEFAULT_DECODER_LAYOUT:
         return False
     check = manifest.reference_check
     unverifiable = manifest.parity.get("cpu_verified") == 0.0  # fp16 the CPU provider cannot run

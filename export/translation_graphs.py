@@ -51,6 +51,7 @@ DECODER_INPUTS = ["input_ids", "source_mask", "memory_keys", "memory_values", "p
 DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "cross_attention"]
 TOP_K_INPUT = "top_k"
 TOP_K_OUTPUTS = ["top_log_probs", "top_tokens"]
+DEFAULT_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_top_k"
 
 
 def decoder_io(layout: DecoderLayout, n_layers: int) -> tuple[list[str], list[str]]:
@@ -252,7 +253,7 @@ def export_graphs(
     src: Tensor,
     step: tuple[Tensor, ...],
     out_dir: Path,
-    layout: DecoderLayout = "per_layer_kv_top_k",
+    layout: DecoderLayout = DEFAULT_DECODER_LAYOUT,
 ) -> tuple[Path, Path]:
     """Trace both wrappers to ``encoder.onnx`` and ``decoder.onnx`` with the layout's names and
     dynamic axes (``onnx_tools.export_onnx``: the TorchScript exporter at opset 17, which keeps

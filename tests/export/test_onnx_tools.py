@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from export.onnx_tools import (
@@ -20,6 +21,7 @@ from export.onnx_tools import (
     quantize_int8,
     source_sha256,
     to_fp16,
+    unstack_layers,
 )
 from service.engine.session import create_session
 
@@ -197,3 +199,62 @@ def test_int8_excluded_nodes_stay_fp32(tmp_path: Path) -> None:
     assert quantize_int8(_rows_graph(tmp_path / "g.onnx"), tmp_path / "q.onnx", exclude_nodes=["k"]) == 1
     ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node]
     assert ops.count("MatMul") == 1 and ops.count("MatMulIntegerToFloat") == 1
+
+
+def _stacked_graph(path: Path, whole_read: bool) -> Path:
+    """y = stack(x[0] + 1, x[1] + 1), plus, when ``whole_read``, an output reading x as a whole."""
+    nodes, layers = [], []
+    for i in range(2):
+        nodes += [
+            helper.make_node(
+                "Constant", [], [f"i{i}"], value=helper.make_tensor(f"i{i}", TensorProto.INT64, [], [i])
+            ),
+            helper.make_node("Gather", ["x", f"i{i}"], [f"x{i}"], axis=0),
+            helper.make_node("Add", [f"x{i}", "one"], [f"y{i}"]),
+            helper.make_node("Unsqueeze", [f"y{i}", "zero"], [f"u{i}"]),
+        ]
+        layers.append(f"u{i}")
+    nodes.append(helper.make_node("Concat", layers, ["y"], axis=0))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n", 3])]
+    nodes.append(helper.make_node("Shape", ["x"], ["x_shape"]))
+    outputs.append(helper.make_tensor_value_info("x_shape", TensorProto.INT64, [3]))
+    if whole_read:
+        nodes.append(helper.make_node("Neg", ["x"], ["neg"]))
+        outputs.append(helper.make_tensor_value_info("neg", TensorProto.FLOAT, [2, "n", 3]))
+    graph = helper.make_graph(
+        nodes,
+        "stacked",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "n", 3])],
+        outputs,
+        [
+            helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+            helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_unstack_layers_gives_one_input_and_output_per_layer(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    path = _stacked_graph(tmp_path / "g.onnx", whole_read=False)
+    x = np.arange(2 * 4 * 3, dtype=np.float32).reshape(2, 4, 3)
+    want_y, want_shape = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
+    assert unstack_layers(path, ["x"], ["y"]) == 2
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x_0", "x_1"]
+    assert [o.name for o in session.get_outputs()] == ["x_shape", "y_0", "y_1"]
+    shape, y0, y1 = session.run(None, {"x_0": x[0], "x_1": x[1]})
+    np.testing.assert_array_equal(np.stack([y0, y1]), want_y)
+    assert shape[1:].tolist() == want_shape[1:].tolist()  # every axis but the layer axis
+
+
+def test_unstack_layers_refuses_a_graph_that_reads_the_stack_as_a_whole(tmp_path: Path) -> None:
+    path = _stacked_graph(tmp_path / "g.onnx", whole_read=True)
+    with pytest.raises(ValueError, match="Neg"):
+        unstack_layers(path, ["x"], ["y"])

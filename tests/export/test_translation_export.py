@@ -184,6 +184,23 @@ def test_rerun_skips_until_an_artefact_is_corrupted(checkpoint: Path, exported: 
     assert sorted(p.name for p in (out / "transformer-en-de").iterdir()) == ["fp32", "int8"]
 
 
+def test_an_artefact_of_an_older_decoder_layout_is_re_exported(
+    checkpoint: Path, exported: Path, tmp_path: Path
+) -> None:
+    """It still loads, but the next export replaces it by the default layout's (that variant only)."""
+    out = tmp_path / "artefacts"
+    shutil.copytree(exported, out)
+    fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
+    manifest = json.loads((int8 / "manifest.json").read_text())
+    manifest["translation"]["decoder_layout"] = "stacked_kv"  # as exported before the field
+    (int8 / "manifest.json").write_text(json.dumps(manifest))
+    before = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
+    export_translation(checkpoint, out, ["fp32", "int8"])
+    assert (fp32 / "manifest.json").stat().st_mtime_ns == before[fp32]
+    rebuilt = load_and_verify(int8)
+    assert rebuilt.translation is not None and rebuilt.translation.decoder_layout == "per_layer_kv_top_k"
+
+
 def test_failed_verification_writes_no_manifest(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
