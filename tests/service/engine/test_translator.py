@@ -9,7 +9,8 @@ import pytest
 
 from service.artefacts import ArtefactError, DecoderLayout, write_manifest
 from service.engine.base import Abandoned, TextTooLong, TranslateItem, TranslateOptions, Translation
-from service.engine.translator import DeviceBackend, HostBackend, OnnxTranslator
+from service.engine.decoding import DeviceBackend, HostBackend
+from service.engine.translator import OnnxTranslator
 from service.metrics import OUTPUT_TOKENS
 
 TEXTS = [

@@ -1,0 +1,286 @@
+"""The decoder side of translation: where the memory and the key/value cache live (backends)
+and the incremental decoders the beam search of ``search.py`` drives.
+
+The decoder's key/value cache lives in a backend:
+
+* ``HostBackend`` (CPU, the tested path): NumPy arrays through ``session.run``; the cache goes
+  out as ``present_*`` and comes back as ``past_*``; reordering is ``np.take`` on the caches'
+  row axis (per layer in layout ``per_layer_kv_top_k``, where the memory feeds are views of the
+  encoder's stacked output; of the stacked (n_layers, rows, heads, len, d_head) caches in the
+  older layouts).
+* ``DeviceBackend`` (CUDA): IO binding, so ``present_*`` are bound to device memory and fed back
+  as the next ``past_*`` without a host round trip; only the token ids, the source mask and the
+  (rows, vocab) log-probs cross the bus. Reordering runs a one-node ONNX ``Gather`` on the device
+  (``session.DeviceGather``). It is the same decoder code with ``take``/``run`` swapped, and it
+  also runs on CPU OrtValues, which is how the tests check it without a GPU.
+
+A decoder of layout ``stacked_kv_top_k`` or ``per_layer_kv_top_k`` takes ``top_k`` and returns
+each row's 2 × beam best tokens (``search.Candidates``), so only (rows, 2·beam) scores leave the
+graph per step; the full (rows, vocab) log-probs are still there for the export's step-by-step
+parity checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import onnxruntime as ort
+
+from service.artefacts import DecoderLayout
+from service.engine.search import Candidates
+from service.engine.session import DeviceGather
+
+Tensor = Any  # np.ndarray on the host backend, ort.OrtValue on the device backend
+
+
+# --- backends: where the memory and the cache live -----------------------------------------------
+
+
+class Backend(Protocol):
+    def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:
+        """(B, S) ids → memory keys, values (n_layers, B, heads, S, d_head)."""
+        ...
+
+    def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor: ...
+
+    layout: DecoderLayout  # the decoder graph's I/O (manifest translation.decoder_layout)
+
+    def layer(self, x: Tensor, i: int) -> Tensor:
+        """Layer ``i`` of a stacked (n_layers, …) tensor."""
+        ...
+
+    def step(
+        self, feeds: dict[str, Tensor], with_attention: bool
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
+        """One decoder step → log-probs (N, V) (or ``Candidates`` when ``feeds`` set ``top_k``),
+        cross-attention (N, S) or None, and the next step's cache feeds (``past_*`` names)."""
+        ...
+
+
+class HostBackend:
+    """NumPy in, NumPy out: ``session.run`` copies nothing that matters on a CPU."""
+
+    def __init__(
+        self,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        layout: DecoderLayout = "stacked_kv",
+    ) -> None:
+        self.encoder = encoder
+        self.decoder = decoder
+        self.layout = layout
+        self._presents = [o.name for o in decoder.get_outputs() if o.name.startswith("present_")]
+
+    def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:
+        keys, values = self.encoder.run(["memory_keys", "memory_values"], {"input_ids": input_ids})
+        return keys, values
+
+    def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor:
+        return np.take(x, rows, axis=axis)
+
+    def layer(self, x: Tensor, i: int) -> Tensor:
+        return x[i]  # a view: a stacked array's layer is contiguous
+
+    def step(
+        self, feeds: dict[str, Tensor], with_attention: bool
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
+        scores = _score_outputs(feeds)
+        names = [*scores, *self._presents] + (["cross_attention"] if with_attention else [])
+        out = dict(zip(names, self.decoder.run(names, feeds), strict=True))
+        attn = np.asarray(out["cross_attention"], dtype=np.float32) if with_attention else None
+        return _scores(out), attn, _next_past(out)
+
+
+class DeviceBackend:
+    """IO binding: memory and cache stay as OrtValues on ``device``; NumPy inputs are copied in."""
+
+    def __init__(
+        self,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        gather: DeviceGather,
+        device: str,
+        device_id: int = 0,
+        layout: DecoderLayout = "stacked_kv",
+    ) -> None:
+        self.encoder = encoder
+        self.decoder = decoder
+        self.layout = layout
+        self._presents = [o.name for o in decoder.get_outputs() if o.name.startswith("present_")]
+        self.gather = gather
+        self.device = device
+        self.device_id = device_id
+
+    def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:
+        binding = self.encoder.io_binding()
+        binding.bind_cpu_input("input_ids", input_ids)
+        binding.bind_output("memory_keys", self.device, self.device_id)
+        binding.bind_output("memory_values", self.device, self.device_id)
+        self.encoder.run_with_iobinding(binding)
+        keys, values = binding.get_outputs()
+        return keys, values
+
+    def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor:
+        if isinstance(x, np.ndarray):  # the empty first-step cache is a host array
+            return np.take(x, rows, axis=axis)
+        return self.gather(x, rows, axis)
+
+    def layer(self, x: Tensor, i: int) -> Tensor:
+        return x[i] if isinstance(x, np.ndarray) else self.gather(x, np.array(i, dtype=np.int64), 0)
+
+    def step(
+        self, feeds: dict[str, Tensor], with_attention: bool
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
+        binding = self.decoder.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            else:
+                binding.bind_ortvalue_input(name, value)
+        scores = _score_outputs(feeds)
+        on_host = [*scores, "cross_attention"] if with_attention else scores
+        for name in on_host:
+            binding.bind_output(name, "cpu")
+        for name in self._presents:
+            binding.bind_output(name, self.device, self.device_id)
+        self.decoder.run_with_iobinding(binding)
+        values = binding.get_outputs()  # in binding order
+        host = {name: values[i].numpy() for i, name in enumerate(on_host)}
+        attn = np.asarray(host["cross_attention"], dtype=np.float32) if with_attention else None
+        presents = dict(zip(self._presents, values[len(on_host) :], strict=True))
+        return _scores(host), attn, _next_past(presents)
+
+
+def _score_outputs(feeds: dict[str, Tensor]) -> list[str]:
+    """The decoder outputs the search reads: the candidates when ``top_k`` asks for some, else
+    the full log-probs (``top_k`` 0: a step-by-step comparison with a reference)."""
+    return ["top_log_probs", "top_tokens"] if "top_k" in feeds and feeds["top_k"][0] > 0 else ["log_probs"]
+
+
+def _next_past(outputs: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``present_*`` outputs renamed to the ``past_*`` inputs they feed next step."""
+    return {
+        "past_" + name[len("present_") :]: x for name, x in outputs.items() if name.startswith("present_")
+    }
+
+
+def _scores(out: dict[str, Any]) -> np.ndarray | Candidates:
+    if "top_tokens" in out:
+        return Candidates(np.asarray(out["top_log_probs"], dtype=np.float32), np.asarray(out["top_tokens"]))
+    return np.asarray(out["log_probs"], dtype=np.float32)
+
+
+# --- the incremental decoder the search drives -----------------------------------------------------
+
+
+class OnnxDecoder:
+    """``search.IncrementalDecoder`` over ``decoder.onnx``, holding the self-attention cache.
+
+    The cross-attention memory depends only on which *sentence* a row decodes, so it is kept
+    per sentence and re-gathered only when that row → sentence map changes (start of a beam,
+    sentences finishing), not on every beam reorder. ``step`` returns the full log-probs;
+    ``CandidateDecoder`` drives it through ``step_candidates`` instead.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        memory: tuple[Tensor, Tensor],
+        source_mask: np.ndarray,
+        cache_shape: tuple[int, int, int],
+        cache_dtype: type[np.generic],
+        with_attention: bool,
+    ) -> None:
+        self.backend = backend
+        self.with_attention = with_attention
+        self._sentence_memory = memory
+        self._sentence_mask = source_mask
+        self._cache_shape = cache_shape  # (n_layers, heads, d_head)
+        self._cache_dtype = cache_dtype
+        self._per_layer = backend.layout == "per_layer_kv_top_k"
+        self._takes_top_k = backend.layout != "stacked_kv"
+        self._cache_axis = 0 if self._per_layer else 1  # the rows axis of each cache feed
+        n = source_mask.shape[0]
+        self._row_sentence = np.arange(n)
+        self._memory = self._memory_feeds(memory)
+        self._mask = source_mask
+        self._past = self._empty_cache(n)
+        self._past_len = 0
+
+    def _memory_feeds(self, memory: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
+        """The decoder's memory inputs: the stacked K/V, or each layer's (host: views)."""
+        names = ("memory_keys", "memory_values")
+        if not self._per_layer:
+            return dict(zip(names, memory, strict=True))
+        layers = self._cache_shape[0]
+        return {
+            f"{name}_{i}": self.backend.layer(x, i)
+            for name, x in zip(names, memory, strict=True)
+            for i in range(layers)
+        }
+
+    def _empty_cache(self, rows: int) -> dict[str, Tensor]:
+        layers, heads, d_head = self._cache_shape
+        if not self._per_layer:
+            empty = np.zeros((layers, rows, heads, 0, d_head), dtype=self._cache_dtype)
+            return {"past_keys": empty, "past_values": empty}
+        empty = np.zeros((rows, heads, 0, d_head), dtype=self._cache_dtype)
+        return {f"{name}_{i}": empty for name in ("past_keys", "past_values") for i in range(layers)}
+
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        scores, attn = self._run(last_tokens, 0)
+        assert isinstance(scores, np.ndarray)
+        return scores, attn
+
+    def step_candidates(self, last_tokens: np.ndarray, n: int) -> tuple[Candidates, np.ndarray | None]:
+        """The step's ``n`` best tokens per row, from the graph's ``TopK`` (layout stacked_kv_top_k)."""
+        scores, attn = self._run(last_tokens, n)
+        assert isinstance(scores, Candidates)
+        return scores, attn
+
+    def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+        feeds: dict[str, Tensor] = {
+            "input_ids": np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None],
+            "source_mask": self._mask,
+            **self._memory,
+            **self._past,
+        }
+        if self._takes_top_k:
+            feeds["top_k"] = np.array([top_k], dtype=np.int64)
+        log_probs, attn, self._past = self.backend.step(feeds, self.with_attention)
+        self._past_len += 1
+        return log_probs, attn
+
+    def reorder(self, rows: np.ndarray) -> None:
+        if len(rows) == len(self._row_sentence) and np.array_equal(rows, np.arange(len(rows))):
+            return
+        if self._past_len == 0:
+            self._past = self._empty_cache(len(rows))
+        else:
+            self._past = {
+                name: self.backend.take(x, rows, self._cache_axis) for name, x in self._past.items()
+            }
+        sentences = self._row_sentence[rows]
+        if not np.array_equal(sentences, self._row_sentence):
+            keys, values = self._sentence_memory
+            self._memory = self._memory_feeds(
+                (self.backend.take(keys, sentences, 1), self.backend.take(values, sentences, 1))
+            )
+            self._mask = self._sentence_mask[sentences]
+            self._row_sentence = sentences
+
+
+class CandidateDecoder:
+    """``search.IncrementalDecoder`` that hands the search each row's ``n`` best tokens from the
+    graph (n ≥ 2 × beam keeps the search exact) instead of the (rows, vocab) log-probs."""
+
+    def __init__(self, decoder: OnnxDecoder, n: int) -> None:
+        self.decoder = decoder
+        self.n = n
+
+    def step(self, last_tokens: np.ndarray) -> tuple[Candidates, np.ndarray | None]:
+        return self.decoder.step_candidates(last_tokens, self.n)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.decoder.reorder(rows)
