@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.schemas import ErrorBody, ErrorDetail, ErrorResponse
@@ -343,10 +344,15 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _on_unexpected)
 
 
+def documented(model: type[BaseModel], descriptions: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for a route: each status with its body model and description."""
+    return {status: {"model": model, "description": text} for status, text in descriptions.items()}
+
+
 # Documented in OpenAPI on every model route.
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": description}
-    for status, description in {
+ERROR_RESPONSES = documented(
+    ErrorResponse,
+    {
         400: "Body not parsable (not UTF-8, or JSON nested too deeply)",
         401: "API key missing",
         403: "API key wrong",
@@ -359,7 +365,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         500: "Internal error (the body carries the request id)",
         503: "Not ready yet, or shutting down",
         504: "Deadline exceeded",
-    }.items()
-}
+    },
+)
 # GET routes behind the key: no body to validate, no queue.
 GATED_RESPONSES: dict[int | str, dict[str, Any]] = {s: ERROR_RESPONSES[s] for s in (401, 403, 503)}

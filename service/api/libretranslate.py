@@ -28,7 +28,7 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
-from service.api.errors import InternalError, ModelNotFound, ServiceError
+from service.api.errors import InternalError, ModelNotFound, ServiceError, documented
 from service.api.runtime import Runtime, Translator, get_runtime, ready_runtime
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.api.translate import translate_texts
@@ -75,9 +75,9 @@ class LibreTranslateErrorBody(BaseModel):
     error: str
 
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": LibreTranslateErrorBody, "description": description}
-    for status, description in {
+_ERRORS = documented(
+    LibreTranslateErrorBody,
+    {
         400: "Invalid request (LibreTranslate's status for every validation error)",
         403: "API key missing or wrong",
         413: "Request body too large",
@@ -86,8 +86,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         500: "Internal error",
         503: "Not ready yet, or shutting down",
         504: "Deadline exceeded",
-    }.items()
-}
+    },
+)
 
 
 class LibreTranslateError(Exception):
