@@ -1,17 +1,20 @@
-"""The PyTorch translation reference: translate_ids and the ``python -m export.translate`` CLI."""
+"""The PyTorch translation reference: translate_ids, the ``python -m export.translate`` CLI and
+TorchDecoder under the service's search."""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from export.checkpoint import load_checkpoint, save_checkpoint
-from export.data import encode_source, train_tokenizer
+from export.data import encode_source, pad, train_tokenizer
 from export.model import Transformer, TransformerConfig
-from export.translate import main, translate, translate_ids
+from export.translate import TorchDecoder, main, translate, translate_ids
+from service.engine.search import Hypothesis, beam_search
 from tests.tiny_models import WORDS
 
 TEXTS = ["a man rides a bike.", "two dogs run.", "a small cat sits on the big red street."]
@@ -87,3 +90,88 @@ def test_translate_ids_keeps_input_order_across_batches(checkpoint: Path) -> Non
     assert translate_ids(model, src, beam_size=3, max_len=6, batch_size=2) == one_by_one
     for ids in one_by_one:
         assert len(ids) <= 6 and model.cfg.eos_id not in ids
+
+
+# The service's search over the PyTorch model: the reference the ONNX engine is compared against.
+
+
+def test_torch_greedy_search_equals_a_naive_full_recompute_loop() -> None:
+    """beam_search(TorchDecoder, beam 1) over a padded batch gives exactly the tokens of re-running
+    the whole model on each growing prefix and taking the argmax."""
+    cfg = TransformerConfig(
+        vocab_size=40,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        max_len=32,
+        dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = Transformer(cfg).double().eval()
+    with torch.no_grad():  # make </s> likelier so some sentences stop early
+        model.embed.weight[cfg.eos_id] *= 3
+    sources = [[5, 6, 7, 8, 9, 2], [10, 11, 2], [12, 2], [13, 14, 15, 16, 2]]
+    max_len = 10
+
+    def naive(src_ids: list[int]) -> list[int]:
+        src, out = torch.tensor([src_ids]), [cfg.bos_id]
+        with torch.no_grad():
+            for _ in range(max_len):
+                token = int(model(src, torch.tensor([out]))[0, -1].argmax())
+                if token == cfg.eos_id:
+                    break
+                out.append(token)
+        return out[1:]
+
+    with torch.no_grad():
+        dec = TorchDecoder(model, pad(sources, cfg.pad_id), with_attention=True)
+        hyps = beam_search(
+            dec, len(sources), beam_size=1, max_len=max_len, bos_id=cfg.bos_id, eos_id=cfg.eos_id
+        )
+    expected = [naive(s) for s in sources]
+    assert [h[0].tokens for h in hyps] == expected
+    assert any(len(t) < max_len for t in expected), "the test should cover a sentence ending with </s>"
+    for s, h in zip(sources, hyps, strict=True):
+        alignment = h[0].alignment
+        assert alignment is not None and alignment.shape == (len(h[0].tokens), len(max(sources, key=len)))
+        assert (alignment[:, len(s) :] == 0).all()  # padded source positions get no attention
+
+
+def test_torch_beam_search_is_independent_of_batching() -> None:
+    """Beam search over a padded batch (rows leaving as sentences finish) equals searching each
+    sentence alone: TorchDecoder.reorder keeps the caches and masks of the right rows."""
+    cfg = TransformerConfig(
+        vocab_size=40,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        max_len=32,
+        dropout=0.0,
+    )
+    torch.manual_seed(1)
+    model = Transformer(cfg).double().eval()
+    with torch.no_grad():
+        model.embed.weight[cfg.eos_id] *= 3
+    sources = [[5, 6, 7, 2], [8, 2], [9, 10, 11, 12, 13, 2]]
+
+    def run(batch: list[list[int]]) -> list[list[Hypothesis]]:
+        with torch.no_grad():
+            return beam_search(
+                TorchDecoder(model, pad(batch, cfg.pad_id)),
+                len(batch),
+                beam_size=3,
+                n_best=3,
+                max_len=8,
+                bos_id=cfg.bos_id,
+                eos_id=cfg.eos_id,
+            )
+
+    together = run(sources)
+    for s, h in zip(sources, together, strict=True):
+        (alone,) = run([s])
+        assert [x.tokens for x in h] == [x.tokens for x in alone]
+        np.testing.assert_allclose([x.score for x in h], [x.score for x in alone], rtol=1e-5)
