@@ -8,6 +8,7 @@ loads nothing whose sha256 does not match it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -18,7 +19,17 @@ SCHEMA_VERSION = 1
 
 Task = Literal["translate", "embed"]
 Variant = Literal["fp32", "int8", "fp16"]
-DecoderLayout = Literal["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k"]
+DecoderLayout = Literal["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k", "per_layer_kv_positions"]
+
+
+def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout:
+    """The layout a decoder graph has, read from its input names (export/translation_graphs.py)."""
+    names = set(decoder_inputs)
+    if "positions" in names:
+        return "per_layer_kv_positions"
+    if "past_keys_0" in names:
+        return "per_layer_kv_top_k"
+    return "stacked_kv_top_k" if "top_k" in names else "stacked_kv"
 
 
 class ArtefactError(RuntimeError):
