@@ -32,6 +32,14 @@ def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout:
     return "stacked_kv_top_k" if "top_k" in names else "stacked_kv"
 
 
+# The embedding graph's I/O (encoder.onnx of an "embed" artefact): int64 [batch, sequence] in,
+# float32 [batch, sequence, dim] out; token type ids only where EmbeddingInfo.needs_token_type_ids.
+EMBEDDING_INPUT_IDS = "input_ids"
+EMBEDDING_ATTENTION_MASK = "attention_mask"
+EMBEDDING_TOKEN_TYPE_IDS = "token_type_ids"
+EMBEDDING_OUTPUT = "last_hidden_state"
+
+
 class ArtefactError(RuntimeError):
     """An artefact directory that cannot be served; the message names the offending file."""
 
@@ -103,6 +111,9 @@ class ReferenceCheck(_Strict):
     sentences: int
     figures: dict[str, float]
     bounds: dict[str, float]
+    # Translations: the rule capping each sentence's output (a random-weights model would
+    # otherwise decode every sentence to max_target_len); absent before the cap existed.
+    output_limit: str | None = None
 
 
 class Manifest(_Strict):
@@ -128,10 +139,17 @@ class Manifest(_Strict):
 
 
 def sha256_of(path: Path) -> str:
+    return sha256_of_files([path])
+
+
+def sha256_of_files(paths: Iterable[Path]) -> str:
+    """One sha256 over the files' bytes, concatenated in sorted path order (SourceInfo.sha256);
+    of a single file, its plain sha256 (what sha256sum prints)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    for path in sorted(Path(p) for p in paths):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
     return h.hexdigest()
 
 
