@@ -36,6 +36,7 @@ from service.metrics import (
     ITEM_ERRORS,
     QUEUE_DEPTH,
     REJECTED,
+    labelled,
     observe_stage,
 )
 
@@ -228,10 +229,10 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
 
     def _admit(self, n: int) -> None:
         if not self._accepting:
-            REJECTED.labels(model=self.model, reason="shutting_down").inc(n)
+            labelled(REJECTED, self.model, "shutting_down").inc(n)
             raise BatcherClosed(f"{self.model}: shutting down")
         if self._queued + n > self.policy.max_queue:
-            REJECTED.labels(model=self.model, reason="queue_full").inc(n)
+            labelled(REJECTED, self.model, "queue_full").inc(n)
             raise QueueFull(self.model, self.policy.max_queue, self._retry_after_s())
 
     async def _costs(self, items: Sequence[ItemT]) -> list[int]:
@@ -254,7 +255,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             if not entry.future.done():
                 entry.future.cancel()
         if dropped or stopped:
-            DROPPED.labels(model=self.model, reason=reason).inc(dropped + stopped)
+            labelled(DROPPED, self.model, reason).inc(dropped + stopped)
         if dropped:
             self._set_queued(self._queued - dropped)
             self._stats.done.set()
@@ -309,7 +310,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         for pending in expired:
             pending.state = "dropped"
         if expired:
-            DROPPED.labels(model=self.model, reason="deadline").inc(len(expired))
+            labelled(DROPPED, self.model, "deadline").inc(len(expired))
             self._set_queued(self._queued - len(expired))
             self._stats.done.set()
         if len(self._queue) != self._queued:
@@ -385,8 +386,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             now = time.perf_counter()
             for pending in batch:
                 observe_stage(self.model, "queue", now - pending.enqueued)
-            BATCH_SIZE.labels(model=self.model).observe(len(batch))
-            BATCH_TOKENS.labels(model=self.model).observe(cost)
+            labelled(BATCH_SIZE, self.model).observe(len(batch))
+            labelled(BATCH_TOKENS, self.model).observe(cost)
             items = [p.item for p in batch]
             loop = asyncio.get_running_loop()
             try:
@@ -406,7 +407,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             stats.tokens_per_s = rate if stats.tokens_per_s <= 0 else 0.8 * stats.tokens_per_s + 0.2 * rate
             errors = sum(isinstance(r, Exception) for r in results)
             if errors:
-                ITEM_ERRORS.labels(model=self.model).inc(errors)
+                labelled(ITEM_ERRORS, self.model).inc(errors)
             end = time.perf_counter()
             for pending, result in zip(batch, results, strict=True):
                 if not pending.future.done():  # its request may be gone (cancelled, deadline)

@@ -6,14 +6,14 @@ emits, model names from loaded manifests, stage names below), never from client 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.context_managers import Timer
+from prometheus_client.metrics import MetricWrapperBase
 
 PREFIX = "tserve"
+M = TypeVar("M", bound=MetricWrapperBase)
 Stage = Literal["tokenize", "queue", "encoder", "decoder", "pool", "detokenize", "total"]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -52,15 +52,24 @@ READY = Gauge(f"{PREFIX}_ready", "1 when every model is loaded, verified and war
 INFLIGHT = Gauge(f"{PREFIX}_inflight_requests", "HTTP requests being served")
 
 
+_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
+
+
+def labelled(metric: M, *values: str) -> M:
+    """``metric.labels(*values)``, remembered: ``labels`` takes the metric's lock on every call,
+    and the hot path updates the same few children for every request. Label values come from
+    fixed sets (see above), so the cache stays small."""
+    key = (metric, values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child  # type: ignore[no-any-return]
+
+
 def observe_stage(model: str, stage: Stage, seconds: float) -> None:
-    STAGE_LATENCY.labels(model=model, stage=stage).observe(seconds)
+    labelled(STAGE_LATENCY, model, stage).observe(seconds)
 
 
-@contextmanager
-def timed(model: str, stage: Stage) -> Iterator[None]:
-    """Time a block into the stage histogram."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        observe_stage(model, stage, time.perf_counter() - start)
+def timed(model: str, stage: Stage) -> Timer:
+    """Time a block (``with``) into the stage histogram."""
+    return labelled(STAGE_LATENCY, model, stage).time()

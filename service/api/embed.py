@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 import numpy as np
@@ -10,14 +11,17 @@ from starlette.responses import Response
 
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
 from service.api.middleware import timed_stage
-from service.api.runtime import Embedder, Runtime, ready_runtime, until_disconnect
-from service.api.schemas import EmbedRequest, EmbedResponse, EmbedUsage, check_texts, json_response
-from service.engine.base import Embedding, EmbedItem
+from service.api.runtime import Embedder, Runtime, serving_runtime, until_disconnect
+from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_response
+from service.engine.base import Embedding, EmbedItem, Encoded
+from service.engine.pooling import l2_normalize
 
 router = APIRouter(tags=["embed"])
 
+_LARGE_REQUEST_CHARS = 16_384  # above this, tokenize on a thread, not on the event loop
 
-def embedder(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Embedder:
+
+async def embedder(runtime: Annotated[Runtime, Depends(serving_runtime)]) -> Embedder:
     if runtime.embedder is None:
         raise ModelNotFound("no embedding model is loaded (TSERVE_EMBED_MODEL is empty)")
     return runtime.embedder
@@ -26,25 +30,37 @@ def embedder(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Embedder:
 async def embed_texts(
     request: Request, runtime: Runtime, model: Embedder, texts: list[str], field: str, truncate: bool
 ) -> list[Embedding]:
-    """Check the configured limits, then queue the texts; the request's error if any text fails."""
+    """Check the configured limits, tokenize, then queue the texts; the request's error if any
+    text fails. Each text is tokenized once, here: its encoding is the batcher's cost and the
+    engine's input."""
     errors = check_texts(texts, field, runtime.limits)
     if errors:
         raise validation_error(errors)
-    items = [EmbedItem(text=text, truncate=truncate) for text in texts]
+    if sum(len(text) for text in texts) > _LARGE_REQUEST_CHARS:
+        encodings = await asyncio.to_thread(model.engine.encode, texts)
+    else:
+        encodings = model.engine.encode(texts)
+    items = [EmbedItem(text, truncate, encoded) for text, encoded in zip(texts, encodings, strict=True)]
+    costs = [_cost(encoded, truncate, model) for encoded in encodings]
     with timed_stage(request.scope, "embed", "queue wait and encoding (batched with other requests)"):
         results = await until_disconnect(
-            request, model.batcher.submit(items, runtime.settings.request_timeout_s)
+            request, model.batcher.submit(items, runtime.settings.request_timeout_s, costs)
         )
     return unpack_results(results, field)
+
+
+def _cost(encoded: Encoded, truncate: bool, model: Embedder) -> int:
+    """Tokens the engine will compute: a truncated text costs at most the max length."""
+    info = model.engine.manifest.embedding
+    if truncate and info is not None:
+        return min(encoded.n_tokens, info.max_len)
+    return encoded.n_tokens
 
 
 def pooled_vectors(embeddings: list[Embedding], normalize: bool) -> np.ndarray:
     """(n, dim) float32; L2-normalised when asked (engines return pooled, unnormalised vectors)."""
     vectors = np.stack([e.vector for e in embeddings]).astype(np.float32, copy=False)
-    if normalize:
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors = vectors / np.maximum(norms, 1e-12)
-    return vectors
+    return l2_normalize(vectors) if normalize else vectors
 
 
 def default_normalize(model: Embedder) -> bool:
@@ -56,7 +72,7 @@ def default_normalize(model: Embedder) -> bool:
 async def embed(
     body: EmbedRequest,
     request: Request,
-    runtime: Annotated[Runtime, Depends(ready_runtime)],
+    runtime: Annotated[Runtime, Depends(serving_runtime)],
     model: Annotated[Embedder, Depends(embedder)],
 ) -> Response:
     """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
@@ -65,11 +81,11 @@ async def embed(
     vectors = pooled_vectors(embeddings, normalize)
     n_tokens = [e.n_tokens for e in embeddings]
     return json_response(
-        EmbedResponse(
-            model=model.engine.manifest.name,
-            dim=int(vectors.shape[1]),
-            embeddings=vectors.tolist(),
-            n_tokens=n_tokens,
-            usage=EmbedUsage(input_tokens=sum(n_tokens)),
-        )
+        {
+            "model": model.engine.manifest.name,
+            "dim": int(vectors.shape[1]),
+            "embeddings": vectors,
+            "n_tokens": n_tokens,
+            "usage": {"input_tokens": sum(n_tokens)},
+        }
     )

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.errors import BodyNotUtf8, BodyTimeout, BodyTooLarge, error_response, is_json
-from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS
+from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS, labelled
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _UTF8 = {"utf-8", "utf8"}
@@ -60,8 +60,8 @@ class RequestContextMiddleware:
             INFLIGHT.dec()
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "other"
-            REQUEST_LATENCY.labels(endpoint=endpoint).observe(time.perf_counter() - start)
-            REQUESTS.labels(endpoint=endpoint, status=str(status)).inc()
+            labelled(REQUEST_LATENCY, endpoint).observe(time.perf_counter() - start)
+            labelled(REQUESTS, endpoint, str(status)).inc()
 
 
 class BodyLimitMiddleware:

@@ -18,14 +18,12 @@ from starlette.responses import Response
 
 from service.api.embed import default_normalize, embed_texts, embedder, pooled_vectors
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES, ModelNotFound, validation_error
-from service.api.runtime import Embedder, Runtime, ready_runtime
+from service.api.runtime import Embedder, Runtime, serving_runtime
 from service.api.schemas import (
     ModelCard,
     ModelsResponse,
-    OpenAIEmbedding,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
-    OpenAIUsage,
     json_response,
 )
 from service.engine.base import Engine
@@ -37,7 +35,7 @@ router = APIRouter(tags=["openai"])
 async def embeddings(
     body: OpenAIEmbeddingRequest,
     request: Request,
-    runtime: Annotated[Runtime, Depends(ready_runtime)],
+    runtime: Annotated[Runtime, Depends(serving_runtime)],
     model: Annotated[Embedder, Depends(embedder)],
 ) -> Response:
     name = model.engine.manifest.name
@@ -60,27 +58,30 @@ async def embeddings(
         )
     embeddings = await embed_texts(request, runtime, model, body.input, "input", truncate=True)
     vectors = pooled_vectors(embeddings, default_normalize(model))
-    data = [
-        OpenAIEmbedding(index=i, embedding=_encode(vector, body.encoding_format == "base64"))
-        for i, vector in enumerate(vectors)
-    ]
+    as_base64 = body.encoding_format == "base64"
     tokens = sum(e.n_tokens for e in embeddings)
     return json_response(
-        OpenAIEmbeddingResponse(
-            data=data, model=name, usage=OpenAIUsage(prompt_tokens=tokens, total_tokens=tokens)
-        )
+        {
+            "object": "list",
+            "data": [
+                {"object": "embedding", "index": i, "embedding": _encode(vector, as_base64)}
+                for i, vector in enumerate(vectors)
+            ],
+            "model": name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
     )
 
 
-def _encode(vector: np.ndarray, as_base64: bool) -> list[float] | str:
+def _encode(vector: np.ndarray, as_base64: bool) -> np.ndarray | str:
+    """float32 values (written as JSON numbers), or OpenAI's base64 of little-endian float32."""
     if as_base64:
         return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-    values: list[float] = vector.tolist()
-    return values
+    return vector
 
 
 @router.get("/v1/models", response_model=ModelsResponse, responses=GATED_RESPONSES)
-async def models(runtime: Annotated[Runtime, Depends(ready_runtime)]) -> Response:
+async def models(runtime: Annotated[Runtime, Depends(serving_runtime)]) -> Response:
     """The loaded models, OpenAI's shape plus what a client needs (task, languages, limits)."""
     return json_response(ModelsResponse(data=[_card(engine) for engine in runtime.engines]))
 

@@ -182,7 +182,7 @@ def _embed_cost(engine: EmbedEngine) -> Callable[[EmbedItem], int]:
 # ---- dependencies ----------------------------------------------------------------------------
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
@@ -197,10 +197,16 @@ def ready_runtime(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Runtime:
     raise NotReady(f"not ready ({runtime.state}{detail})", headers={"Retry-After": "5"})
 
 
+async def serving_runtime(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Runtime:
+    """``ready_runtime`` as a route dependency: async, as FastAPI runs a sync dependency on a
+    worker thread (a thread hop per request)."""
+    return ready_runtime(runtime)
+
+
 _bearer = HTTPBearer(auto_error=False, description="One of TSERVE_API_KEYS (when set)")
 
 
-def require_api_key(
+async def require_api_key(
     runtime: Annotated[Runtime, Depends(get_runtime)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

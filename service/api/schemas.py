@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -85,9 +86,16 @@ class _Response(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def json_response(body: BaseModel, status_code: int = 200) -> Response:
-    """Serialise in pydantic-core (Rust): thousands of floats per embedding response add up."""
-    return Response(body.model_dump_json(exclude_none=True), status_code, media_type="application/json")
+def json_response(body: BaseModel | dict[str, Any], status_code: int = 200) -> Response:
+    """A model serialised by pydantic-core, or a plain dict (NumPy arrays included) by orjson:
+    the embedding routes build their bodies as dicts of float32 arrays, which orjson writes
+    without a Python float per value and without validating what the service itself built.
+    Both are Rust; neither writes ``None`` fields of a model."""
+    if isinstance(body, BaseModel):
+        content = body.model_dump_json(exclude_none=True).encode()
+    else:
+        content = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    return Response(content, status_code, media_type="application/json")
 
 
 # ---- configured limits -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
 from service.api.middleware import timed_stage
-from service.api.runtime import Runtime, Translator, ready_runtime, until_disconnect
+from service.api.runtime import Runtime, Translator, serving_runtime, until_disconnect
 from service.api.schemas import (
     Hypothesis,
     SentenceResult,
@@ -68,7 +68,7 @@ def route(runtime: Runtime, model: str | None, source: str | None, target: str |
 async def translate(
     body: TranslateRequest,
     request: Request,
-    runtime: Annotated[Runtime, Depends(ready_runtime)],
+    runtime: Annotated[Runtime, Depends(serving_runtime)],
 ) -> Response:
     """Translate one text or a list: each text sentence by sentence, in its own layout
     (all-or-nothing: one untranslatable text fails the request). The model is ``model``, else

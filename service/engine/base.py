@@ -8,6 +8,7 @@ others (the batcher turns it into that request's error).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -17,9 +18,23 @@ from service.artefacts import Manifest
 
 
 @dataclass(frozen=True)
+class Encoded:
+    ids: list[int]  # with the special tokens the post-processor adds (BERT: [CLS] … [SEP]; ours: … </s>)
+    tokens: list[str]  # the same pieces as strings (for alignments)
+    truncated: bool
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
 class EmbedItem:
     text: str
     truncate: bool = True  # False: a text over the model's max length is an error
+    # The text's whole encoding (``Engine.encode``) when the caller has it, so that a text is
+    # tokenized once, for the batcher's cost and the engine alike; None: the engine tokenizes.
+    encoded: Encoded | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,7 @@ class TranslateOptions:
 class TranslateItem:
     text: str
     options: TranslateOptions = field(default_factory=TranslateOptions)
+    encoded: Encoded | None = field(default=None, compare=False, repr=False)  # as ``EmbedItem``'s
     # Set when nobody waits for the result any more (client gone, deadline passed): the search
     # drops the sentence at its next decoder step.
     abandoned: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
@@ -79,6 +95,11 @@ class Engine(Protocol):
     provider: str  # "CUDAExecutionProvider" / "CPUExecutionProvider"
 
     def count_tokens(self, text: str) -> int: ...
+
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        """Each text's every token, special tokens included, not truncated (the engine applies
+        its length policy to these when they come back with the items)."""
+        ...
 
     def warmup(self) -> None: ...
 

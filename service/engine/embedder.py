@@ -16,7 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from service.artefacts import ArtefactError, EmbeddingInfo, Manifest, load_and_verify
-from service.engine.base import Embedding, EmbedItem
+from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import pool
 from service.engine.session import (
     ProviderPref,
@@ -25,8 +25,8 @@ from service.engine.session import (
     used_provider,
     warmup,
 )
-from service.engine.tokenizer import Encoded, TextTokenizer
-from service.metrics import INPUT_TOKENS, observe_stage, timed
+from service.engine.tokenizer import TextTokenizer
+from service.metrics import INPUT_TOKENS, labelled, observe_stage, timed
 
 
 class OnnxEmbedder:
@@ -77,6 +77,9 @@ class OnnxEmbedder:
     def count_tokens(self, text: str) -> int:
         return self.tokenizer.count(text)
 
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        return self.tokenizer.encode(texts)
+
     def warmup(self) -> None:
         """Two batch shapes through the graph, without metrics."""
         texts = ["warm up", "a longer warm-up sentence"]
@@ -96,14 +99,16 @@ class OnnxEmbedder:
         self, items: Sequence[EmbedItem], results: list[Embedding | Exception | None]
     ) -> dict[int, Encoded]:
         with timed(self.name, "tokenize"):
-            encoded = self.tokenizer.encode_batch([it.text for it in items], [it.truncate for it in items])
+            encoded = self.tokenizer.encode_batch(
+                [it.text for it in items], [it.truncate for it in items], [it.encoded for it in items]
+            )
         todo: dict[int, Encoded] = {}
         for i, enc in enumerate(encoded):
             if isinstance(enc, Exception):
                 results[i] = enc
             else:
                 todo[i] = enc
-        INPUT_TOKENS.labels(model=self.name).inc(sum(e.n_tokens for e in todo.values()))
+        labelled(INPUT_TOKENS, self.name).inc(sum(e.n_tokens for e in todo.values()))
         return todo
 
     # -- core + post, per length-sorted sub-batch --

@@ -9,25 +9,15 @@ its longest member only, and decides per item what an over-long text means — t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from service.artefacts import ArtefactError
-from service.engine.base import TextTooLong
+from service.engine.base import Encoded, TextTooLong
 
-
-@dataclass(frozen=True)
-class Encoded:
-    ids: list[int]  # with the special tokens the post-processor adds (BERT: [CLS] … [SEP]; ours: … </s>)
-    tokens: list[str]  # the same pieces as strings (for alignments)
-    truncated: bool
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.ids)
+__all__ = ["Encoded", "TextTokenizer"]
 
 
 class TextTokenizer:
@@ -55,18 +45,38 @@ class TextTokenizer:
         """Tokens of ``text`` before any truncation, special tokens included."""
         return len(self._full.encode(text).ids)
 
-    def encode_batch(self, texts: Sequence[str], truncate: Sequence[bool]) -> list[Encoded | TextTooLong]:
-        """One entry per text: its encoding, or ``TextTooLong`` where it is over and may not be cut."""
-        full = self._full.encode_batch(list(texts))
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        """Every token of each text, special tokens included, before any truncation."""
+        # one text: no hand-off to the library's thread pool
+        one = len(texts) == 1
+        encodings = [self._full.encode(texts[0])] if one else self._full.encode_batch(list(texts))
+        return [Encoded(enc.ids, enc.tokens, truncated=False) for enc in encodings]
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        truncate: Sequence[bool],
+        given: Sequence[Encoded | None] | None = None,
+    ) -> list[Encoded | TextTooLong]:
+        """One entry per text: its encoding, or ``TextTooLong`` where it is over and may not be cut.
+
+        ``given``: whole encodings already made by ``encode`` (None where not): only the others
+        are tokenized here.
+        """
+        full = list(given) if given is not None else [None] * len(texts)
+        missing = [i for i, enc in enumerate(full) if enc is None]
+        for i, enc in zip(missing, self.encode([texts[i] for i in missing]), strict=True):
+            full[i] = enc
         out: list[Encoded | TextTooLong] = []
         for text, enc, may_cut in zip(texts, full, truncate, strict=True):
-            n = len(enc.ids)
+            assert enc is not None
+            n = enc.n_tokens
             if n <= self.max_len:
-                out.append(Encoded(list(enc.ids), list(enc.tokens), truncated=False))
+                out.append(enc)
             elif may_cut:
                 # Re-encoded with truncation so the post-processor's specials survive the cut.
                 cut = self._truncating.encode(text)
-                out.append(Encoded(list(cut.ids), list(cut.tokens), truncated=True))
+                out.append(Encoded(cut.ids, cut.tokens, truncated=True))
             else:
                 out.append(
                     TextTooLong(f"text has {n} tokens; the model takes at most {self.max_len}", self.max_len)

@@ -1,26 +1,19 @@
 """Translation with the encoder/decoder ONNX pair: batch in, one result per item out.
 
-Per batch: tokenize every source (pre), run the encoder once over the padded batch, then the
-beam search of ``search.py`` per group of items that share search options (core), and turn the
-hypotheses into text, scores, token strings and alignments (post).
+Per batch: tokenize every source (pre), then one running decode (``running.py``): sentences are
+encoded as they join, every decoder step serves all running sentences whatever their search
+options, and each leaves as soon as it is done (core); the hypotheses become text, scores, token
+strings and alignments (post). The same running decode serves the iteration-level scheduler
+(``service/scheduling.py``), which admits sentences from new requests between steps.
 
 The decoder's key/value cache lives in a backend (``decoding.py``: ``HostBackend`` on CPU,
 ``DeviceBackend`` with IO binding on CUDA).
-
-Iteration-level (continuous) batching would slot in at ``IncrementalDecoder``: the search
-already shrinks the running batch when sentences finish (``reorder`` drops their rows); a
-scheduler could instead *append* rows for newly arrived requests between steps, by running the
-encoder for them and concatenating their memory K/V, source mask (padded to the longer source)
-and an empty-but-aligned past (left-padded with masked positions to the current cache length,
-which needs a self-attention mask input in the decoder graph). That is not built: the batcher
-hands the engine whole batches, and groups per option set keep the search code unchanged.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,15 +27,9 @@ from service.engine.base import (
     Translation,
     TranslationHypothesis,
 )
-from service.engine.decoding import (
-    Backend,
-    CandidateDecoder,
-    DeviceBackend,
-    HostBackend,
-    OnnxDecoder,
-    Tensor,
-)
-from service.engine.search import Hypothesis, IncrementalDecoder, beam_search
+from service.engine.decoding import Backend, DeviceBackend, HostBackend
+from service.engine.running import DecodeShape, RunningDecode
+from service.engine.search import Hypothesis
 from service.engine.session import (
     CUDA,
     NUMPY_DTYPE,
@@ -57,18 +44,6 @@ from service.engine.tokenizer import Encoded, TextTokenizer
 from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, observe_stage, timed
 
 # --- the engine ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _GroupKey:
-    beam_size: int
-    n_best: int
-    length_penalty: float
-    alignments: bool
-
-
-def _group_key(options: TranslateOptions) -> _GroupKey:
-    return _GroupKey(options.beam_size, options.n_best, options.length_penalty, options.alignments)
 
 
 def check_options(options: TranslateOptions) -> None:
@@ -156,12 +131,15 @@ class OnnxTranslator:
     def count_tokens(self, text: str) -> int:
         return self.tokenizer.count(text)
 
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        return self.tokenizer.encode(texts)
+
     def warmup(self) -> None:
         """Encoder once, a few greedy and beam steps: allocations and kernels, no metrics."""
         enc = self.tokenizer.encode_batch(["warm up"], [True])[0]
         assert isinstance(enc, Encoded)
         for beam in (1, 2):
-            self._search([enc.ids], _GroupKey(beam, 1, 1.0, self._can_align), max_len=3)
+            self._search([enc.ids], TranslateOptions(beam_size=beam, max_length=3, alignments=True))
 
     def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]:
         results: list[Translation | Exception | None] = [None] * len(items)
@@ -180,7 +158,9 @@ class OnnxTranslator:
         todo: dict[int, Encoded] = {}
         with timed(self.name, "tokenize"):
             texts = [it.text for it in items]
-            encoded = self.tokenizer.encode_batch(texts, [self.truncate_source] * len(items))
+            encoded = self.tokenizer.encode_batch(
+                texts, [self.truncate_source] * len(items), [it.encoded for it in items]
+            )
         for i, (item, enc) in enumerate(zip(items, encoded, strict=True)):
             try:
                 check_options(item.options)
@@ -198,7 +178,20 @@ class OnnxTranslator:
         INPUT_TOKENS.labels(model=self.name).inc(sum(e.n_tokens for e in todo.values()))
         return todo
 
-    # -- core: encoder once, beam search per option group --
+    # -- core: a running decode that sentences join and leave --
+
+    def new_decode(self) -> RunningDecode:
+        """An empty running decode on this engine (``translate`` and the scheduler drive one)."""
+        info = self.info
+        shape = DecodeShape(
+            info.n_layers,
+            info.n_heads,
+            info.d_head,
+            np.dtype(self._cache_dtype).itemsize,
+            self.manifest.vocab_size,
+            info.max_target_len,
+        )
+        return RunningDecode(self.backend, shape, self._cache_dtype, self.tokenizer, (self.bos_id, self.eos_id), self._can_align)
 
     def _core(
         self,
@@ -206,99 +199,61 @@ class OnnxTranslator:
         todo: dict[int, Encoded],
         results: list[Translation | Exception | None],
     ) -> dict[int, list[Hypothesis]]:
-        order = list(todo)
-        ids, _ = self.tokenizer.pad([todo[i].ids for i in order])
+        """Every item's sentence through one running decode: sentences join as rows free up
+        (at most ``max_decode_rows``: sentences × beam), leave when done or abandoned; a step that
+        fails fails the sentences in it, not those still waiting."""
+        waiting = list(todo)
+        decode = self.new_decode()
         hyps: dict[int, list[Hypothesis]] = {}
-        try:
-            with timed(self.name, "encoder"):
-                memory = self.backend.encode(ids)
-        except Exception as e:
-            for i in order:
-                results[i] = e
-            return hyps
-        start = time.perf_counter()
-        for key, members in self._groups(items, order):
-            for chunk in _chunks(members, max(1, self.max_decode_rows // key.beam_size)):
+        decoding = 0.0
+        while waiting or decode.sentences:
+            if waiting and decode.can_admit():
+                batch = self._admissible(items, waiting, decode.rows)
                 try:
-                    hyps.update(self._search_group(items, todo, order, memory, key, chunk))
-                except Exception as e:  # one failing group must not fail the others
-                    for i in chunk:
+                    with timed(self.name, "encoder"):
+                        done = decode.admit([(i, todo[i], items[i].options) for i in batch])
+                    hyps.update((s.key, s.results()) for s in done)
+                except Exception as e:
+                    for i in batch:
                         results[i] = e
-        observe_stage(self.name, "decoder", time.perf_counter() - start)
+            for s in decode.remove(lambda s: items[s.key].abandoned.is_set()):
+                results[s.key] = Abandoned("nobody waits for this item any more")
+            if not decode.sentences:
+                continue
+            start = time.perf_counter()
+            try:
+                finished = decode.step()
+            except Exception as e:  # the sentences of this step fail; those waiting go on
+                for s in decode.sentences:
+                    results[s.key] = e
+                decode = self.new_decode()
+                finished = []
+            decoding += time.perf_counter() - start
+            hyps.update((s.key, s.results()) for s in finished)
+        observe_stage(self.name, "decoder", decoding)
         return hyps
 
-    def _groups(self, items: Sequence[TranslateItem], order: list[int]) -> list[tuple[_GroupKey, list[int]]]:
-        groups: dict[_GroupKey, list[int]] = {}
-        for i in order:
-            groups.setdefault(_group_key(items[i].options), []).append(i)
-        return list(groups.items())
+    def _admissible(self, items: Sequence[TranslateItem], waiting: list[int], rows: int) -> list[int]:
+        """The next waiting items whose rows fit beside ``rows`` running ones (at least one)."""
+        batch: list[int] = []
+        while waiting:
+            k = items[waiting[0]].options.beam_size
+            if (batch or rows) and rows + k > self.max_decode_rows:
+                break
+            batch.append(waiting.pop(0))
+            rows += k
+        return batch
 
-    def _search_group(
-        self,
-        items: Sequence[TranslateItem],
-        todo: dict[int, Encoded],
-        order: list[int],
-        memory: tuple[Tensor, Tensor],
-        key: _GroupKey,
-        members: list[int],
-    ) -> dict[int, list[Hypothesis]]:
-        position = {item: row for row, item in enumerate(order)}
-        rows = np.array([position[i] for i in members], dtype=np.int64)
-        limits = [self._limit(items[i].options) for i in members]  # each sentence stops at its own
-        src_len = max(todo[i].n_tokens for i in members)
-        group_memory = self._select(memory, rows, src_len)
-        _, mask = self.tokenizer.pad([todo[i].ids for i in members])
-        flags = [items[i].abandoned for i in members]
-        found = self._decode(group_memory, mask, key, limits, lambda: [f.is_set() for f in flags])
-        return dict(zip(members, found, strict=True))
-
-    def _select(self, memory: tuple[Tensor, Tensor], rows: np.ndarray, src_len: int) -> tuple[Tensor, Tensor]:
-        """The group's rows of the batch memory, cut to the group's longest source."""
-        out = []
-        for x in memory:
-            n_rows, full_len = _shape(x)[1], _shape(x)[3]
-            if len(rows) != n_rows or not np.array_equal(rows, np.arange(n_rows)):
-                x = self.backend.take(x, rows, 1)
-            if src_len < full_len:
-                x = self.backend.take(x, np.arange(src_len), 3)
-            out.append(x)
-        return out[0], out[1]
-
-    def _decode(
-        self,
-        memory: tuple[Tensor, Tensor],
-        mask: np.ndarray,
-        key: _GroupKey,
-        max_len: int | Sequence[int],
-        abandoned: Callable[[], Sequence[bool]] | None = None,
-    ) -> list[list[Hypothesis]]:
-        decoder = OnnxDecoder(
-            self.backend,
-            memory,
-            mask,
-            (self.info.n_layers, self.info.n_heads, self.info.d_head),
-            self._cache_dtype,
-            with_attention=key.alignments and self._can_align,
-        )
-        search_decoder: IncrementalDecoder = decoder
-        if self.info.decoder_layout != "stacked_kv":
-            search_decoder = CandidateDecoder(decoder, min(2 * key.beam_size, self.manifest.vocab_size))
-        return beam_search(
-            search_decoder,
-            mask.shape[0],
-            beam_size=key.beam_size,
-            max_len=max_len,
-            bos_id=self.bos_id,
-            eos_id=self.eos_id,
-            n_best=key.n_best,
-            length_penalty=key.length_penalty,
-            abandoned=abandoned,
-        )
-
-    def _search(self, src_ids: list[list[int]], key: _GroupKey, max_len: int) -> list[list[Hypothesis]]:
+    def _search(self, src_ids: list[list[int]], key: TranslateOptions) -> list[list[Hypothesis]]:
         """Encoder + search for raw ids, without metrics (warmup, tests)."""
-        ids, mask = self.tokenizer.pad(src_ids)
-        return self._decode(self.backend.encode(ids), mask, key, max_len)
+        decode = self.new_decode()
+        found: dict[int, list[Hypothesis]] = {}
+        sources = [Encoded(ids, [], False) for ids in src_ids]
+        for s in decode.admit([(i, src, key) for i, src in enumerate(sources)]):
+            found[s.key] = s.results()
+        while decode.sentences:
+            found.update((s.key, s.results()) for s in decode.step())
+        return [found[i] for i in range(len(src_ids))]
 
     def _limit(self, options: TranslateOptions) -> int:
         return min(options.max_length, self.info.max_target_len)
@@ -361,14 +316,6 @@ def _layout_of(decoder_inputs: set[str]) -> DecoderLayout:
     if "past_keys_0" in decoder_inputs:
         return "per_layer_kv_top_k"
     return "stacked_kv_top_k" if "top_k" in decoder_inputs else "stacked_kv"
-
-
-def _shape(x: Tensor) -> list[int]:
-    return list(x.shape) if isinstance(x, np.ndarray) else list(x.shape())
-
-
-def _chunks(xs: list[int], size: int) -> list[list[int]]:
-    return [xs[i : i + size] for i in range(0, len(xs), size)]
 
 
 def _alignment(h: Hypothesis, n_target: int, n_source: int) -> list[list[float]]:

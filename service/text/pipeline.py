@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from service.batching import DynamicBatcher
-from service.engine.base import TranslateEngine, TranslateItem, TranslateOptions, Translation
+from service.engine.base import Encoded, TranslateEngine, TranslateItem, TranslateOptions, Translation
 from service.text.document import Document, TextTranslation, assemble, html_document, plain_document
 from service.text.html import HtmlError
 
@@ -29,7 +29,8 @@ _LARGE_CHARS = 16_384  # above this, segment and count tokens on a thread, not o
 @dataclass(frozen=True)
 class Prepared:
     documents: list[Document | HtmlError]  # one per text: its sentences, or why its HTML failed
-    costs: list[list[int]]  # tokens of each unit, per text (the batcher's cost, counted once)
+    # each unit's encoding, per text: tokenized once, for segmenting, the batcher's cost and the engine
+    encodings: list[list[Encoded]]
 
     @property
     def n_sentences(self) -> int:
@@ -46,7 +47,15 @@ def _prepare(texts: Sequence[str], fmt: Format, language: str, engine: Translate
     info = engine.manifest.translation
     if info is None:
         raise ValueError(f"{engine.manifest.name} is not a translation model")
-    count = functools.cache(engine.count_tokens)  # split_long counts every unit it returns
+
+    # split_long measures every unit it returns: each is tokenized once, and its encoding kept
+    @functools.cache
+    def encode(text: str) -> Encoded:
+        return engine.encode([text])[0]
+
+    def count(text: str) -> int:
+        return encode(text).n_tokens
+
     build = html_document if fmt == "html" else plain_document
     documents: list[Document | HtmlError] = []
     for text in texts:
@@ -54,8 +63,8 @@ def _prepare(texts: Sequence[str], fmt: Format, language: str, engine: Translate
             documents.append(build(text, language, count, info.max_source_len))
         except HtmlError as e:
             documents.append(e)
-    costs = [[count(u) for u in d.units] if isinstance(d, Document) else [] for d in documents]
-    return Prepared(documents, costs)
+    encodings = [[encode(u) for u in d.units] if isinstance(d, Document) else [] for d in documents]
+    return Prepared(documents, encodings)
 
 
 async def translate_documents(
@@ -69,8 +78,10 @@ async def translate_documents(
     documents = [d for d in prepared.documents if isinstance(d, Document)]
     if len(documents) != len(prepared.documents):
         raise ValueError("documents with HTML errors cannot be translated")
-    items = [TranslateItem(unit, options) for d in documents for unit in d.units]
-    costs = [c for per_text in prepared.costs for c in per_text]
+    encodings = [e for per_text in prepared.encodings for e in per_text]
+    units = [unit for d in documents for unit in d.units]
+    items = [TranslateItem(u, options, encoded=e) for u, e in zip(units, encodings, strict=True)]
+    costs = [e.n_tokens for e in encodings]
     results = await batcher.submit(items, timeout_s, costs) if items else []
     out: list[TextTranslation | Exception] = []
     start = 0

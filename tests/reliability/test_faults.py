@@ -18,7 +18,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ import pytest
 from fastapi import FastAPI
 
 from service.app import create_app
-from service.engine.base import Embedding, EmbedItem, Engine
+from service.engine.base import Embedding, EmbedItem, Encoded, Engine
 from service.engine.embedder import OnnxEmbedder
 from service.engine.loader import load_engine
 from tests.reliability.load import Outcome, Request, run_load, statuses
@@ -159,6 +159,9 @@ class FaultyEmbedder:
 
     def count_tokens(self, text: str) -> int:
         return self.engine.count_tokens(text)
+
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        return self.engine.encode(texts)
 
     def warmup(self) -> None:
         self.engine.warmup()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +20,7 @@ from service.artefacts import EmbeddingInfo, Manifest, SourceInfo, SpecialIds, T
 from service.engine.base import (
     Embedding,
     EmbedItem,
+    Encoded,
     TextTooLong,
     TranslateItem,
     Translation,
@@ -75,6 +77,10 @@ def words(text: str) -> list[str]:
     return text.split()
 
 
+def _encoded(tokens: list[str]) -> Encoded:
+    return Encoded(list(range(len(tokens))), tokens, truncated=False)
+
+
 class HashEmbedder:
     """Mean of per-word pseudo-random vectors (seeded by the word's hash); 2 special tokens."""
 
@@ -105,6 +111,9 @@ class HashEmbedder:
 
     def count_tokens(self, text: str) -> int:
         return len(words(text)) + 2
+
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        return [_encoded(["[CLS]", *words(t), "[SEP]"]) for t in texts]
 
     def warmup(self) -> None:
         self.hooks.warm()
@@ -168,6 +177,9 @@ class ReverseTranslator:
 
     def count_tokens(self, text: str) -> int:
         return len(words(text)) + 1
+
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        return [_encoded([*words(t), "</s>"]) for t in texts]
 
     def warmup(self) -> None:
         self.hooks.warm()
