@@ -4,7 +4,10 @@ Requests ``submit`` items and await their results; one loop per model forms batc
 them on a worker thread, so the event loop keeps serving while the engine computes. A batch
 closes when it reaches ``max_batch_size`` items, or ``max_batch_tokens`` padded tokens (longest
 item × items: what a padded engine actually computes), or when its oldest item has waited
-``max_wait_s``. The oldest item always goes first (no starvation); then the oldest item of
+``max_wait_s`` — a wait only worth paying while requests come together: after a batch that
+carried one request alone, with nothing arriving while it ran (one client, sequential
+traffic), the next request goes at once instead of waiting for company that does not come.
+The oldest item always goes first (no starvation); then the oldest item of
 every other waiting request, so a one-sentence request is not held behind a long document's
 sentences; the rest of the batch is filled with the queued items nearest to the oldest in
 length, so short texts are not padded to long ones.
@@ -139,6 +142,9 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         self._queue_depth = QUEUE_DEPTH.labels(model=model)
         self._queue_depth.set(0)
         self._requests = itertools.count()
+        # Whether requests have lately come together (so a batch is worth waiting for); True
+        # until a batch shows otherwise.
+        self._company = True
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -214,6 +220,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             _Pending[ItemT, ResultT](item, max(1, cost), deadline, now, loop.create_future(), request, small)
             for item, cost in zip(items, costs, strict=True)
         ]
+        if self._queued or self._stats.running:
+            self._company = True  # others are in flight: a batch may fill
         self._queue.extend(entries)
         self._set_queued(self._queued + len(entries))
         self._wakeup.set()
@@ -290,7 +298,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             timeout: float | None = None
             if self._queue and self._busy < self.policy.workers:
                 waited = time.perf_counter() - self._queue[0].enqueued
-                if self._is_full() or waited >= self.policy.max_wait_s or not self._accepting:
+                due = waited >= self.policy.max_wait_s or not self._company
+                if due or self._is_full() or not self._accepting:
                     self._busy += 1
                     return self._take_batch(), False
                 timeout = self.policy.max_wait_s - waited
@@ -346,6 +355,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             pending.state = "running"
         self._queue = [p for p in self._queue if p.state == "queued"]
         self._set_queued(len(self._queue))
+        self._company = bool(self._queue) or len({p.request for p in batch}) > 1
         batch.sort(key=lambda p: p.cost)
         return batch
 

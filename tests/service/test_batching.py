@@ -121,6 +121,23 @@ async def test_a_lone_item_waits_at_most_max_wait(make: Callable[..., DynamicBat
     assert 0.04 <= elapsed < 2
 
 
+async def test_sequential_traffic_stops_waiting_for_company_until_requests_overlap(
+    make: Callable[..., DynamicBatcher[Item, str]],
+) -> None:
+    engine = Recorder()
+    batcher = make(engine, max_batch_size=100, max_wait_s=0.3)
+    start = time.perf_counter()
+    await batcher.submit([Item("first")], 5)
+    assert time.perf_counter() - start >= 0.25  # no history yet: it waited for company
+    start = time.perf_counter()
+    await batcher.submit([Item("second")], 5)  # the last batch held one request alone
+    assert time.perf_counter() - start < 0.2
+    start = time.perf_counter()
+    await asyncio.gather(batcher.submit([Item("a")], 5), batcher.submit([Item("b")], 5))
+    assert time.perf_counter() - start >= 0.25  # two in flight at once: waiting pays again
+    assert engine.batches == [["first"], ["second"], ["a", "b"]]
+
+
 async def test_an_item_over_the_token_budget_runs_alone(
     make: Callable[..., DynamicBatcher[Item, str]],
 ) -> None:
