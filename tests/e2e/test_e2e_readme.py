@@ -1,15 +1,18 @@
 """Every ``curl`` example of README.md, run as written by the real ``curl`` against the real
 service, with only its ``localhost:8000`` pointed at the test server: each must answer 2xx with
-a JSON body (``/metrics`` excepted: Prometheus text).
+a JSON body (``/metrics`` excepted: Prometheus text) holding what was asked for: one non-empty
+result per text sent, as many hypotheses or alternatives as requested.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shlex
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -73,5 +76,46 @@ def test_readme_curl_example_succeeds(command: str, service: ServerProcess) -> N
         assert body.strip()
         return
     assert content_type.startswith("application/json"), content_type
-    parsed = json.loads(body)
-    assert isinstance(parsed, dict) or (isinstance(parsed, list) and parsed), body  # /languages: a list
+    check_answer(_id(command), sent_body(args), json.loads(body))
+
+
+def sent_body(curl_args: list[str]) -> dict[str, Any]:
+    """The JSON a curl command line sends with -d / --data, {} when it sends none."""
+    for flag, value in itertools.pairwise(curl_args):
+        if flag in ("-d", "--data", "--data-raw"):
+            sent: dict[str, Any] = json.loads(value)
+            return sent
+    return {}
+
+
+def _texts(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def check_answer(path: str, sent: dict[str, Any], answer: Any) -> None:
+    """The answer of a documented route holds a result for everything ``sent`` asked for."""
+    if path == "/v1/translate":
+        translations = answer["translations"]
+        assert len(translations) == len(_texts(sent["text"])), answer
+        for translation in translations:
+            assert len(translation["hypotheses"]) == sent.get("n_best", 1), translation
+            assert all(h["text"].strip() for h in translation["hypotheses"]), translation
+    elif path == "/v1/embed":
+        assert answer["dim"] > 0 and len(answer["embeddings"]) == len(sent["texts"]), answer
+        assert all(len(e) == answer["dim"] for e in answer["embeddings"])
+    elif path == "/v1/embeddings":
+        assert len(answer["data"]) == len(_texts(sent["input"])), answer
+        assert all(isinstance(d["embedding"], list) and d["embedding"] for d in answer["data"])
+    elif path == "/translate":  # LibreTranslate's shape: one string in, one string out
+        assert isinstance(answer["translatedText"], str) and answer["translatedText"].strip(), answer
+        assert len(answer.get("alternatives", [])) == sent.get("alternatives", 0), answer
+    elif path == "/v1/models":
+        assert {card["task"] for card in answer["data"]} == {"translate", "embed"}, answer
+    elif path == "/languages":
+        assert all(lang["code"] for lang in answer) and any(lang["targets"] for lang in answer), answer
+    elif path == "/health/live":
+        assert answer["status"] == "alive", answer
+    elif path == "/health/ready":
+        assert answer["status"] == "ready", answer
+    else:
+        pytest.fail(f"the README documents {path} with curl: say here what its answer must hold")
