@@ -66,7 +66,6 @@ from export.translation_checks import (
 )
 from export.translation_graphs import (
     DEFAULT_DECODER_LAYOUT,
-    TOP_K_INPUT,
     example_inputs,
     export_graphs,
     load_ours,
@@ -78,6 +77,7 @@ from service.artefacts import (
     ReferenceCheck,
     SourceInfo,
     TranslationInfo,
+    decoder_layout_of,
     load_and_verify,
     read_manifest,
     sha256_of,
@@ -234,9 +234,7 @@ def build_manifest(
 def decoder_layout(path: Path) -> DecoderLayout:
     """The layout the decoder graph at ``path`` has, read from its inputs."""
     names = {t.name for t in graph_spec(path).inputs}
-    if "past_keys_0" in names:
-        return "per_layer_kv_top_k"
-    return "stacked_kv_top_k" if TOP_K_INPUT in names else "stacked_kv"
+    return decoder_layout_of(names)
 
 
 def write_tokenizer(source: TranslationSource, directory: Path) -> None:

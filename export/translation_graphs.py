@@ -22,8 +22,14 @@ The service engine is written against exactly these names and shapes:
   from the traced stacked graph by ``onnx_tools.append_top_k`` and ``onnx_tools.unstack_layers``,
   for our checkpoints and Marian imports alike.
 
-The new token's position is past_len, read inside the graph from ``past_keys``' shape, so the
-service never tracks positions.
+``per_layer_kv_positions``, the default export, adds an int64 input ``positions`` (batch,): the
+number of tokens each row has already decoded. A row's cached keys are the *last* ``positions``
+columns of its past (earlier columns are padding, masked out of self-attention), and the new
+token takes position ``positions`` in the sinusoidal encoding. Rows that started decoding at
+different steps can so share one step: the decode scheduler admits new sentences into a running
+batch (left-padded with empty columns) and retires finished ones (service/scheduling.py). In the
+older layouts the new token's position is past_len, read from ``past_keys``' shape, and every row
+of a batch must have started together.
 """
 
 from __future__ import annotations
@@ -51,7 +57,8 @@ DECODER_INPUTS = ["input_ids", "source_mask", "memory_keys", "memory_values", "p
 DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "cross_attention"]
 TOP_K_INPUT = "top_k"
 TOP_K_OUTPUTS = ["top_log_probs", "top_tokens"]
-DEFAULT_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_top_k"
+POSITIONS_INPUT = "positions"
+DEFAULT_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_positions"
 
 
 def decoder_io(layout: DecoderLayout, n_layers: int) -> tuple[list[str], list[str]]:
@@ -64,6 +71,8 @@ def decoder_io(layout: DecoderLayout, n_layers: int) -> tuple[list[str], list[st
     stacked_in, stacked_out = DECODER_INPUTS[2:6], DECODER_OUTPUTS[1:3]
     per_layer = [f"{name}_{i}" for name in stacked_in for i in range(n_layers)]
     present = [f"{name}_{i}" for name in stacked_out for i in range(n_layers)]
+    if layout == "per_layer_kv_positions":
+        per_layer.append(POSITIONS_INPUT)
     return [x for x in inputs if x not in stacked_in] + per_layer, [
         x for x in outputs if x not in stacked_out
     ] + present
@@ -86,6 +95,7 @@ DECODER_AXES: dict[str, dict[int, str]] = {
     "present_keys": {1: "batch", 3: "past_len_plus_1"},
     "present_values": {1: "batch", 3: "past_len_plus_1"},
     "cross_attention": {0: "batch", 1: "src_len"},
+    POSITIONS_INPUT: {0: "batch"},
 }
 
 
@@ -116,12 +126,32 @@ class EncoderGraph(nn.Module):
         return stack_kv(self.model.memory_kv(self.model.encode(input_ids)))
 
 
+def step_positions(
+    past_keys: Tensor, positions: Tensor | None, table: Tensor
+) -> tuple[Tensor, Tensor | None]:
+    """One decoder step's positional encodings (rows of ``table``) and self-attention mask.
+
+    Without ``positions`` every row has decoded past_len tokens: one position for all (1, d),
+    no mask (the single new query may see every cached key). With ``positions`` (B,), row b's
+    cached keys are the last ``positions[b]`` of the past_len columns, so of the past_len + 1
+    keys (past and the new one) it sees columns ≥ past_len − positions[b]: encodings (B, 1, d),
+    mask (B, 1, 1, past_len + 1).
+    """
+    past_len = past_keys.shape[3]
+    if positions is None:
+        return table[past_len], None
+    columns = torch.arange(past_len + 1, device=positions.device)
+    return table[positions][:, None, :], (columns[None, :] >= (past_len - positions)[:, None])[
+        :, None, None, :
+    ]
+
+
 class DecoderStepGraph(nn.Module):
-    """One cached decoder step of our model, with positions and masks taken from tensor shapes.
+    """One cached decoder step of our model, with positions and masks from ``step_positions``.
 
     It calls the model's own layers, so numerics equal ``Transformer.decode`` with ``past``; only
-    the glue differs: the single new query may see every cached key (no causal mask needed), and
-    its position is ``past_keys.shape[3]``.
+    the glue differs: the single new query needs no causal mask, only the padding mask of rows
+    that joined a running batch later (layout per_layer_kv_positions).
     """
 
     def __init__(self, model: Transformer) -> None:
@@ -136,16 +166,17 @@ class DecoderStepGraph(nn.Module):
         memory_values: Tensor,
         past_keys: Tensor,
         past_values: Tensor,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         m = self.model
-        position = past_keys.shape[3]
-        y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + m.pos.pe[position].to(memory_keys.dtype)
+        pe, self_mask = step_positions(past_keys, positions, m.pos.pe)
+        y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
         cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S)
         presents: list[tuple[Tensor, Tensor]] = []
         cross_weights = memory_keys.new_zeros(0)
         for i, layer in enumerate(m.decoder):
             y, kv, cross_weights = layer(
-                y, (memory_keys[i], memory_values[i]), None, cross_mask, (past_keys[i], past_values[i])
+                y, (memory_keys[i], memory_values[i]), self_mask, cross_mask, (past_keys[i], past_values[i])
             )
             presents.append(kv)
         logits = y[:, 0] @ m.embed.weight.t()  # (B, V), tied output projection
@@ -260,6 +291,11 @@ def export_graphs(
     the shape arithmetic, positions from ``past_keys``, dynamic); ``stacked_kv_top_k`` then
     appends the candidates' ``TopK`` to the decoder."""
     encoder.eval(), decoder.eval()  # the exporter restores the wrapper's mode, recursively, afterwards
+    names = DECODER_INPUTS
+    if layout == "per_layer_kv_positions":  # rows of the tracing batch decoded 7, 3, 0, 5, … tokens
+        past_len, rows = step[4].shape[3], step[0].shape[0]
+        step = (*step, torch.tensor([past_len, 3, 0, 5, past_len][:rows] + [past_len] * (rows - 5)))
+        names = [*DECODER_INPUTS, POSITIONS_INPUT]
     enc_path = export_onnx(
         encoder,
         (src,),
@@ -272,12 +308,12 @@ def export_graphs(
         decoder,
         step,
         out_dir / "decoder.onnx",
-        input_names=DECODER_INPUTS,
+        input_names=names,
         output_names=DECODER_OUTPUTS,
         dynamic_axes=DECODER_AXES,
     )
     if layout != "stacked_kv":
         append_top_k(dec_path, "log_probs", TOP_K_INPUT, *TOP_K_OUTPUTS)
-    if layout == "per_layer_kv_top_k":
+    if layout in ("per_layer_kv_top_k", "per_layer_kv_positions"):
         unstack_layers(dec_path, DECODER_INPUTS[2:6], DECODER_OUTPUTS[1:3])
     return enc_path, dec_path

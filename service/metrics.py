@@ -50,6 +50,26 @@ MODEL_INFO = Gauge(
 )
 READY = Gauge(f"{PREFIX}_ready", "1 when every model is loaded, verified and warmed up")
 INFLIGHT = Gauge(f"{PREFIX}_inflight_requests", "HTTP requests being served")
+DECODE_RUNNING = Gauge(
+    f"{PREFIX}_decode_running_sentences", "Sentences in the running decode (continuous batching)", ["model"]
+)
+DECODE_FREE_ROWS = Gauge(
+    f"{PREFIX}_decode_free_rows",
+    "Decoder rows (sentences × beams) the decode memory budget still allows at the model's longest output",
+    ["model"],
+)
+DECODE_STEP = Histogram(
+    f"{PREFIX}_decode_step_seconds",
+    "One decoder step over every running row (continuous batching)",
+    ["model"],
+    buckets=_LATENCY_BUCKETS,
+)
+ADMITTED_PER_STEP = Histogram(
+    f"{PREFIX}_decode_admitted_sentences",
+    "Sentences admitted into the running decode between two steps (when any are)",
+    ["model"],
+    buckets=_SIZE_BUCKETS,
+)
 
 
 _children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}

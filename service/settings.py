@@ -73,6 +73,15 @@ class Settings(BaseSettings):
     # workers are busy: a short request does not wait behind a long batch. 0: off.
     express_max_tokens: int = Field(default=64, ge=0)
     request_timeout_s: float = Field(default=30.0, gt=0)  # deadline from arrival to result → 504
+    # Translation: "continuous" admits sentences into the running decode between any two decoder
+    # steps and answers each as soon as it is done (service/scheduling.py); "batch" decodes each
+    # batch to its end before the next starts. Continuous needs a decoder exported with per-row
+    # positions on the CPU backend; otherwise batch is used.
+    translate_batching: Literal["continuous", "batch"] = "continuous"
+    # Worst-case decoder cache + memory of a model's running sentences (each at its own length
+    # limit): sentences wait for room beyond it; one that could never fit → 422.
+    decode_memory_mb: int = Field(default=256, ge=1)
+    decode_admit_tokens: int = Field(default=2048, ge=1)  # source tokens encoded between two steps
 
     # Threads
     intra_op_threads: int = Field(default=0, ge=0)  # onnxruntime, per session; 0 = one per core

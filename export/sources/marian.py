@@ -28,7 +28,7 @@ from tokenizers.processors import TemplateProcessing
 from torch import Tensor, nn
 
 from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
-from export.translation_graphs import stack_kv, step_outputs
+from export.translation_graphs import stack_kv, step_outputs, step_positions
 from service.artefacts import SpecialIds
 
 _SPM_NORMAL, _SPM_USER_DEFINED = 1, 4
@@ -97,7 +97,7 @@ class MarianEncoderGraph(nn.Module):
 
 
 class MarianDecoderStepGraph(nn.Module):
-    """One cached Marian decoder step; the position is ``past_keys.shape[3]``.
+    """One cached Marian decoder step; positions and self-attention mask from ``step_positions``.
 
     ``suppressed`` token ids (Marian's ``bad_words_ids``, i.e. ``<pad>``) get the lowest finite
     logit, so they are never chosen, as in ``generate``.
@@ -121,11 +121,12 @@ class MarianDecoderStepGraph(nn.Module):
         memory_values: Tensor,
         past_keys: Tensor,
         past_values: Tensor,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         dec = self.model.model.decoder
-        position = past_keys.shape[3]
+        pe, self_mask = step_positions(past_keys, positions, dec.embed_positions.weight)
         x = dec.embed_tokens(input_ids) * dec.embed_scale
-        x = x + dec.embed_positions.weight[position].to(x.dtype)
+        x = x + pe.to(x.dtype)
         cross_mask = (source_mask != 0)[:, None, None, :]
         presents: list[tuple[Tensor, Tensor]] = []
         cross_weights = memory_keys.new_zeros(0)
@@ -133,7 +134,7 @@ class MarianDecoderStepGraph(nn.Module):
             k, v = _project_kv(layer.self_attn, x)
             k, v = torch.cat([past_keys[i], k], dim=2), torch.cat([past_values[i], v], dim=2)
             presents.append((k, v))
-            attn, _ = _attend(layer.self_attn, x, k, v, None)  # one query: every cached key is earlier
+            attn, _ = _attend(layer.self_attn, x, k, v, self_mask)  # one query: no causal mask
             x = layer.self_attn_layer_norm(x + attn)
             cross, cross_weights = _attend(
                 layer.encoder_attn, x, memory_keys[i], memory_values[i], cross_mask

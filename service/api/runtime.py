@@ -19,6 +19,7 @@ from service.api.schemas import RequestLimits
 from service.batching import BatchPolicy, DynamicBatcher
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.metrics import MODEL_INFO, READY
+from service.scheduling import ContinuousBatcher, DecodeBudget
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -114,14 +115,7 @@ class Runtime:
             if engine.manifest.task == "translate":
                 translate: TranslateEngine = engine  # type: ignore[assignment]
                 translator = self.translators[name] = Translator(
-                    translate,
-                    DynamicBatcher(
-                        name,
-                        translate.translate,
-                        _translate_cost(translate),
-                        policy,
-                        on_abandon=lambda item: item.abandoned.set(),
-                    ),
+                    translate, self._translate_batcher(translate, policy)
                 )
                 translator.batcher.start()
             else:
@@ -138,6 +132,25 @@ class Runtime:
             self.state = "ready"
             READY.set(1)
             log.info("ready: %s", ", ".join(e.manifest.name for e in engines))
+
+    def _translate_batcher(
+        self, engine: TranslateEngine, policy: BatchPolicy
+    ) -> DynamicBatcher[TranslateItem, Any]:
+        """Iteration-level batching where the setting asks for it and the engine can admit
+        sentences into a running decode; whole-batch decoding otherwise."""
+        s = self.settings
+        if s.translate_batching == "continuous" and getattr(engine, "joins_midway", False):
+            budget = DecodeBudget(
+                s.decode_memory_mb << 20, getattr(engine, "max_decode_rows", 512), s.decode_admit_tokens
+            )
+            return ContinuousBatcher(engine, _translate_cost(engine), policy, budget)  # type: ignore[arg-type]
+        return DynamicBatcher(
+            engine.manifest.name,
+            engine.translate,
+            _translate_cost(engine),
+            policy,
+            on_abandon=lambda item: item.abandoned.set(),
+        )
 
     def fail(self, error: BaseException) -> None:
         self.state = "failed"

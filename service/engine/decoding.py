@@ -22,6 +22,7 @@ parity checks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -177,36 +178,106 @@ def _scores(out: dict[str, Any]) -> np.ndarray | Candidates:
 class OnnxDecoder:
     """``search.IncrementalDecoder`` over ``decoder.onnx``, holding the self-attention cache.
 
-    The cross-attention memory depends only on which *sentence* a row decodes, so it is kept
-    per sentence and re-gathered only when that row → sentence map changes (start of a beam,
-    sentences finishing), not on every beam reorder. ``step`` returns the full log-probs;
-    ``CandidateDecoder`` drives it through ``step_candidates`` instead.
+    Rows belong to sentences. The cross-attention memory depends only on a row's *sentence*, so
+    it is kept once per sentence (the table) and gathered into the rows' feeds only when the
+    row → sentence map changes (start of a beam, sentences finishing or joining), not on every
+    beam reorder. ``step`` returns the full log-probs; ``CandidateDecoder`` drives it through
+    ``step_candidates`` instead.
+
+    With layout ``per_layer_kv_positions`` on the host backend, sentences may join between steps
+    (``admit``): their rows are appended with an empty cache, left-padded to the running length
+    and masked by their own ``positions``; the cache is cut back to the longest row's history
+    when the rows that made it long have left. Otherwise ``admit`` needs an empty decoder.
     """
 
     def __init__(
         self,
         backend: Backend,
-        memory: tuple[Tensor, Tensor],
-        source_mask: np.ndarray,
+        memory: tuple[Tensor, Tensor] | None,
+        source_mask: np.ndarray | None,
         cache_shape: tuple[int, int, int],
         cache_dtype: type[np.generic],
         with_attention: bool,
     ) -> None:
         self.backend = backend
         self.with_attention = with_attention
-        self._sentence_memory = memory
-        self._sentence_mask = source_mask
         self._cache_shape = cache_shape  # (n_layers, heads, d_head)
         self._cache_dtype = cache_dtype
-        self._per_layer = backend.layout == "per_layer_kv_top_k"
+        self._per_layer = backend.layout in ("per_layer_kv_top_k", "per_layer_kv_positions")
+        self._has_positions = backend.layout == "per_layer_kv_positions"
+        # Joining needs host arrays to pad and concatenate (the device backend only gathers).
+        self.joins_midway = self._has_positions and isinstance(backend, HostBackend)
         self._takes_top_k = backend.layout != "stacked_kv"
         self._cache_axis = 0 if self._per_layer else 1  # the rows axis of each cache feed
-        n = source_mask.shape[0]
-        self._row_sentence = np.arange(n)
-        self._memory = self._memory_feeds(memory)
-        self._mask = source_mask
-        self._past = self._empty_cache(n)
+        self._table: tuple[Tensor, Tensor] | None = None  # memory K/V per sentence
+        self._table_mask = np.zeros((0, 0), dtype=np.int64)  # (sentences, S) source masks
+        self._row_sentence = np.zeros(0, dtype=np.int64)
+        self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
+        self._memory: dict[str, Tensor] = {}
+        self._mask = self._table_mask
+        self._past = self._empty_cache(0, 0)
         self._past_len = 0
+        if memory is not None and source_mask is not None:
+            self.admit(memory, source_mask, [1] * source_mask.shape[0])
+
+    @property
+    def rows(self) -> int:
+        return len(self._row_sentence)
+
+    @property
+    def source_len(self) -> int:
+        return self._table_mask.shape[1]
+
+    @property
+    def cache_len(self) -> int:
+        return self._past_len
+
+    def admit(self, memory: tuple[Tensor, Tensor], source_mask: np.ndarray, repeats: Sequence[int]) -> None:
+        """New sentences, from one encoder call ((n_layers, n, heads, S, d_head) K/V and their
+        (n, S) mask): sentence i gets ``repeats[i]`` rows after the running ones."""
+        if self.rows and not self.joins_midway:
+            raise RuntimeError(
+                f"decoder layout {self.backend.layout!r} here cannot admit rows into a running decode"
+            )
+        if not self.rows:
+            self._past_len = 0
+            self._table = None
+        first = self._compact()
+        if self._table is None:
+            self._table, self._table_mask = memory, source_mask
+        else:
+            self._table, self._table_mask = _join_memory(self._table, self._table_mask, memory, source_mask)
+        new_rows = np.repeat(np.arange(first, first + len(repeats)), repeats)
+        self._row_sentence = np.concatenate([self._row_sentence, new_rows])
+        self._positions = np.concatenate([self._positions, np.zeros(len(new_rows), dtype=np.int64)])
+        self._past = {
+            name: np.concatenate([x, np.zeros((len(new_rows), *x.shape[1:]), dtype=x.dtype)], axis=0)
+            if self._per_layer
+            else np.concatenate([x, np.zeros((x.shape[0], len(new_rows), *x.shape[2:]), dtype=x.dtype)], 1)
+            for name, x in self._past.items()
+        }
+        self._gather_memory()
+
+    def _compact(self) -> int:
+        """Forget the table's sentences no row decodes any more; → the next sentence's index."""
+        if self._table is None:
+            return 0
+        used = np.unique(self._row_sentence)
+        if len(used) < self._table_mask.shape[0]:
+            keys, values = self._table
+            self._table = (self.backend.take(keys, used, 1), self.backend.take(values, used, 1))
+            self._table_mask = self._table_mask[used]
+            self._row_sentence = np.searchsorted(used, self._row_sentence)
+        return self._table_mask.shape[0]
+
+    def _gather_memory(self) -> None:
+        assert self._table is not None
+        keys, values = self._table
+        rows = self._row_sentence
+        self._memory = self._memory_feeds(
+            (self.backend.take(keys, rows, 1), self.backend.take(values, rows, 1))
+        )
+        self._mask = self._table_mask[rows]
 
     def _memory_feeds(self, memory: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
         """The decoder's memory inputs: the stacked K/V, or each layer's (host: views)."""
@@ -220,12 +291,12 @@ class OnnxDecoder:
             for i in range(layers)
         }
 
-    def _empty_cache(self, rows: int) -> dict[str, Tensor]:
+    def _empty_cache(self, rows: int, length: int) -> dict[str, Tensor]:
         layers, heads, d_head = self._cache_shape
         if not self._per_layer:
-            empty = np.zeros((layers, rows, heads, 0, d_head), dtype=self._cache_dtype)
+            empty = np.zeros((layers, rows, heads, length, d_head), dtype=self._cache_dtype)
             return {"past_keys": empty, "past_values": empty}
-        empty = np.zeros((rows, heads, 0, d_head), dtype=self._cache_dtype)
+        empty = np.zeros((rows, heads, length, d_head), dtype=self._cache_dtype)
         return {f"{name}_{i}": empty for name in ("past_keys", "past_values") for i in range(layers)}
 
     def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -248,27 +319,52 @@ class OnnxDecoder:
         }
         if self._takes_top_k:
             feeds["top_k"] = np.array([top_k], dtype=np.int64)
+        if self._has_positions:
+            feeds["positions"] = self._positions
         log_probs, attn, self._past = self.backend.step(feeds, self.with_attention)
         self._past_len += 1
+        self._positions = self._positions + 1
         return log_probs, attn
 
     def reorder(self, rows: np.ndarray) -> None:
         if len(rows) == len(self._row_sentence) and np.array_equal(rows, np.arange(len(rows))):
             return
-        if self._past_len == 0:
-            self._past = self._empty_cache(len(rows))
+        self._positions = self._positions[rows]
+        if self._past_len == 0 or not len(rows):
+            self._past_len = 0
+            self._past = self._empty_cache(len(rows), 0)
         else:
+            # Columns older than the longest remaining history are padding for every row: cut.
+            cut = self._past_len - int(self._positions.max()) if self.joins_midway else 0
             self._past = {
-                name: self.backend.take(x, rows, self._cache_axis) for name, x in self._past.items()
+                name: self.backend.take(x[..., cut:, :] if cut else x, rows, self._cache_axis)
+                for name, x in self._past.items()
             }
+            self._past_len -= cut
         sentences = self._row_sentence[rows]
         if not np.array_equal(sentences, self._row_sentence):
-            keys, values = self._sentence_memory
-            self._memory = self._memory_feeds(
-                (self.backend.take(keys, sentences, 1), self.backend.take(values, sentences, 1))
-            )
-            self._mask = self._sentence_mask[sentences]
             self._row_sentence = sentences
+            if len(rows):
+                self._gather_memory()
+
+
+def _join_memory(
+    table: tuple[Tensor, Tensor], table_mask: np.ndarray, memory: tuple[Tensor, Tensor], mask: np.ndarray
+) -> tuple[tuple[Tensor, Tensor], np.ndarray]:
+    """Two sentence tables as one, the shorter sources padded (masked) to the longer: host arrays."""
+    width = max(table_mask.shape[1], mask.shape[1])
+
+    def padded(x: np.ndarray, axis: int) -> np.ndarray:
+        extra = width - x.shape[axis]
+        if not extra:
+            return x
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (0, extra)
+        return np.pad(x, pad)
+
+    keys = np.concatenate([padded(np.asarray(table[0]), 3), padded(np.asarray(memory[0]), 3)], axis=1)
+    values = np.concatenate([padded(np.asarray(table[1]), 3), padded(np.asarray(memory[1]), 3)], axis=1)
+    return (keys, values), np.concatenate([padded(table_mask, 1), padded(mask, 1)], axis=0)
 
 
 class CandidateDecoder:

@@ -5,6 +5,12 @@ gets the last token of every running row and returns next-token log-probabilitie
 tells it which rows survive and in what order (beams that win are copied, finished sentences
 leave the running batch). The ONNX engine and the PyTorch reference both plug in here, so
 their outputs can be compared token for token.
+
+Each sentence is a ``SentenceSearch`` holding a block of ``beam_size`` consecutive rows, with
+its own beam size, n-best, length penalty and length limit; a ``Search`` steps any set of them
+together, and sentences may join it between steps (iteration-level batching, where the decoder
+supports it: ``service/scheduling.py``). A sentence's result depends only on its own rows'
+scores, never on the other sentences of the step.
 """
 
 from __future__ import annotations
@@ -47,6 +53,164 @@ def _normalise(logprob: float, length: int, length_penalty: float) -> float:
     return logprob / max(length, 1) ** length_penalty
 
 
+class SentenceSearch:
+    """One sentence's beam search: ``beam_size`` rows, the best-first ``n_best`` results.
+
+    Only the first beam is alive at the start (the others would duplicate it). The sentence
+    stops once it has ``beam_size`` finished hypotheses (early stopping) or after ``max_len``
+    tokens (the best running beams then end there, unfinished).
+    """
+
+    def __init__(
+        self,
+        key: Any,
+        *,
+        beam_size: int,
+        max_len: int,
+        n_best: int = 1,
+        length_penalty: float = 1.0,
+        with_attention: bool = True,
+        source_len: int | None = None,
+    ) -> None:
+        if not 1 <= n_best <= beam_size:
+            raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
+        self.key = key  # the caller's handle for this sentence
+        self.with_attention = with_attention  # keep the decoder's cross-attention as alignments
+        self.source_len = source_len  # its source's tokens: the alignments' width (None: as given)
+        self.k = beam_size
+        self.n_best = n_best
+        self.length_penalty = length_penalty
+        self.max_len = max_len
+        self.steps = 0
+        self.scores = np.array([0.0] + [-np.inf] * (beam_size - 1))  # (k,) running log-probs
+        self.history = np.zeros((beam_size, 0), dtype=np.int64)  # (k, steps) generated tokens
+        self.attention: np.ndarray | None = None  # (k, steps, S) cross-attention per token
+        self.finished: list[Hypothesis] = []
+        self.done = max_len < 1
+
+    def results(self) -> list[Hypothesis]:
+        return sorted(self.finished, key=lambda h: -h.score)[: self.n_best]
+
+    def last_tokens(self, bos_id: int) -> np.ndarray:
+        return self.history[:, -1] if self.steps else np.full(self.k, bos_id, dtype=np.int64)
+
+    def advance(
+        self, candidates: Sequence[tuple[int, int, float]], attention: np.ndarray | None, eos_id: int
+    ) -> np.ndarray | None:
+        """Take one step from this sentence's ranked (row, token, score) continuations, best
+        first (2·k of them), and the step's (k, S) cross-attention. → the rows to keep (k, into
+        this sentence's block), or None when the sentence is done."""
+        k = self.k
+        if attention is not None:
+            step = attention[:, None, :]
+            self.attention = step if self.attention is None else np.concatenate([self.attention, step], 1)
+        going: list[tuple[int, int, float]] = []  # (row, token, score), best first
+        for rank, (row, token, score) in enumerate(candidates):
+            if score == -np.inf or len(going) == k:
+                break
+            if token != eos_id:
+                going.append((row, token, score))
+            elif rank < k:
+                self.finished.append(self._finish(self.history[row], row, score, True))
+        if self.steps >= self.max_len - 1:  # out of room: the best running beams end here
+            for row, token, score in going[: k - len(self.finished)]:
+                self.finished.append(self._finish(np.append(self.history[row], token), row, score, False))
+            going = []
+        if len(self.finished) >= k or not going:
+            self.done = True
+            return None
+        going += [(going[-1][0], going[-1][1], -np.inf)] * (k - len(going))  # keep a block of k
+        rows = np.array([row for row, _, _ in going], dtype=np.int64)
+        tokens = np.array([token for _, token, _ in going], dtype=np.int64)
+        self.history = np.concatenate([self.history[rows], tokens[:, None]], 1)
+        if self.attention is not None:
+            self.attention = self.attention[rows]
+        self.scores = np.array([score for _, _, score in going])
+        self.steps += 1
+        return rows
+
+    def _finish(self, tokens: np.ndarray, row: int, logprob: float, ended_with_eos: bool) -> Hypothesis:
+        length = len(tokens) + int(ended_with_eos)
+        alignment = None if self.attention is None else self.attention[row, : len(tokens)].copy()
+        return Hypothesis(
+            tokens=[int(x) for x in tokens],
+            score=_normalise(logprob, length, self.length_penalty),
+            alignment=alignment,
+        )
+
+
+class Search:
+    """The sentences decoding together, in row order: sentence j holds rows
+    [offset_j, offset_j + k_j) of the decoder's running batch."""
+
+    def __init__(self, bos_id: int, eos_id: int) -> None:
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.sentences: list[SentenceSearch] = []
+
+    @property
+    def rows(self) -> int:
+        return sum(s.k for s in self.sentences)
+
+    def add(self, sentence: SentenceSearch) -> None:
+        """A new sentence's rows go after the running ones (the decoder appends them alike)."""
+        self.sentences.append(sentence)
+
+    def last_tokens(self) -> np.ndarray:
+        return np.concatenate([s.last_tokens(self.bos_id) for s in self.sentences])
+
+    def remove(self, gone: Callable[[SentenceSearch], bool]) -> np.ndarray:
+        """Drop the sentences ``gone`` flags; → the rows to keep."""
+        keep: list[np.ndarray] = []
+        still: list[SentenceSearch] = []
+        offset = 0
+        for s in self.sentences:
+            if not gone(s):
+                keep.append(np.arange(offset, offset + s.k))
+                still.append(s)
+            offset += s.k
+        self.sentences = still
+        return np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)
+
+    def advance(
+        self, log_probs: np.ndarray | Candidates, attention: np.ndarray | None
+    ) -> tuple[np.ndarray, list[SentenceSearch]]:
+        """One step's scores for every row → the rows to keep, in order, and the sentences that
+        finished (no longer in ``sentences``). Sentences of one beam size are ranked together."""
+        offsets = np.cumsum([0] + [s.k for s in self.sentences])
+        ranked: dict[int, tuple[list[int], list[int], list[float]]] = {}
+        by_k: dict[int, list[int]] = {}
+        for j, s in enumerate(self.sentences):
+            by_k.setdefault(s.k, []).append(j)
+        for k, members in by_k.items():
+            rows = (offsets[members][:, None] + np.arange(k)).reshape(-1)
+            scores = np.concatenate([self.sentences[j].scores for j in members])
+            if isinstance(log_probs, Candidates):
+                width = min(2 * k, log_probs.log_probs.shape[1])
+                group = Candidates(log_probs.log_probs[rows, :width], log_probs.tokens[rows, :width])
+                top = _best_candidates(scores, group, k, 2 * k)
+            else:
+                top = _best_continuations(scores, log_probs[rows], k, 2 * k)
+            for i, j in enumerate(members):  # group rows i·k … i·k + k - 1 are sentence j's
+                ranked[j] = ([r - i * k for r in top[0][i]], top[1][i], top[2][i])
+        keep: list[np.ndarray] = []
+        running: list[SentenceSearch] = []
+        finished: list[SentenceSearch] = []
+        for j, s in enumerate(self.sentences):
+            start = int(offsets[j])
+            block = None
+            if attention is not None and s.with_attention:
+                block = attention[start : start + s.k, : s.source_len]
+            kept = s.advance(list(zip(*ranked[j], strict=True)), block, self.eos_id)
+            if kept is None:
+                finished.append(s)
+            else:
+                keep.append(kept + start)
+                running.append(s)
+        self.sentences = running
+        return (np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)), finished
+
+
 def beam_search(
     decoder: IncrementalDecoder,
     batch_size: int,
@@ -61,101 +225,35 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """n_best hypotheses per sentence, best first. beam_size=1 is greedy decoding.
 
-    A sentence stops once it has ``beam_size`` finished hypotheses (early stopping) or after
-    ``max_len`` tokens (one limit for all, or one per sentence, so that a sentence's result never
-    depends on the others in its batch); its rows then leave the running batch. ``abandoned``,
-    asked before every step, flags the sentences nobody waits for any more: they leave at once,
-    with the hypotheses they have (none, usually).
+    Every sentence starts at once and stops at its own ``max_len`` (one limit for all, or one per
+    sentence, so that a sentence's result never depends on the others in its batch); its rows
+    then leave the running batch. ``abandoned``, asked before every step, flags the sentences
+    nobody waits for any more: they leave at once, with the hypotheses they have (none, usually).
     """
-    if not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
-    k = beam_size
     limits = np.broadcast_to(np.asarray(max_len, dtype=np.int64), (batch_size,))
-    decoder.reorder(np.repeat(np.arange(batch_size), k))
-    active = list(range(batch_size))  # sentence of each block of k rows
-    # Only the first beam of each sentence is alive at the start: the others would duplicate it.
-    scores = np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch_size)  # (N,)
-    history = np.zeros((batch_size * k, 0), dtype=np.int64)  # generated tokens per row
-    attn_history: np.ndarray | None = None  # (N, t, S)
-    last = np.full(batch_size * k, bos_id, dtype=np.int64)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
-
-    for t in range(int(limits.max(initial=0))):
+    sentences = [
+        SentenceSearch(
+            i, beam_size=beam_size, max_len=int(limits[i]), n_best=n_best, length_penalty=length_penalty
+        )
+        for i in range(batch_size)
+    ]
+    search = Search(bos_id, eos_id)
+    for s in sentences:
+        if not s.done:
+            search.add(s)
+    decoder.reorder(np.repeat(np.array([s.key for s in search.sentences], dtype=np.int64), beam_size))
+    while search.sentences:
         if abandoned is not None:
             gone = abandoned()
-            if any(gone[sent] for sent in active):
-                active, last, scores, history, attn_history = _drop(
-                    decoder, gone, active, k, last, scores, history, attn_history
-                )
-                if not active:
+            if any(gone[s.key] for s in search.sentences):
+                decoder.reorder(search.remove(lambda s: bool(gone[s.key])))  # noqa: B023 (called at once)
+                if not search.sentences:
                     break
-        logp, attn = decoder.step(last)  # (N, V), (N, S)
-        if attn is not None:
-            step_attn = attn[:, None, :]
-            attn_history = step_attn if attn_history is None else np.concatenate([attn_history, step_attn], 1)
-        if isinstance(logp, Candidates):
-            top_rows, top_tokens, top_scores = _best_candidates(scores, logp, k, 2 * k)
-        else:
-            top_rows, top_tokens, top_scores = _best_continuations(scores, logp, k, 2 * k)
-
-        keep_rows: list[int] = []
-        keep_tokens: list[int] = []
-        keep_scores: list[float] = []
-        still_active: list[int] = []
-        for j, sent in enumerate(active):
-            going: list[tuple[int, int, float]] = []  # (row, token, score), best first
-            for rank, (row, token, score) in enumerate(
-                zip(top_rows[j], top_tokens[j], top_scores[j], strict=True)
-            ):
-                if score == -np.inf or len(going) == k:
-                    break
-                if token != eos_id:
-                    going.append((row, token, score))
-                elif rank < k:
-                    finished[sent].append(
-                        _finish(history[row], attn_history, row, score, length_penalty, True)
-                    )
-            if t >= limits[sent] - 1:  # out of room: the best running beams end here, unfinished
-                for row, token, score in going[: k - len(finished[sent])]:
-                    tokens = np.append(history[row], token)
-                    finished[sent].append(_finish(tokens, attn_history, row, score, length_penalty, False))
-                continue
-            if len(finished[sent]) >= k or not going:
-                continue
-            going += [(going[-1][0], going[-1][1], -np.inf)] * (k - len(going))  # keep blocks of k
-            for row, token, score in going:
-                keep_rows.append(row)
-                keep_tokens.append(token)
-                keep_scores.append(score)
-            still_active.append(sent)
-        if not still_active:
-            break
-        rows = np.array(keep_rows, dtype=np.int64)
-        decoder.reorder(rows)
-        history = np.concatenate([history[rows], np.array(keep_tokens, dtype=np.int64)[:, None]], 1)
-        if attn_history is not None:
-            attn_history = attn_history[rows]
-        scores = np.array(keep_scores)
-        last = history[:, -1]
-        active = still_active
-
-    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
-
-
-def _drop(
-    decoder: IncrementalDecoder,
-    gone: Sequence[bool],
-    active: list[int],
-    k: int,
-    *state: np.ndarray | None,
-) -> tuple[Any, ...]:
-    """The running state without the blocks of the abandoned sentences."""
-    keep = [j for j, sent in enumerate(active) if not gone[sent]]
-    if not keep:
-        return ([], *state)
-    rows = (np.array(keep, dtype=np.int64)[:, None] * k + np.arange(k)).reshape(-1)
-    decoder.reorder(rows)
-    return ([active[j] for j in keep], *(None if x is None else x[rows] for x in state))
+        log_probs, attention = decoder.step(search.last_tokens())
+        rows, _ = search.advance(log_probs, attention)
+        if search.sentences:
+            decoder.reorder(rows)
+    return [s.results() for s in sentences]
 
 
 _BLOCK = 64  # columns per block of the top-k pre-selection
@@ -212,20 +310,3 @@ def _best_candidates(
     top_rows = np.arange(sentences)[:, None] * k + top // width
     top_tokens = np.take_along_axis(candidates.tokens.reshape(sentences, k * width), top, 1)
     return top_rows.tolist(), top_tokens.tolist(), np.take_along_axis(cand, top, 1).tolist()
-
-
-def _finish(
-    tokens: np.ndarray,
-    attn_history: np.ndarray | None,
-    row: int,
-    logprob: float,
-    length_penalty: float,
-    ended_with_eos: bool,
-) -> Hypothesis:
-    length = len(tokens) + int(ended_with_eos)
-    alignment = None if attn_history is None else attn_history[row, : len(tokens)].copy()
-    return Hypothesis(
-        tokens=[int(x) for x in tokens],
-        score=_normalise(logprob, length, length_penalty),
-        alignment=alignment,
-    )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.artefacts import ArtefactError, DecoderLayout, Manifest, TranslationInfo, load_and_verify
+from service.artefacts import ArtefactError, Manifest, TranslationInfo, decoder_layout_of, load_and_verify
 from service.engine.base import (
     Abandoned,
     TextTooLong,
@@ -113,7 +113,7 @@ class OnnxTranslator:
         has_attention_output = any(t.name == "cross_attention" for t in decoder_spec.outputs)
         self._can_align = self.info.has_alignments and has_attention_output
         layout = self.info.decoder_layout
-        if layout != _layout_of({t.name for t in decoder_spec.inputs}):
+        if layout != decoder_layout_of(t.name for t in decoder_spec.inputs):
             raise ArtefactError(
                 f"{directory / 'manifest.json'}: decoder_layout {layout!r} does not match "
                 "the decoder graph's inputs"
@@ -125,6 +125,11 @@ class OnnxTranslator:
             self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, device_id, layout)
         else:
             self.backend = HostBackend(encoder, decoder, layout)
+
+    @property
+    def joins_midway(self) -> bool:
+        """Whether sentences can join a running decode (``service/scheduling.py``)."""
+        return self.info.decoder_layout == "per_layer_kv_positions" and isinstance(self.backend, HostBackend)
 
     # -- Engine protocol --
 
@@ -143,15 +148,15 @@ class OnnxTranslator:
 
     def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]:
         results: list[Translation | Exception | None] = [None] * len(items)
-        todo = self._pre(items, results)
+        todo = self.prepare(items, results)
         if todo:
             hyps = self._core(items, todo, results)
-            self._post(items, todo, hyps, results)
+            self.finish(items, todo, hyps, results)
         return [r if r is not None else RuntimeError("item was not processed") for r in results]
 
     # -- pre: validate, tokenize --
 
-    def _pre(
+    def prepare(
         self, items: Sequence[TranslateItem], results: list[Translation | Exception | None]
     ) -> dict[int, Encoded]:
         """Encodings of the items to translate; others get their result (empty) or error now."""
@@ -191,7 +196,14 @@ class OnnxTranslator:
             self.manifest.vocab_size,
             info.max_target_len,
         )
-        return RunningDecode(self.backend, shape, self._cache_dtype, self.tokenizer, (self.bos_id, self.eos_id), self._can_align)
+        return RunningDecode(
+            self.backend,
+            shape,
+            self._cache_dtype,
+            self.tokenizer,
+            (self.bos_id, self.eos_id),
+            self._can_align,
+        )
 
     def _core(
         self,
@@ -260,7 +272,7 @@ class OnnxTranslator:
 
     # -- post: detokenize, n-best, alignments --
 
-    def _post(
+    def finish(
         self,
         items: Sequence[TranslateItem],
         todo: dict[int, Encoded],
@@ -310,12 +322,6 @@ def _translation_info(manifest: Manifest, directory: Path) -> TranslationInfo:
     if manifest.task != "translate" or manifest.translation is None:
         raise ArtefactError(f"{directory / 'manifest.json'}: task {manifest.task!r} is not a translation")
     return manifest.translation
-
-
-def _layout_of(decoder_inputs: set[str]) -> DecoderLayout:
-    if "past_keys_0" in decoder_inputs:
-        return "per_layer_kv_top_k"
-    return "stacked_kv_top_k" if "top_k" in decoder_inputs else "stacked_kv"
 
 
 def _alignment(h: Hypothesis, n_target: int, n_source: int) -> list[list[float]]:

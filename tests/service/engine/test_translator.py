@@ -233,14 +233,15 @@ def artefact_with_layout(checkpoint: Path, out: Path, layout: DecoderLayout) -> 
     return out
 
 
-@pytest.mark.parametrize("layout", ["stacked_kv", "stacked_kv_top_k"])
+@pytest.mark.parametrize("layout", ["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k"])
 @pytest.mark.parametrize("beam", [1, 4])
 def test_every_decoder_layout_translates_exactly_as_the_default(
     translator: OnnxTranslator, translation_checkpoint: Path, tmp_path: Path, layout: DecoderLayout, beam: int
 ) -> None:
     """The older layouts still load and serve; every hypothesis, score and alignment equals the
-    default layout's (per-layer caches, in-graph TopK candidates), in a batch and alone."""
-    assert translator.info.decoder_layout == "per_layer_kv_top_k"
+    default layout's (per-layer caches with per-row positions, in-graph TopK candidates), in a
+    batch and alone."""
+    assert translator.info.decoder_layout == "per_layer_kv_positions"
     other = OnnxTranslator(artefact_with_layout(translation_checkpoint, tmp_path / layout, layout), "cpu", 1)
     assert other.info.decoder_layout == layout
     options = TranslateOptions(beam_size=beam, n_best=beam, alignments=True)

@@ -1,0 +1,133 @@
+"""A running decode: sentences join it between decoder steps and leave it as soon as they finish.
+
+It ties the encoder, the decoder's cache (``decoding.OnnxDecoder``) and the per-sentence search
+(``search.Search``) together, for whole batches (``OnnxTranslator.translate``) and for the
+iteration-level scheduler (``service/scheduling.py``) alike: admitting runs the encoder on the
+new sentences and appends their rows; a step runs the decoder once over every running row and
+moves each sentence's search on; finished sentences come back at once. Sentences with different
+beam sizes, n-best, length penalties and limits share the steps; each one's result depends only
+on its own rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.engine.base import TranslateOptions
+from service.engine.decoding import Backend, OnnxDecoder
+from service.engine.search import Search, SentenceSearch
+from service.engine.tokenizer import Encoded, TextTokenizer
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    """What sizes a running decode's memory: the model's cache geometry and limits."""
+
+    n_layers: int
+    n_heads: int
+    d_head: int
+    itemsize: int  # bytes per cache value (4: fp32, 2: fp16)
+    vocab_size: int
+    max_target_len: int
+
+    def row_bytes(self, target_len: int, source_len: int) -> int:
+        """Self-attention cache and cross-attention memory of one row: K and V per layer."""
+        per_position = 2 * self.n_layers * self.n_heads * self.d_head * self.itemsize
+        return per_position * (target_len + source_len)
+
+
+class RunningDecode:
+    """Sentences decoding together on one engine's backend (not thread-safe: one driver)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        shape: DecodeShape,
+        cache_dtype: type[np.generic],
+        tokenizer: TextTokenizer,
+        special: tuple[int, int],  # bos, eos
+        can_align: bool,
+    ) -> None:
+        self.backend = backend
+        self.shape = shape
+        self.tokenizer = tokenizer
+        bos_id, eos_id = special
+        self.can_align = can_align
+        self.decoder = OnnxDecoder(
+            backend, None, None, (shape.n_layers, shape.n_heads, shape.d_head), cache_dtype, False
+        )
+        self.search = Search(bos_id, eos_id)
+        self._takes_top_k = backend.layout != "stacked_kv"
+
+    @property
+    def sentences(self) -> list[SentenceSearch]:
+        return self.search.sentences
+
+    @property
+    def rows(self) -> int:
+        return self.decoder.rows
+
+    def can_admit(self) -> bool:
+        return not self.search.sentences or self.decoder.joins_midway
+
+    def limit(self, options: TranslateOptions) -> int:
+        return min(options.max_length, self.shape.max_target_len)
+
+    def worst_bytes(self, extra: Sequence[tuple[TranslateOptions, int]] = ()) -> int:
+        """The most cache and memory the running rows (plus ``extra`` sentences: options, source
+        tokens) can ever take: every row padded to the longest limit and the longest source."""
+        running = [(s.k, s.max_len, s.source_len or 0) for s in self.sentences]
+        running += [(o.beam_size, self.limit(o), n) for o, n in extra]
+        if not running:
+            return 0
+        rows = sum(k for k, _, _ in running)
+        target = max(t for _, t, _ in running)
+        source = max(max(n for _, _, n in running), self.decoder.source_len)
+        return rows * self.shape.row_bytes(target, source)
+
+    def admit(self, entries: Sequence[tuple[Any, Encoded, TranslateOptions]]) -> list[SentenceSearch]:
+        """Encode ``entries`` (key, source, options) and append their rows; → those done at once
+        (a limit below one token)."""
+        searches = [
+            SentenceSearch(
+                key,
+                beam_size=options.beam_size,
+                max_len=self.limit(options),
+                n_best=options.n_best,
+                length_penalty=options.length_penalty,
+                with_attention=options.alignments and self.can_align,
+                source_len=source.n_tokens,
+            )
+            for key, source, options in entries
+        ]
+        starting = [(s, e[1]) for s, e in zip(searches, entries, strict=True) if not s.done]
+        if starting:
+            ids, mask = self.tokenizer.pad([source.ids for _, source in starting])
+            self.decoder.admit(self.backend.encode(ids), mask, [s.k for s, _ in starting])
+            for s, _ in starting:
+                self.search.add(s)
+        return [s for s in searches if s.done]
+
+    def step(self) -> list[SentenceSearch]:
+        """One decoder step over every running row; → the sentences that finished."""
+        self.decoder.with_attention = any(s.with_attention for s in self.sentences)
+        last = self.search.last_tokens()
+        if self._takes_top_k:
+            width = min(2 * max(s.k for s in self.sentences), self.shape.vocab_size)
+            scores, attention = self.decoder.step_candidates(last, width)
+        else:
+            scores, attention = self.decoder.step(last)  # type: ignore[assignment]
+        rows, finished = self.search.advance(scores, attention)
+        self.decoder.reorder(rows)
+        return finished
+
+    def remove(self, gone: Callable[[SentenceSearch], bool]) -> list[SentenceSearch]:
+        """Take the sentences ``gone`` flags out of the running decode at once (their rows free)."""
+        removed = [s for s in self.sentences if gone(s)]
+        if removed:
+            self.decoder.reorder(self.search.remove(gone))
+        return removed

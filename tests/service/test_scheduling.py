@@ -1,0 +1,216 @@
+"""ContinuousBatcher on a tiny real model: sentences join and leave the running decode at every
+step, with results equal to decoding alone, slots freed on cancel, failures contained and the
+decode memory bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.batching import BatchPolicy, EngineFailure
+from service.engine.base import TranslateItem, TranslateOptions, Translation
+from service.engine.decoding import HostBackend
+from service.engine.running import RunningDecode
+from service.engine.search import SentenceSearch
+from service.engine.translator import OnnxTranslator
+from service.scheduling import ContinuousBatcher, DecodeBudget, DecodeTooLarge
+from tests.service.engine.conftest import translation_artefact, translation_checkpoint  # noqa: F401
+
+pytestmark = pytest.mark.anyio
+
+SHORT = ["red", "the cat", "two dogs run", "a man rides a bike"]
+LONG = [
+    "big red dogs sit on a man",
+    "dogs sits street street bike cat",
+    "a small cat sits on the big red street",
+]
+ENDLESS = 39  # the max_length of sentences that ignore </s> (see ``endless``; the model allows 40)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def endless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sentences with max_length ``ENDLESS`` ignore </s> and decode to their limit: long decodes
+    from the tiny model, whose own outputs are a few tokens."""
+    real = SentenceSearch.advance
+
+    def advance(self: SentenceSearch, candidates: Any, attention: Any, eos_id: int) -> Any:
+        return real(self, candidates, attention, -1 if self.max_len == ENDLESS else eos_id)
+
+    monkeypatch.setattr(SentenceSearch, "advance", advance)
+
+
+@pytest.fixture(scope="module")
+def engine(translation_artefact: Path) -> OnnxTranslator:  # noqa: F811
+    translator = OnnxTranslator(translation_artefact, "cpu", 1)
+    assert translator.joins_midway
+    translator.warmup()
+    return translator
+
+
+@pytest.fixture
+def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Rows of every decoder step; each step slowed to 4 ms so that timing is not a race."""
+    rows: list[int] = []
+    real = HostBackend.step
+
+    def step(self: HostBackend, feeds: dict[str, Any], with_attention: bool) -> Any:
+        rows.append(feeds["input_ids"].shape[0])
+        time.sleep(0.004)
+        return real(self, feeds, with_attention)
+
+    monkeypatch.setattr(HostBackend, "step", step)
+    yield rows
+
+
+def batcher_for(
+    engine: OnnxTranslator, memory_bytes: int = 64 << 20, max_rows: int = 512
+) -> ContinuousBatcher:
+    policy = BatchPolicy(max_batch_size=32, max_queue=1024)
+    return ContinuousBatcher(
+        engine,
+        lambda item: engine.count_tokens(item.text),
+        policy,
+        DecodeBudget(memory_bytes, max_rows, 4096),
+    )
+
+
+@pytest.fixture
+async def batcher(engine: OnnxTranslator) -> AsyncIterator[ContinuousBatcher]:
+    b = batcher_for(engine)
+    b.start()
+    yield b
+    await b.close()
+
+
+def items(texts: list[str], **options: Any) -> list[TranslateItem]:
+    return [TranslateItem(t, TranslateOptions(**options)) for t in texts]
+
+
+def same(got: Translation | Exception, alone: Translation | Exception) -> None:
+    """The same tokens and texts; scores and alignments equal up to float rounding (the padding
+    of a shared step changes summation order, never a choice)."""
+    assert isinstance(got, Translation) and isinstance(alone, Translation), (got, alone)
+    assert [h.tokens for h in got.hypotheses] == [h.tokens for h in alone.hypotheses]
+    assert [h.text for h in got.hypotheses] == [h.text for h in alone.hypotheses]
+    for g, a in zip(got.hypotheses, alone.hypotheses, strict=True):
+        assert g.score == pytest.approx(a.score, rel=1e-5)
+        assert (g.alignment is None) == (a.alignment is None)
+        if g.alignment is not None and a.alignment is not None:
+            assert np.allclose(g.alignment, a.alignment, atol=1e-5)
+
+
+@pytest.mark.usefixtures("endless")
+async def test_a_sentence_sent_while_a_long_batch_decodes_finishes_before_it(
+    batcher: ContinuousBatcher, steps: list[int]
+) -> None:
+    done: list[str] = []
+
+    async def send(name: str, batch: list[TranslateItem]) -> None:
+        await batcher.submit(batch, 30)
+        done.append(name)
+
+    long = asyncio.create_task(send("long", items(LONG, beam_size=4, max_length=ENDLESS)))
+    while len(steps) < 3:  # the long batch is decoding
+        await asyncio.sleep(0.001)
+    await send("short", items(["red"], beam_size=4))
+    assert done == ["short"]
+    await long
+    assert done == ["short", "long"]
+
+
+@pytest.mark.usefixtures("endless")
+async def test_sentences_that_join_a_running_decode_get_the_same_result_as_alone(
+    engine: OnnxTranslator, batcher: ContinuousBatcher, steps: list[int]
+) -> None:
+    """Different beams, n-best, length penalties and limits, sent at different steps."""
+    requests = [
+        items(LONG[:2], beam_size=4, n_best=2, max_length=ENDLESS, alignments=True),
+        items(SHORT[:2], beam_size=1),
+        items(SHORT[2:], beam_size=3, n_best=3, length_penalty=0.6, alignments=True),
+        items(LONG[2:], beam_size=2, max_length=17),
+        items(SHORT[1:3], beam_size=2, max_length=ENDLESS),
+    ]
+    tasks = []
+    for request in requests:
+        tasks.append(asyncio.create_task(batcher.submit(request, 30)))
+        start = len(steps)
+        while len(steps) < start + 2:  # join two steps later
+            await asyncio.sleep(0.001)
+    results = await asyncio.gather(*tasks)
+    for request, got in zip(requests, results, strict=True):
+        for item, result in zip(request, got, strict=True):
+            (alone,) = engine.translate([item])
+            same(result, alone)
+    assert max(steps) > min(steps)  # rows did join and leave
+
+
+@pytest.mark.usefixtures("endless")
+async def test_a_cancelled_request_frees_its_rows_at_the_next_step(
+    batcher: ContinuousBatcher, steps: list[int]
+) -> None:
+    task = asyncio.create_task(batcher.submit(items(LONG, beam_size=4, max_length=ENDLESS), 30))
+    while len(steps) < 3:
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    cancelled_at = len(steps)
+    await asyncio.sleep(0.1)
+    assert len(steps) <= cancelled_at + 1  # at most the step already running
+    assert batcher.queued == 0 and await batcher.drain(1)
+
+
+async def test_a_failing_step_fails_its_sentences_and_the_decode_goes_on(
+    batcher: ContinuousBatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = RunningDecode.step
+    failures = iter([True])
+
+    def step(self: RunningDecode) -> Any:
+        if next(failures, False):
+            raise RuntimeError("onnxruntime failed")
+        return real(self)
+
+    monkeypatch.setattr(RunningDecode, "step", step)
+    failed = await batcher.submit(items(SHORT[:2]), 30)
+    assert all(isinstance(r, EngineFailure) for r in failed)
+    after = await batcher.submit(items(SHORT[:2]), 30)
+    assert all(isinstance(r, Translation) for r in after)
+
+
+async def test_the_decode_stays_within_its_memory_budget(
+    engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sentences wait for room instead of allocating; one that could never fit is refused."""
+    decode = engine.new_decode()
+    one = 4 * decode.shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
+    budget = 2 * one + one // 2  # room for two long beam-4 sentences at a time
+    worst: list[int] = []
+    real = RunningDecode.step
+
+    def step(self: RunningDecode) -> Any:
+        worst.append(self.worst_bytes())
+        return real(self)
+
+    monkeypatch.setattr(RunningDecode, "step", step)
+    b = batcher_for(engine, memory_bytes=budget)
+    b.start()
+    try:
+        results = await b.submit(items(LONG, beam_size=4, max_length=ENDLESS), 30)
+        assert all(isinstance(r, Translation) for r in results)
+        assert max(worst) <= budget and max(worst) > one  # full, never over
+        (refused,) = await b.submit(items(["red"], beam_size=16, max_length=ENDLESS), 30)
+        assert isinstance(refused, DecodeTooLarge) and refused.limit == budget
+    finally:
+        await b.close()
