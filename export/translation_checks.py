@@ -22,8 +22,9 @@ from export.onnx_tools import VerificationError
 from export.sources import TranslationSource
 from service.engine.base import TranslateItem, TranslateOptions
 from service.engine.loader import load_engine
+from service.engine.decoding import OnnxDecoder
 from service.engine.session import NUMPY_DTYPE
-from service.engine.translator import OnnxDecoder, OnnxTranslator
+from service.engine.translator import OnnxTranslator
 
 NEAR_TIE = 1e-3  # a greedy divergence where PyTorch's top two log-probs are closer is a tie, not a bug
 EVAL_BEAM, EVAL_BATCH = 4, 32
