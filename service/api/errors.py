@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from service.api.schemas import ErrorBody, ErrorDetail, ErrorResponse
 from service.batching import BatcherClosed, DeadlineExceeded, EngineFailure, QueueFull
 from service.engine.base import TextTooLong
+from service.scheduling import DecodeTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,8 @@ def validation_error(errors: Sequence[dict[str, Any]]) -> RequestValidationError
 
 
 def unpack_results(results: Sequence[R | Exception], field: str) -> list[R]:
-    """All results, or the request's error: 422 naming every text that is too long, else 500.
+    """All results, or the request's error: 422 naming every text that is too long (or whose
+    decoding could never fit the decode memory budget), else 500.
 
     All-or-nothing keeps the response arrays aligned with the request's (see ``schemas``).
     """
@@ -155,6 +157,14 @@ def unpack_results(results: Sequence[R | Exception], field: str) -> list[R]:
             [
                 {"type": "text_too_long", "loc": ("body", field, i), "msg": str(r), "ctx": {"limit": r.limit}}
                 for i, r in too_long
+            ]
+        )
+    too_large = [(i, r) for i, r in enumerate(results) if isinstance(r, DecodeTooLarge)]
+    if too_large:
+        raise validation_error(
+            [
+                {"type": "decode_too_large", "loc": ("body", field, i), "msg": str(r), "ctx": {"limit": r.limit}}
+                for i, r in too_large
             ]
         )
     for i, result in enumerate(results):
