@@ -88,11 +88,24 @@ def test_variant_resolution(variant: str, provider: str, cpu_variant: str, expec
     assert s.model_dir("m", s.resolved_variant()) == Path(".artefacts") / "m" / expected
 
 
-def test_auto_provider_follows_onnxruntime() -> None:
+@pytest.mark.parametrize(
+    ("available", "expected"),
+    [
+        (["CUDAExecutionProvider", "CPUExecutionProvider"], "cuda"),  # onnxruntime-gpu
+        (["CPUExecutionProvider"], "cpu"),
+        (["TensorrtExecutionProvider", "CPUExecutionProvider"], "cpu"),  # not CUDA itself
+    ],
+)
+def test_auto_provider_is_cuda_exactly_when_onnxruntime_offers_it(
+    monkeypatch: pytest.MonkeyPatch, available: list[str], expected: str
+) -> None:
+    """The providers of the installed onnxruntime build decide ``auto``; an explicit setting wins."""
     import onnxruntime
 
-    has_cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-    assert Settings().resolved_provider() == ("cuda" if has_cuda else "cpu")
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: available)
+    assert Settings().provider == "auto"
+    assert Settings().resolved_provider() == expected
+    assert Settings(provider="cpu").resolved_provider() == "cpu"
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -86,7 +88,20 @@ async def test_metrics_label_requests_by_route_template() -> None:
             )
             == 1
         )
-        assert metric("tserve_inflight_requests") >= 0
+
+
+async def test_inflight_requests_count_the_requests_being_served() -> None:
+    gate = threading.Event()
+    async with serving(gate=gate) as s:
+        idle = metric("tserve_inflight_requests")
+        try:
+            held = asyncio.ensure_future(s.client.post("/v1/embed", json={"texts": ["held"]}))
+            await eventually(lambda: len(s.embedder.hooks.batches) == 1)  # in the engine, not answered
+            assert metric("tserve_inflight_requests") - idle == 1
+        finally:
+            gate.set()
+        assert (await held).status_code == 200
+        assert metric("tserve_inflight_requests") == idle
 
 
 async def test_openapi_and_docs() -> None:
