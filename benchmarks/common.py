@@ -1,4 +1,4 @@
-"""What every benchmark shares: result rows, timing, CPU/RSS sampling, data, server processes."""
+"""What every benchmark shares: timing, CPU/RSS sampling, data, server processes."""
 
 from __future__ import annotations
 
@@ -11,67 +11,15 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 
+from benchmarks.loadgen import LoadResult, wait_ready
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class Row:
-    """One measured figure of one system in one comparison (``section``).
-
-    Every section has exactly one baseline row; ``ratio`` is value / baseline value, measured
-    in the same run. For throughputs higher is better; for latencies lower is better.
-    """
-
-    section: str
-    system: str
-    value: float
-    unit: str
-    baseline: bool = False
-    higher_is_better: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
-    ratio: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class Results:
-    rows: list[Row] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    series: dict[str, Any] = field(default_factory=dict)  # for plots: name → data
-
-    def add(self, row: Row) -> Row:
-        self.rows.append(row)
-        self.fill_ratios()
-        print(
-            f"  [{row.section}] {row.system}: {row.value:,.1f} {row.unit}"
-            + (f"  ×{row.ratio:.2f}" if row.ratio is not None else "")
-            + (f"  {_short(row.extra)}" if row.extra else ""),
-            flush=True,
-        )
-        return row
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
-        print(f"  NOTE: {text}", flush=True)
-
-    def fill_ratios(self) -> None:
-        base = {r.section: r for r in self.rows if r.baseline}
-        for r in self.rows:
-            b = base.get(r.section)
-            r.ratio = r.value / b.value if b is not None and b.value else None
-
-
-def _short(extra: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items())
 
 
 def percentiles_ms(latencies_s: Sequence[float]) -> dict[str, float]:
@@ -87,7 +35,8 @@ class CpuMeter:
     def __init__(self, pids: Sequence[int]) -> None:
         self.procs = [psutil.Process(p) for p in pids]
 
-    def _cpu(self) -> float:
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the processes and their children have used so far."""
         total = 0.0
         for p in self.procs:
             try:
@@ -103,14 +52,30 @@ class CpuMeter:
     @contextmanager
     def measure(self) -> Iterator[dict[str, float]]:
         out: dict[str, float] = {}
-        c0, t0 = self._cpu(), time.perf_counter()
+        c0, t0 = self.cpu_seconds(), time.perf_counter()
         sys0 = psutil.cpu_times()
         yield out
         wall = time.perf_counter() - t0
         sys1 = psutil.cpu_times()
         busy = lambda t: t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0)  # noqa: E731
-        out["cores_busy"] = (self._cpu() - c0) / wall if wall else 0.0
+        out["cores_busy"] = (self.cpu_seconds() - c0) / wall if wall else 0.0
         out["machine_busy_pct"] = 100 * (busy(sys1) - busy(sys0)) / wall / (psutil.cpu_count() or 1)
+
+
+def load_extra(res: LoadResult, cpu: dict[str, float]) -> dict[str, Any]:
+    """The columns of an HTTP row: latency percentiles, the server's CPU (cores busy over the
+    run, CPU-milliseconds per completed request in the timed window), the machine's load, and
+    the errors if any."""
+    extra: dict[str, Any] = {
+        "p50_ms": round(res.percentile_ms(50), 1),
+        "p99_ms": round(res.percentile_ms(99), 1),
+        "server_cores_busy": round(cpu["cores_busy"], 2),
+        "server_cpu_ms_per_request": round(res.server_cpu_ms_per_request, 2),
+        "machine_busy_pct": round(cpu["machine_busy_pct"], 1),
+    }
+    if res.errors:
+        extra["errors"] = res.errors
+    return extra
 
 
 def rss_mb(pid: int) -> float:
@@ -191,12 +156,6 @@ def sts_sentences(data_dir: Path) -> list[str]:
     return [s for s in seen if s]
 
 
-def set_torch_threads(n: int) -> None:
-    import torch
-
-    torch.set_num_threads(n)
-
-
 class Server:
     """A server subprocess of ours (or a peer's), stopped with SIGTERM, then SIGKILL, by its pid."""
 
@@ -251,8 +210,54 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def timed(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-    """(result, seconds) of one call."""
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0
+class Service:
+    """``python -m service`` on a free port, both models, CPU, a fixed variant and thread count."""
+
+    def __init__(
+        self,
+        artefact_root: Path,
+        translate_model: str,
+        embed_model: str,
+        *,
+        variant: str,
+        threads: int,
+        log: Path,
+        extra_env: dict[str, str] | None = None,
+        ready_timeout_s: float = 600,
+    ) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {
+            "TSERVE_HOST": "127.0.0.1",
+            "TSERVE_PORT": str(self.port),
+            "TSERVE_ARTEFACT_ROOT": str(artefact_root.resolve()),
+            "TSERVE_TRANSLATE_MODEL": translate_model,
+            "TSERVE_EMBED_MODEL": embed_model,
+            "TSERVE_PROVIDER": "cpu",
+            "TSERVE_VARIANT": variant,
+            "TSERVE_AUTO_EXPORT": "false",
+            "TSERVE_INTRA_OP_THREADS": str(threads),
+            "TSERVE_MAX_QUEUE": "8192",
+            "TSERVE_REQUEST_TIMEOUT_S": "600",
+            "TSERVE_LOG_LEVEL": "warning",
+            "OMP_NUM_THREADS": str(threads),
+            **(extra_env or {}),
+        }
+        self.server = Server([sys.executable, "-m", "service"], env, log)
+        try:
+            wait_ready(f"{self.base}/health/ready", ready_timeout_s, self.server.alive)
+        except Exception as e:
+            tail = self.server.log_tail()
+            self.server.stop()
+            raise RuntimeError(f"service did not become ready: {e}\n{tail}") from e
+        self.rss_at_start = self.rss_mb()
+
+    @property
+    def pid(self) -> int:
+        return self.server.pid
+
+    def rss_mb(self) -> float:
+        return rss_mb(self.pid)
+
+    def stop(self) -> None:
+        self.server.stop()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
 
-from benchmarks.common import CpuMeter, Results, Row
+from benchmarks.common import CpuMeter, load_extra
 from benchmarks.loadgen import BodyFactory, run_load
+from benchmarks.results import Results, Row
 
 SECTION = "serving: translate 200 sentences, beam 4: one document vs 200 concurrent one-sentence requests"
 
@@ -47,16 +47,17 @@ def _row(
     meter = CpuMeter(pids)
     with meter.measure() as cpu:
         res = run_load(
-            url, body, concurrency=concurrency, items_per_request=items, n_requests=n_requests, timeout_s=600
+            url,
+            body,
+            concurrency=concurrency,
+            items_per_request=items,
+            n_requests=n_requests,
+            timeout_s=600,
+            server_cpu=meter.cpu_seconds,
         )
     if res.requests == 0:
         results.note(f"{SECTION}: {system}: no successful request ({res.errors}: {res.first_error})")
         return
-    extra: dict[str, Any] = {
-        "p50_ms": round(res.percentile_ms(50), 1),
-        "p99_ms": round(res.percentile_ms(99), 1),
-        "server_cores_busy": round(cpu["cores_busy"], 2),
-    }
-    if res.errors:
-        extra["errors"] = res.errors
-    results.add(Row(SECTION, system, res.items_per_s, "sent/s", baseline=baseline, extra=extra))
+    results.add(
+        Row(SECTION, system, res.items_per_s, "sent/s", baseline=baseline, extra=load_extra(res, cpu))
+    )

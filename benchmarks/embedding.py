@@ -1,14 +1,16 @@
-"""Embeddings: sentence-transformers in-process vs our engine in-process vs HTTP servers.
+"""Stage ``embedding``: sentence-transformers in-process vs our engine in-process vs HTTP servers.
 
 In-process systems embed the same sentences in the same 32-sentence chunks (sentence-transformers
 through its own ``encode(batch_size=32)``, which length-sorts internally; our engine sorts inside
 each call). HTTP systems (our service, Infinity) are driven by ``loadgen`` with the same
 OpenAI-shaped body ``{"model": …, "input": [...]}`` at 1, 16 and 64 concurrent clients sending
-one sentence per request, and with 32-sentence requests.
+one sentence per request, and with 32-sentence requests. Infinity runs from its own venv, when
+one is found.
 """
 
 from __future__ import annotations
 
+import gc
 import shutil
 import time
 from collections.abc import Sequence
@@ -16,11 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CpuMeter, Results, Row, Server, free_port
+from benchmarks.common import CpuMeter, Server, free_port, load_extra, rss_mb, sts_sentences
+from benchmarks.harness import Bench, Need, Stage
 from benchmarks.loadgen import LoadResult, run_load, wait_ready
+from benchmarks.results import Figure, Results, Row
 
 BASELINE = "sentence-transformers (in-process)"
 SECTION = "embed: sentences/s"
+OURS_HTTP = "ours HTTP (int8)"
+INFINITY = "Infinity (torch)"
 
 
 class STInProcess:
@@ -92,8 +98,12 @@ def levels(
     clients: Sequence[int] = (1, 16, 64), batch_clients: int = 4, batch: int = 32
 ) -> list[tuple[str, int, int]]:
     """(label, clients, sentences per request): one-sentence requests, then ``batch``-sentence ones."""
-    out = [(f"{c} clients × 1 sent.", c, 1) for c in clients]
-    return [*out, (f"{batch_clients} clients × {batch} sent.", batch_clients, batch)]
+    out = [(level_label(c, 1), c, 1) for c in clients]
+    return [*out, (level_label(batch_clients, batch), batch_clients, batch)]
+
+
+def level_label(clients: int, sentences_per_request: int) -> str:
+    return f"{clients} clients × {sentences_per_request} sent."
 
 
 def http_compare(
@@ -102,9 +112,12 @@ def http_compare(
     sentences: Sequence[str],
     duration_s: float,
     rounds: int = 1,
-) -> dict[str, dict[str, LoadResult]]:
+    figures: dict[tuple[str, str], Figure] | None = None,  # (server, level label) → key
+) -> tuple[dict[str, dict[str, LoadResult]], dict[tuple[str, str], Row]]:
     """Every level on every server, the servers taking turns level by level (both stay up; the
-    idle one costs next to nothing), keeping each one's best run; adds one row per run kept."""
+    idle one costs next to nothing), keeping each one's best run; adds one row per run kept.
+    Returns the runs kept and their rows, both by (server, level label)."""
+    figures = figures or {}
     n = len(sentences)
     best: dict[str, dict[str, tuple[LoadResult, dict[str, float]]]] = {t.name: {} for t in targets}
     for label, clients, size in levels():
@@ -118,14 +131,21 @@ def http_compare(
                         **({"model": model} if model else {}),
                     }
 
-                with CpuMeter(t.pids).measure() as cpu:
+                meter = CpuMeter(t.pids)
+                with meter.measure() as cpu:
                     res = run_load(
-                        t.url, body, concurrency=clients, items_per_request=size, duration_s=duration_s
+                        t.url,
+                        body,
+                        concurrency=clients,
+                        items_per_request=size,
+                        duration_s=duration_s,
+                        server_cpu=meter.cpu_seconds,
                     )
                 kept = best[t.name].get(label)
                 if kept is None or res.items_per_s > kept[0].items_per_s:
                     best[t.name][label] = (res, cpu)
     out: dict[str, dict[str, LoadResult]] = {}
+    rows: dict[tuple[str, str], Row] = {}
     for t in targets:
         out[t.name] = {}
         for label, (res, cpu) in best[t.name].items():
@@ -135,17 +155,17 @@ def http_compare(
                     f"{t.name} {label}: no successful request ({res.errors} errors: {res.first_error})"
                 )
                 continue
-            extra: dict[str, Any] = {
-                "p50_ms": round(res.percentile_ms(50), 1),
-                "p99_ms": round(res.percentile_ms(99), 1),
-                "server_cores_busy": round(cpu["cores_busy"], 2),
-                "machine_busy_pct": round(cpu["machine_busy_pct"], 1),
-                "requests": res.requests,
-            }
-            if res.errors:
-                extra["errors"] = res.errors
-            results.add(Row(SECTION, f"{t.name}, {label}", res.items_per_s, "sent/s", extra=extra))
-    return out
+            extra = load_extra(res, cpu) | {"requests": res.requests}
+            row = Row(
+                SECTION,
+                f"{t.name}, {label}",
+                res.items_per_s,
+                "sent/s",
+                extra=extra,
+                figure=figures.get((t.name, label)),
+            )
+            rows[t.name, label] = results.add(row)
+    return out, rows
 
 
 def find_infinity(explicit: Path | None) -> Path | None:
@@ -196,3 +216,111 @@ def start_infinity(exe: Path, model_dir: Path, threads: int, log: Path) -> tuple
         server.stop()
         raise
     return server, base
+
+
+def run(bench: Bench) -> None:
+    """In-process systems (best of rounds, once more after the HTTP runs), then the HTTP servers."""
+    sents = sts_sentences(bench.args.data_dir)
+    n = 512 if bench.quick else len(sents)
+    sents = sents[:n]
+    print(f"== embeddings ({n} STS-dev sentences)", flush=True)
+    model_dir = bench.embed_model_dir
+    systems: list[Any] = bench.system(STInProcess, model_dir, bench.threads, BASELINE)
+    for v in ("fp32", "int8"):
+        if f"embed/{v}" in bench.models:
+            systems += bench.system(
+                OursInProcess, bench.models[f"embed/{v}"], bench.threads, f"ours in-process ({v})"
+            )
+    best = in_process(systems, sents, bench.rounds)
+    targets: list[HttpTarget] = []
+    infinity = None
+    if bench.service is not None and "embed/int8" in bench.models:
+        targets.append(
+            HttpTarget(OURS_HTTP, f"{bench.service.base}/v1/embeddings", None, [bench.service.pid])
+        )
+    if not bench.args.no_infinity:
+        exe = find_infinity(bench.args.infinity_venv)
+        if exe is None:
+            bench.results.note(
+                "Infinity not measured: no venv with infinity_emb found (install "
+                "`infinity-emb[server,torch]` into benchmarks/.venv-infinity)"
+            )
+        else:
+            try:
+                infinity, url = start_infinity(exe, model_dir, bench.threads, bench.out / "infinity.log")
+                targets.append(HttpTarget(INFINITY, f"{url}/embeddings", "minilm", [infinity.pid]))
+            except Exception as e:
+                bench.results.note(f"Infinity failed to start: {type(e).__name__}: {str(e)[:300]}")
+    runs: dict[str, dict[str, LoadResult]] = {}
+    http_rows: dict[tuple[str, str], Row] = {}
+    try:
+        if targets:
+            print(
+                f"   HTTP: {', '.join(t.name for t in targets)} in turn, {bench.duration:.0f} s per run",
+                flush=True,
+            )
+            runs, http_rows = http_compare(
+                bench.results,
+                targets,
+                sents,
+                bench.duration,
+                bench.http_rounds,
+                figures={
+                    (OURS_HTTP, level_label(64, 1)): Figure.EMBED_HTTP_64_CLIENTS,
+                    (OURS_HTTP, level_label(4, 32)): Figure.EMBED_HTTP_4_CLIENTS_32,
+                    (INFINITY, level_label(64, 1)): Figure.EMBED_INFINITY_64_CLIENTS,
+                },
+            )
+        if infinity is not None:
+            bench.results.series["infinity_rss_mb"] = rss_mb(infinity.pid)
+    finally:
+        if infinity is not None:
+            infinity.stop()
+    # The in-process systems once more, after the HTTP runs: the best of all runs is kept.
+    for name, again in in_process(systems, sents, 1).items():
+        if again[0] > best[name][0]:
+            best[name] = again
+    in_process_figures = {
+        BASELINE: Figure.EMBED_SENTENCE_TRANSFORMERS,
+        "ours in-process (fp32)": Figure.EMBED_OURS_FP32,
+        "ours in-process (int8)": Figure.EMBED_OURS_INT8,
+    }
+    for name, (value, cores) in best.items():
+        bench.results.add(
+            Row(
+                SECTION,
+                name,
+                value,
+                "sent/s",
+                baseline=name == BASELINE,
+                extra={"batch": 32, "cores_used": round(cores, 2)},
+                figure=in_process_figures.get(name),
+            )
+        )
+    del systems
+    gc.collect()
+    for label, _, _ in levels():
+        ours, inf = http_rows.get((OURS_HTTP, label)), http_rows.get((INFINITY, label))
+        if ours and inf and inf.value:
+            ours.extra["x_infinity"] = ours.value / inf.value
+    bench.results.series["embed_http"] = {
+        name: {k: v.summary() for k, v in r.items()} for name, r in runs.items()
+    }
+    curves = {name: _curve(r) for name, r in runs.items()}
+    if curves:
+        bench.results.series["embed_concurrency"] = curves
+
+
+def _curve(runs: dict[str, LoadResult]) -> dict[str, dict[str, float]]:
+    return {
+        str(r.concurrency): {
+            "items_per_s": r.items_per_s,
+            "p50_ms": r.percentile_ms(50),
+            "p99_ms": r.percentile_ms(99),
+        }
+        for r in runs.values()
+        if r.items_per_request == 1 and r.requests
+    }
+
+
+STAGE = Stage("embedding", "embedding", frozenset({Need.EMBEDDING, Need.SERVICE}), run)

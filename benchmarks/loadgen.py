@@ -40,10 +40,18 @@ class LoadResult:
     seconds: float = 0.0
     latencies_s: list[float] = field(default_factory=list)
     first_error: str | None = None
+    server_cpu_s: float | None = None  # the server's CPU time over the timed window, when given a clock
 
     @property
     def items_per_s(self) -> float:
         return self.requests * self.items_per_request / self.seconds if self.seconds else 0.0
+
+    @property
+    def server_cpu_ms_per_request(self) -> float:
+        """Server CPU-milliseconds per completed request (failed ones' work included), or NaN."""
+        if self.server_cpu_s is None or not self.requests:
+            return float("nan")
+        return 1000 * self.server_cpu_s / self.requests
 
     def percentile_ms(self, q: float) -> float:
         return float(np.percentile(self.latencies_s, q) * 1000) if self.latencies_s else float("nan")
@@ -59,6 +67,7 @@ class LoadResult:
             "p50_ms": self.percentile_ms(50),
             "p90_ms": self.percentile_ms(90),
             "p99_ms": self.percentile_ms(99),
+            "server_cpu_ms_per_request": self.server_cpu_ms_per_request,
             "first_error": self.first_error,
         }
 
@@ -118,6 +127,7 @@ async def _load(
     n_requests: int | None,
     timeout_s: float,
     headers: dict[str, str] | None,
+    server_cpu: Callable[[], float] | None,
 ) -> LoadResult:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
@@ -148,6 +158,7 @@ async def _load(
     try:
         await asyncio.gather(*(one(c, next(counter)) for c in connections))  # warm-up round
 
+        cpu_at_start = server_cpu() if server_cpu else 0.0
         start = time.perf_counter()
         deadline = start + duration_s if duration_s is not None else float("inf")
         last_done = start
@@ -169,6 +180,8 @@ async def _load(
 
         await asyncio.gather(*(client_loop(c) for c in connections))
         result.seconds = last_done - start
+        if server_cpu:  # every request of the window has been answered: none of its work is left out
+            result.server_cpu_s = server_cpu() - cpu_at_start
     finally:
         await asyncio.gather(*(c.close() for c in connections))
     return result
@@ -184,8 +197,12 @@ def run_load(
     n_requests: int | None = None,
     timeout_s: float = 120.0,
     headers: dict[str, str] | None = None,
+    server_cpu: Callable[[], float] | None = None,
 ) -> LoadResult:
-    """Drive ``url`` with POSTs of ``body(i)`` from ``concurrency`` clients; see the module doc."""
+    """Drive ``url`` with POSTs of ``body(i)`` from ``concurrency`` clients; see the module doc.
+
+    ``server_cpu``: the server's cumulative CPU seconds (``CpuMeter.cpu_seconds``), read at the
+    start and the end of the timed window to fill ``LoadResult.server_cpu_s``."""
     if duration_s is None and n_requests is None:
         raise ValueError("give duration_s or n_requests")
     try:
@@ -196,7 +213,17 @@ def run_load(
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(
-            _load(url, body, concurrency, items_per_request, duration_s, n_requests, timeout_s, headers)
+            _load(
+                url,
+                body,
+                concurrency,
+                items_per_request,
+                duration_s,
+                n_requests,
+                timeout_s,
+                headers,
+                server_cpu,
+            )
         )
 
 

@@ -209,6 +209,7 @@ def make_random_marian(
     layers: int = 6,
     heads: int = 8,
     d_ff: int = 2048,
+    max_positions: int = 512,
     seed: int = 0,
 ) -> Path:
     """A Marian-convention model directory with random weights, as an opus-mt one is laid out.
@@ -263,7 +264,7 @@ def make_random_marian(
         decoder_attention_heads=heads,
         encoder_ffn_dim=d_ff,
         decoder_ffn_dim=d_ff,
-        max_position_embeddings=512,
+        max_position_embeddings=max_positions,
         activation_function="relu",
         scale_embedding=True,
         share_encoder_decoder_embeddings=True,
@@ -282,7 +283,7 @@ def make_random_marian(
         decoder_start_token_id=pad,
         bad_words_ids=[[pad]],
         forced_eos_token_id=0,
-        max_length=512,
+        max_length=max_positions,
         num_beams=4,
     )
     model.save_pretrained(out_dir)

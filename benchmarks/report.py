@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Results, Row
+from benchmarks.results import Results, Row
 
 CONTENDED_PCT = 15.0  # machine busy before the run above this: the report says so
 
@@ -21,6 +21,7 @@ _EXTRA_ORDER = (
     "x_ct2_int8",
     "x_infinity",
     "server_cores_busy",
+    "server_cpu_ms_per_request",
     "machine_busy_pct",
     "seconds",
     "requests",
@@ -36,6 +37,7 @@ _EXTRA_LABEL = {
     "x_infinity": "× Infinity",
     "cores_used": "cores used",
     "server_cores_busy": "server cores",
+    "server_cpu_ms_per_request": "server CPU ms/req",
     "machine_busy_pct": "machine busy %",
     "seconds": "s",
     "requests": "requests",
@@ -149,7 +151,7 @@ def plots(results: Results, out_dir: Path) -> dict[str, Path]:
 
     out: dict[str, Path] = {}
 
-    curves: dict[str, dict[str, float]] = results.series.get("embed_concurrency", {})
+    curves: dict[str, dict[str, dict[str, float]]] = results.series.get("embed_concurrency", {})
     if curves:
         fig, ax = plt.subplots(1, 2, figsize=(11, 4))
         for system, points in curves.items():

@@ -1,7 +1,8 @@
-"""Our service as a subprocess, and the serving-efficiency comparisons.
+"""Stage ``serving``: what our service's batching and HTTP layer cost and save.
 
 * dynamic batching vs batch-size-1 serial (the same service with ``TSERVE_MAX_BATCH_SIZE=1``),
   one sentence per request from many clients;
+* a document as one request vs its sentences as concurrent requests (``documents.py``);
 * HTTP throughput vs the in-process engine (same artefact, same thread count, batches of the
   service's max batch size);
 * process RSS with both models loaded; CPU use of the server while under load.
@@ -9,66 +10,28 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
-from benchmarks.common import CpuMeter, Results, Row, Server, free_port, rss_mb
-from benchmarks.loadgen import run_load, wait_ready
+from benchmarks.common import CpuMeter, Service, load_extra, sts_sentences
+from benchmarks.harness import Bench, Need, Stage
+from benchmarks.loadgen import BodyFactory, run_load
+from benchmarks.results import Figure, Results, Row
+
+DYNAMIC, SERIAL = "dynamic batching (max batch 32)", "batch size 1 (serial)"
+TRANSLATE_CLIENTS = 16
 
 
-class Service:
-    """``python -m service`` on a free port, both models, CPU, a fixed variant and thread count."""
+@dataclass(frozen=True)
+class Task:
+    """One item per request from many clients, so that only the batcher can combine them."""
 
-    def __init__(
-        self,
-        artefact_root: Path,
-        translate_model: str,
-        embed_model: str,
-        *,
-        variant: str,
-        threads: int,
-        log: Path,
-        extra_env: dict[str, str] | None = None,
-        ready_timeout_s: float = 600,
-    ) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {
-            "TSERVE_HOST": "127.0.0.1",
-            "TSERVE_PORT": str(self.port),
-            "TSERVE_ARTEFACT_ROOT": str(artefact_root.resolve()),
-            "TSERVE_TRANSLATE_MODEL": translate_model,
-            "TSERVE_EMBED_MODEL": embed_model,
-            "TSERVE_PROVIDER": "cpu",
-            "TSERVE_VARIANT": variant,
-            "TSERVE_AUTO_EXPORT": "false",
-            "TSERVE_INTRA_OP_THREADS": str(threads),
-            "TSERVE_MAX_QUEUE": "8192",
-            "TSERVE_REQUEST_TIMEOUT_S": "600",
-            "TSERVE_LOG_LEVEL": "warning",
-            "OMP_NUM_THREADS": str(threads),
-            **(extra_env or {}),
-        }
-        self.server = Server([sys.executable, "-m", "service"], env, log)
-        try:
-            wait_ready(f"{self.base}/health/ready", ready_timeout_s, self.server.alive)
-        except Exception as e:
-            tail = self.server.log_tail()
-            self.server.stop()
-            raise RuntimeError(f"service did not become ready: {e}\n{tail}") from e
-        self.rss_at_start = self.rss_mb()
-
-    @property
-    def pid(self) -> int:
-        return self.server.pid
-
-    def rss_mb(self) -> float:
-        return rss_mb(self.pid)
-
-    def stop(self) -> None:
-        self.server.stop()
+    path: str
+    section: str
+    body: BodyFactory
+    clients: int
+    dynamic: Figure
+    serial: Figure
 
 
 def load_row(
@@ -76,26 +39,164 @@ def load_row(
     section: str,
     system: str,
     url: str,
-    body: Any,
+    body: BodyFactory,
     pids: Sequence[int],
     *,
     clients: int,
     items: int,
     duration_s: float,
     baseline: bool = False,
+    figure: Figure | None = None,
 ) -> Row | None:
+    """One closed-loop load run as a row of items/s, or None with a note if nothing succeeded."""
     meter = CpuMeter(pids)
     with meter.measure() as cpu:
-        res = run_load(url, body, concurrency=clients, items_per_request=items, duration_s=duration_s)
+        res = run_load(
+            url,
+            body,
+            concurrency=clients,
+            items_per_request=items,
+            duration_s=duration_s,
+            server_cpu=meter.cpu_seconds,
+        )
     if res.requests == 0:
         results.note(f"{section}: {system}: no successful request ({res.errors} errors: {res.first_error})")
         return None
-    extra: dict[str, Any] = {
-        "p50_ms": round(res.percentile_ms(50), 1),
-        "p99_ms": round(res.percentile_ms(99), 1),
-        "server_cores_busy": round(cpu["cores_busy"], 2),
-        "machine_busy_pct": round(cpu["machine_busy_pct"], 1),
-    }
-    if res.errors:
-        extra["errors"] = res.errors
-    return results.add(Row(section, system, res.items_per_s, "items/s", baseline=baseline, extra=extra))
+    extra = load_extra(res, cpu)
+    return results.add(
+        Row(section, system, res.items_per_s, "items/s", baseline=baseline, extra=extra, figure=figure)
+    )
+
+
+def tasks(bench: Bench) -> list[Task]:
+    sents = sts_sentences(bench.args.data_dir)
+    src, _ = bench.test_set(1000)
+    short = [s for s in src if len(s.split()) <= 10]
+    out = []
+    if "embed/int8" in bench.models:
+        out.append(
+            Task(
+                "/v1/embeddings",
+                "serving: embed, 64 clients × 1 sentence/request",
+                lambda i: {"input": [sents[i % len(sents)]]},
+                64,
+                Figure.EMBED_DYNAMIC,
+                Figure.EMBED_SERIAL,
+            )
+        )
+    if "small/int8" in bench.models:
+        out.append(
+            Task(
+                "/v1/translate",
+                f"serving: translate, {TRANSLATE_CLIENTS} clients × 1 short sentence/request, beam 4",
+                lambda i: {"text": [short[i % len(short)]], "beam_size": 4},
+                TRANSLATE_CLIENTS,
+                Figure.TRANSLATE_DYNAMIC,
+                Figure.TRANSLATE_SERIAL,
+            )
+        )
+    return out
+
+
+def run_tasks(bench: Bench, service: Service, todo: Sequence[Task], system: str) -> dict[Figure, Row]:
+    out = {}
+    for task in todo:
+        serial = system == SERIAL
+        row = load_row(
+            bench.results,
+            task.section,
+            system,
+            f"{service.base}{task.path}",
+            task.body,
+            [service.pid],
+            clients=task.clients,
+            items=1,
+            duration_s=bench.duration,
+            baseline=serial,
+            figure=task.serial if serial else task.dynamic,
+        )
+        if row is not None and row.figure is not None:
+            out[row.figure] = row
+    return out
+
+
+def run(bench: Bench) -> None:
+    if bench.service is None:
+        return
+    print("== serving efficiency", flush=True)
+    todo = tasks(bench)
+    dynamic = run_tasks(bench, bench.service, todo, DYNAMIC)
+    if "small/int8" in bench.models:
+        from benchmarks.documents import document_rows
+
+        src, _ = bench.test_set(200)
+        document_rows(bench.results, bench.service.base, src, [bench.service.pid])
+    rss_start, rss_after = bench.service.rss_at_start, bench.service.rss_mb()
+    bench.stop_service()
+    http_vs_engine(bench, dynamic.get(Figure.EMBED_DYNAMIC))
+    serial = bench.start_service({"TSERVE_MAX_BATCH_SIZE": "1"}, " (max batch 1)")
+    if serial is not None:
+        try:
+            run_tasks(bench, serial, todo, SERIAL)
+        finally:
+            serial.stop()
+    both = "both models" if len(todo) == 2 else "ONE model only"
+    section = f"serving: process RSS ({both} loaded, int8)"
+    bench.results.add(Row(section, "our service, after start-up", rss_start, "MB", higher_is_better=False))
+    bench.results.add(
+        Row(
+            section,
+            "our service, after all its load runs",
+            rss_after,
+            "MB",
+            higher_is_better=False,
+            figure=Figure.SERVICE_RSS_AFTER_LOAD,
+        )
+    )
+    if "infinity_rss_mb" in bench.results.series:
+        bench.results.add(
+            Row(
+                section,
+                "Infinity (embedding model only), after its runs",
+                bench.results.series["infinity_rss_mb"],
+                "MB",
+                higher_is_better=False,
+            )
+        )
+
+
+def http_vs_engine(bench: Bench, http: Row | None) -> None:
+    """HTTP vs in-process: the same int8 artefact, called directly with the service's max batch."""
+    if http is None:
+        return
+    from benchmarks.embedding import ours_throughput
+
+    sents = sts_sentences(bench.args.data_dir)
+    n = 1024 if bench.quick else 4096
+    engine = ours_throughput(
+        bench.models["embed/int8"], [sents[i % len(sents)] for i in range(n)], bench.threads, batch=32
+    )
+    section = "serving: embed int8, HTTP (64 clients × 1 sentence) vs in-process engine (batches of 32)"
+    bench.results.add(
+        Row(
+            section,
+            "in-process engine",
+            engine,
+            "sent/s",
+            baseline=True,
+            figure=Figure.EMBED_VS_ENGINE_IN_PROCESS,
+        )
+    )
+    bench.results.add(
+        Row(
+            section,
+            "HTTP, 64 clients",
+            http.value,
+            "sent/s",
+            extra=dict(http.extra),
+            figure=Figure.EMBED_VS_ENGINE_HTTP,
+        )
+    )
+
+
+STAGE = Stage("serving", "serving", frozenset({Need.OUR_CHECKPOINT, Need.EMBEDDING, Need.SERVICE}), run)

@@ -1,216 +1,36 @@
-"""Translation: the same weights in Hugging Face generate, CTranslate2 and our engine/service.
+"""Stage ``translation``: our checkpoint in HF generate, CTranslate2, our engine and our service.
 
-Every system gets text in and gives text out: HF and CTranslate2 are fed ids from the same
-``tokenizers`` tokenizer our engine uses (encode + decode are inside the timed region for all).
 Batches are formed once, from length-sorted sentences, and every system decodes the same
 batches in the same order. Throughput is target tokens/s (generated tokens, without the start
-token and ``</s>``). Decoding is either natural (stops at ``</s>``; the same max length for all)
-or forced to a fixed length (``</s>`` suppressed: HF/CT2 ``min = max length``, ours a wrapped
-decoder backend that masks ``</s>``), so every system does the same work.
+token and ``</s>``); BLEU of the natural runs against Multi30k's references; latency of single
+short requests, the systems taking turns. ``run_suite`` is shared with the base-Marian stage.
 """
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
+from benchmarks import translators as tr
+from benchmarks.common import CpuMeter, percentiles_ms
+from benchmarks.harness import Bench, Need, Stage
+from benchmarks.results import Figure, Results, Row
+from benchmarks.translators import BASELINE, CT2_INT8, TextCodec, Translator, Workload
 
-from benchmarks.common import Results, Row, percentiles_ms
-from service.engine.search import Candidates
-
-BASELINE = "HF transformers"
-CT2_INT8 = "CTranslate2 int8"
+OURS_INT8 = "ours in-process (int8)"
+BEAM4_BATCH32 = Workload(4, 32, 0, False)
 
 
 @dataclass(frozen=True)
-class Workload:
-    beam: int
-    batch: int
-    max_len: int  # natural: upper bound; forced: exact output length
-    forced: bool
-
-
-class Translator(Protocol):
-    name: str
-
-    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        """Translations and the number of generated target tokens."""
-        ...
-
-
-class TextCodec:
-    """Our ``tokenizers`` tokenizer as the shared front/back end of HF and CTranslate2."""
-
-    def __init__(self, tokenizer: Any, eos_id: int, pad_id: int) -> None:
-        """tokenizer: a ``tokenizers.Tokenizer`` or the path of its JSON file."""
-        from tokenizers import Tokenizer
-
-        self.tok = Tokenizer.from_file(str(tokenizer)) if isinstance(tokenizer, str | Path) else tokenizer
-        self.eos_id, self.pad_id = eos_id, pad_id
-
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        ids = [e.ids for e in self.tok.encode_batch(list(texts))]
-        return [x if x and x[-1] == self.eos_id else [*x, self.eos_id] for x in ids]
-
-    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
-        return self.tok.decode_batch([list(x) for x in ids])
-
-    def tokens(self, ids: Sequence[int]) -> list[str]:
-        return [self.tok.id_to_token(i) for i in ids]  # type: ignore[misc]
-
-
-class HFGenerate:
-    name = BASELINE
-
-    def __init__(self, model_dir: Path, codec: TextCodec, threads: int) -> None:
-        import torch
-        import transformers
-        from transformers import MarianMTModel
-
-        transformers.logging.set_verbosity_error()  # one max_length warning per generate call otherwise
-        transformers.logging.disable_progress_bar()
-        torch.set_num_threads(threads)
-        self.torch = torch
-        self.model = MarianMTModel.from_pretrained(model_dir).eval()
-        self.codec = codec
-        self.start = int(self.model.config.decoder_start_token_id)
-
-    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        torch, codec = self.torch, self.codec
-        ids = codec.encode(texts)
-        width = max(map(len, ids))
-        src = torch.tensor([x + [codec.pad_id] * (width - len(x)) for x in ids])
-        # Forced: exactly max_len tokens; Marian's forced </s> at the last step would make it max_len - 1.
-        kwargs: dict[str, Any] = (
-            {"min_new_tokens": w.max_len, "forced_eos_token_id": None} if w.forced else {}
-        )
-        with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=src,
-                attention_mask=(src != codec.pad_id).long(),
-                num_beams=w.beam,
-                do_sample=False,
-                max_new_tokens=w.max_len,
-                early_stopping=True,
-                length_penalty=1.0,
-                num_return_sequences=1,
-                **kwargs,
-            )
-        hyps = []
-        for row in out.tolist():
-            row = row[1:] if row and row[0] == self.start else row
-            cut = row.index(codec.eos_id) if codec.eos_id in row else len(row)
-            hyps.append([t for t in row[:cut] if t != codec.pad_id])
-        return codec.decode(hyps), sum(map(len, hyps))
-
-
-class CTranslate2:
-    def __init__(self, model_dir: Path, codec: TextCodec, threads: int, name: str) -> None:
-        import ctranslate2
-
-        self.name = name
-        self.tr = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=threads, inter_threads=1)
-        self.codec = codec
-
-    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        codec = self.codec
-        tokens = [codec.tokens(x) for x in codec.encode(texts)]
-        res = self.tr.translate_batch(
-            tokens,
-            beam_size=w.beam,
-            max_batch_size=0,
-            max_decoding_length=w.max_len,
-            min_decoding_length=w.max_len if w.forced else 0,
-            length_penalty=1.0,
-            return_scores=False,
-        )
-        hyps = [[codec.tok.token_to_id(t) for t in r.hypotheses[0]] for r in res]
-        return codec.decode(hyps), sum(map(len, hyps))  # type: ignore[arg-type]
-
-
-class _EosMask:
-    """Wraps the engine's decoder backend: ``</s>`` never wins, so every output has max_len tokens."""
-
-    def __init__(self, inner: Any, eos_id: int) -> None:
-        self.inner, self.eos_id = inner, eos_id
-        self.layout = inner.layout
-
-    def encode(self, input_ids: np.ndarray) -> Any:
-        return self.inner.encode(input_ids)
-
-    def take(self, x: Any, rows: np.ndarray, axis: int) -> Any:
-        return self.inner.take(x, rows, axis)
-
-    def layer(self, x: Any, i: int) -> Any:
-        return self.inner.layer(x, i)
-
-    def step(self, feeds: dict[str, Any], with_attention: bool) -> Any:
-        scores, attn, past = self.inner.step(feeds, with_attention)
-        if isinstance(scores, Candidates):  # a TopK decoder layout: drop </s> from the candidates
-            return (
-                Candidates(np.where(scores.tokens == self.eos_id, -np.inf, scores.log_probs), scores.tokens),
-                attn,
-                past,
-            )
-        log_probs = np.array(scores, copy=True)
-        log_probs[:, self.eos_id] = -np.inf
-        return log_probs, attn, past
-
-
-class OursInProcess:
-    """Our ``OnnxTranslator`` called directly (no batcher, no HTTP)."""
-
-    def __init__(self, artefact_dir: Path, threads: int, name: str) -> None:
-        from service.engine.translator import OnnxTranslator
-
-        self.name = name
-        self.engine: Any = OnnxTranslator(artefact_dir, "cpu", threads)
-        self.engine.warmup()
-        self._plain = self.engine.backend
-        self._masked = _EosMask(self._plain, self.engine.eos_id)
-
-    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        from service.engine.base import TranslateItem, TranslateOptions
-
-        self.engine.backend = self._masked if w.forced else self._plain
-        opts = TranslateOptions(beam_size=w.beam, max_length=w.max_len)
-        out = self.engine.translate([TranslateItem(t, opts) for t in texts])
-        errors = [r for r in out if isinstance(r, Exception)]
-        if errors:
-            raise errors[0]
-        return [r.hypotheses[0].text for r in out], sum(r.n_output_tokens for r in out)
-
-
-class OursHTTP:
-    """Our service over HTTP: one POST /v1/translate per batch (natural decoding only)."""
-
-    def __init__(self, base_url: str, name: str = "ours HTTP (int8)") -> None:
-        import httpx
-
-        self.name = name
-        self.client = httpx.Client(base_url=base_url, timeout=600)
-
-    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        if w.forced:
-            raise NotImplementedError("the service has no option to suppress </s>")
-        r = self.client.post(
-            "/v1/translate", json={"text": list(texts), "beam_size": w.beam, "max_length": w.max_len}
-        )
-        r.raise_for_status()
-        return parse_translate_response(r.json())
-
-
-def parse_translate_response(body: dict[str, Any]) -> tuple[list[str], int]:
-    """Texts and output-token count from our /v1/translate answer."""
-    texts = [(t.get("hypotheses") or [{}])[0].get("text", "") for t in body.get("translations", [])]
-    return texts, int(body.get("usage", {}).get("output_tokens", 0))
-
-
-# --- measurement -------------------------------------------------------------------------------
+class Run:
+    tokens_per_s: float
+    outputs: list[str]  # in input order
+    seconds: float
+    cores_used: float  # this process's CPU time / wall time
+    server_cpu_ms_per_request: float | None  # over HTTP: the server's CPU per request
 
 
 def batches(texts: Sequence[str], codec: TextCodec, size: int) -> list[list[int]]:
@@ -226,17 +46,19 @@ def natural_max_len(texts: Sequence[str], codec: TextCodec) -> int:
 
 def throughput(
     system: Translator, texts: Sequence[str], w: Workload, codec: TextCodec, warm_up: bool = True
-) -> tuple[float, list[str], float, float]:
-    """(target tokens/s, outputs in input order, seconds, cores used by this process) over ``texts``.
+) -> Run:
+    """One pass over ``texts`` in batches of ``w.batch``, each batch one call (one request over HTTP).
 
     Cores used = process CPU time / wall time: below the thread count when the system was
     starved by other load on the machine (or, for HTTP, the client's share only).
     """
     outputs = [""] * len(texts)
-    tokens, seconds, cpu = 0, 0.0, 0.0
+    tokens, seconds, cpu, calls = 0, 0.0, 0.0, 0
     if warm_up:
         warm = Workload(w.beam, 1, min(w.max_len, 8) if w.forced else 8, w.forced)
         system.translate(texts[: min(2, len(texts))], warm)
+    server = CpuMeter(system.server_pids) if system.server_pids else None
+    server_cpu_at_start = server.cpu_seconds() if server else 0.0
     for idx in batches(texts, codec, w.batch):
         chunk = [texts[i] for i in idx]
         wl = w if w.forced else Workload(w.beam, w.batch, natural_max_len(chunk, codec), False)
@@ -245,9 +67,11 @@ def throughput(
         seconds += time.perf_counter() - t0
         cpu += time.process_time() - c0
         tokens += n
+        calls += 1
         for i, o in zip(idx, out, strict=True):
             outputs[i] = o
-    return tokens / seconds, outputs, seconds, cpu / seconds
+    server_ms = 1000 * (server.cpu_seconds() - server_cpu_at_start) / calls if server else None
+    return Run(tokens / seconds, outputs, seconds, cpu / seconds, server_ms)
 
 
 def bleu(hyps: Sequence[str], refs: Sequence[str]) -> float:
@@ -258,30 +82,27 @@ def bleu(hyps: Sequence[str], refs: Sequence[str]) -> float:
 
 def latencies(
     systems: Sequence[Translator], texts: Sequence[str], beam: int, codec: TextCodec, rounds: int
-) -> dict[str, list[float]]:
-    """Seconds per one-sentence call, no concurrency; the systems take turns on each sentence, so
-    load from elsewhere on the machine hits them alike."""
-    out: dict[str, list[float]] = {s.name: [] for s in systems}
+) -> dict[str, tuple[list[float], float]]:
+    """Per system: seconds per one-sentence call, no concurrency, and the server's total CPU
+    seconds over those calls (0 in-process). The systems take turns on each sentence, so load
+    from elsewhere on the machine hits them alike."""
+    out: dict[str, tuple[list[float], float]] = {s.name: ([], 0.0) for s in systems}
+    meters = {s.name: CpuMeter(s.server_pids) for s in systems if s.server_pids}
     for s in systems:
         s.translate(texts[:1], Workload(beam, 1, 8, False))
     for _ in range(rounds):
         for t in texts:
             w = Workload(beam, 1, natural_max_len([t], codec), False)
             for s in systems:
+                meter = meters.get(s.name)
+                c0 = meter.cpu_seconds() if meter else 0.0
                 t0 = time.perf_counter()
                 s.translate([t], w)
-                out[s.name].append(time.perf_counter() - t0)
+                seconds = time.perf_counter() - t0
+                times, server_cpu = out[s.name]
+                times.append(seconds)
+                out[s.name] = (times, server_cpu + (meter.cpu_seconds() - c0 if meter else 0.0))
     return out
-
-
-def add_vs(results: Results, section: str, reference: str, key: str) -> None:
-    """extra[key] = value / reference's value, for every row of ``section``."""
-    rows = [r for r in results.rows if r.section == section]
-    ref = next((r for r in rows if r.system == reference), None)
-    if ref is None or not ref.value:
-        return
-    for r in rows:
-        r.extra[key] = r.value / ref.value
 
 
 def run_suite(
@@ -294,13 +115,15 @@ def run_suite(
     workloads: Sequence[tuple[Workload, int]],  # (workload, number of sentences)
     short: Sequence[str] = (),
     rounds: int = 1,
+    figures: Mapping[tuple[Workload, str], Figure] | None = None,  # (workload, system) → key
 ) -> None:
     """Every workload on every system, ``rounds`` times in turn, keeping each system's best run
     (the least disturbed by other load); BLEU of the natural runs when refs are given."""
+    figures = figures or {}
     for w, n in workloads:
         mode = f"forced {w.max_len} tok" if w.forced else "natural"
         section = f"translate {label}: beam {w.beam}, batch {w.batch}, {mode}, {n} sent."
-        best: dict[str, tuple[float, list[str], float, float]] = {}
+        best: dict[str, Run] = {}
         failed: set[str] = set()
         for r in range(rounds):
             for system in systems:
@@ -315,21 +138,34 @@ def run_suite(
                     failed.add(system.name)
                     results.note(f"{section}: {system.name} failed: {type(e).__name__}: {e}")
                     continue
-                if system.name not in best or run[0] > best[system.name][0]:
+                if system.name not in best or run.tokens_per_s > best[system.name].tokens_per_s:
                     best[system.name] = run
+        rows: list[Row] = []
         for system in systems:
             if system.name not in best:
                 continue
-            tps, outputs, secs, cores = best[system.name]
-            extra: dict[str, Any] = {"seconds": round(secs, 2)}
-            if not isinstance(system, OursHTTP):  # over HTTP this process is only the client
-                extra["cores_used"] = round(cores, 2)
+            run = best[system.name]
+            extra: dict[str, Any] = {"seconds": round(run.seconds, 2)}
+            if run.server_cpu_ms_per_request is None:  # over HTTP this process is only the client
+                extra["cores_used"] = round(run.cores_used, 2)
+            else:
+                extra["server_cpu_ms_per_request"] = round(run.server_cpu_ms_per_request, 1)
             if refs is not None and not w.forced:
-                extra["bleu"] = round(bleu(outputs, refs[:n]), 2)
-            results.add(
-                Row(section, system.name, tps, "tok/s", baseline=system.name == BASELINE, extra=extra)
+                extra["bleu"] = round(bleu(run.outputs, refs[:n]), 2)
+            row = Row(
+                section,
+                system.name,
+                run.tokens_per_s,
+                "tok/s",
+                baseline=system.name == BASELINE,
+                extra=extra,
+                figure=figures.get((w, system.name)),
             )
-        add_vs(results, section, CT2_INT8, "x_ct2_int8")
+            rows.append(results.add(row))
+        ct2 = next((r for r in rows if r.system == CT2_INT8), None)
+        if ct2 is not None and ct2.value:
+            for row in rows:
+                row.extra["x_ct2_int8"] = row.value / ct2.value
     if short:
         section = f"translate {label}: latency of single short requests, beam 4, {len(short)} × {rounds} req."
         try:
@@ -338,7 +174,11 @@ def run_suite(
             results.note(f"{section}: failed: {type(e).__name__}: {e}")
             return
         for system in systems:
-            p = percentiles_ms(lat[system.name])
+            times, server_cpu = lat[system.name]
+            p = percentiles_ms(times)
+            extra = {"p99_ms": round(p["p99_ms"], 1)}
+            if system.server_pids:
+                extra["server_cpu_ms_per_request"] = round(1000 * server_cpu / len(times), 1)
             results.add(
                 Row(
                     section,
@@ -347,6 +187,63 @@ def run_suite(
                     "ms p50",
                     baseline=system.name == BASELINE,
                     higher_is_better=False,
-                    extra={"p99_ms": round(p["p99_ms"], 1)},
+                    extra=extra,
                 )
             )
+
+
+def run(bench: Bench) -> None:
+    """Our checkpoint: natural decoding at beam 1/4 × batch 1/32, forced 20 tokens, latency."""
+    from tokenizers import Tokenizer
+
+    from export.checkpoint import read_config
+
+    if bench.small is None:  # its preparation failed, with a note
+        return
+    paths, ckpt = bench.small, bench.args.checkpoint
+    cfg = read_config(ckpt)
+    tok = Tokenizer.from_file(str(ckpt.parent / "tokenizer.json"))
+    codec = TextCodec(tok, eos_id=cfg.eos_id, pad_id=cfg.pad_id)
+    systems: list[Translator] = [tr.HFGenerate(paths["hf"], codec, bench.threads)]
+    for q, label in (("float32", "CTranslate2 fp32"), ("int8", CT2_INT8)):
+        systems.append(tr.CTranslate2(paths[f"ct2-{q}"], codec, bench.threads, label))
+    for v in ("fp32", "int8"):
+        if f"small/{v}" in bench.models:
+            systems += bench.system(
+                tr.OursInProcess, bench.models[f"small/{v}"], bench.threads, f"ours in-process ({v})"
+            )
+    if bench.service is not None and "small/int8" in bench.models:
+        systems.append(tr.OursHTTP(bench.service.base, bench.service.pid, "ours HTTP (int8)"))
+    n_big, n_one = (200, 24) if bench.quick else (1000, 200)
+    src, ref = bench.test_set(n_big)
+    W = Workload
+    workloads = [
+        (W(1, 1, 0, False), n_one),
+        (W(4, 1, 0, False), n_one),
+        (W(1, 32, 0, False), n_big),
+        (BEAM4_BATCH32, n_big),
+        (W(4, 32, 20, True), min(n_big, 96 if bench.quick else 500)),
+    ]
+    short = [s for s in src if len(s.split()) <= 8][: 10 if bench.quick else 50]
+    print("== translation: our checkpoint", flush=True)
+    run_suite(
+        bench.results,
+        f"{ckpt.parent.name} (d{cfg.d_model}, {cfg.n_encoder_layers}+"
+        f"{cfg.n_decoder_layers}, vocab {cfg.vocab_size})",
+        systems,
+        src,
+        ref,
+        codec,
+        workloads,
+        short,
+        rounds=bench.rounds,
+        figures={
+            (BEAM4_BATCH32, OURS_INT8): Figure.SMALL_BEAM4_BATCH32_OURS_INT8,
+            (BEAM4_BATCH32, CT2_INT8): Figure.SMALL_BEAM4_BATCH32_CT2_INT8,
+        },
+    )
+    del systems
+    gc.collect()
+
+
+STAGE = Stage("translation", "translation", frozenset({Need.OUR_CHECKPOINT, Need.SERVICE}), run)

@@ -1,0 +1,62 @@
+"""Stage ``base``: a base-sized Marian (random weights) in HF generate, CTranslate2 and our engine.
+
+d_model 512, 6+6 layers, a 19k SentencePiece vocabulary; outputs forced to 20 tokens so that
+every system does the same work. In-process only: the service has no option to suppress
+``</s>``, and none is added for a benchmark.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from benchmarks import translators as tr
+from benchmarks.harness import Bench, Need, Stage
+from benchmarks.results import Figure
+from benchmarks.translation import OURS_INT8, run_suite
+from benchmarks.translators import CT2_INT8, TextCodec, Translator, Workload
+
+BEAM4_BATCH32_FORCED = Workload(4, 32, 20, True)
+
+
+def run(bench: Bench) -> None:
+    from transformers import MarianConfig
+
+    from export.sources.marian import marian_tokenizer
+
+    if bench.base is None:  # its preparation failed, with a note
+        return
+    paths = bench.base
+    cfg = MarianConfig.from_pretrained(paths["hf"])
+    codec = TextCodec(marian_tokenizer(paths["hf"]), eos_id=cfg.eos_token_id, pad_id=cfg.pad_token_id)
+    systems: list[Translator] = [tr.HFGenerate(paths["hf"], codec, bench.threads)]
+    for q, label in (("float32", "CTranslate2 fp32"), ("int8", CT2_INT8)):
+        systems.append(tr.CTranslate2(paths[f"ct2-{q}"], codec, bench.threads, label))
+    for v in ("fp32", "int8"):
+        if f"base/{v}" in bench.models:
+            systems += bench.system(
+                tr.OursInProcess, bench.models[f"base/{v}"], bench.threads, f"ours in-process ({v})"
+            )
+    n = 64 if bench.quick else 320
+    src, _ = bench.test_set(n)
+    workloads = [(BEAM4_BATCH32_FORCED, n), (Workload(1, 1, 20, True), 8 if bench.quick else 64)]
+    print("== translation: random base-sized Marian", flush=True)
+    run_suite(
+        bench.results,
+        f"random Marian base (d{cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers}, "
+        f"vocab {cfg.vocab_size})",
+        systems,
+        src,
+        None,
+        codec,
+        workloads,
+        rounds=bench.rounds,
+        figures={
+            (BEAM4_BATCH32_FORCED, OURS_INT8): Figure.BASE_BEAM4_BATCH32_OURS_INT8,
+            (BEAM4_BATCH32_FORCED, CT2_INT8): Figure.BASE_BEAM4_BATCH32_CT2_INT8,
+        },
+    )
+    del systems
+    gc.collect()
+
+
+STAGE = Stage("base", "base Marian", frozenset({Need.BASE_MARIAN}), run)

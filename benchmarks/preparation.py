@@ -1,0 +1,110 @@
+"""The models every stage measures, built once and cached under ``<out>/cache``.
+
+* our checkpoint as a ``MarianMTModel`` (checked: equal logits) and as CTranslate2 fp32/int8
+  models, keyed by the checkpoint's sha256, and its fp32/int8 ONNX export;
+* a random-weight base-sized Marian, its CTranslate2 conversions and its export;
+* the fp32/int8 export of the embedding model.
+
+The exports are ``export_translation`` / ``export_embedding`` themselves, which skip a variant
+that is up to date. A variant that fails to export is noted and not measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.common import read_lines
+from benchmarks.harness import EMBED_NAME, Bench
+from export.reference import REFERENCE_FILE
+from service.artefacts import sha256_of
+
+# The base Marian's longest sequence. The benchmark decodes at most 20 tokens from test-set
+# sentences; the export's checks decode a random-weight model to its maximum length (it never
+# says </s>), which at Marian's usual 512 made preparation take the better part of an hour.
+BASE_MAX_POSITIONS = 128
+# Reference sentences the base Marian's export checks (alone vs batched, int8 vs fp32): enough to
+# exercise mixed-length batches; random weights make any quality figure meaningless anyway.
+BASE_REFERENCE_SENTENCES = 24
+
+
+def export_translation(bench: Bench, source: Path, key: str, reference: Path = REFERENCE_FILE) -> None:
+    from export.translation import export_translation
+
+    for variant in ("fp32", "int8"):
+        try:
+            (path,) = export_translation(source, bench.artefacts, [variant], None, reference=reference)
+            bench.models[f"{key}/{variant}"] = path
+        except Exception as e:
+            bench.results.note(
+                f"export of {source.name} {variant} failed, ours-{variant} not measured: "
+                f"{type(e).__name__}: {str(e)[:300]}"
+            )
+
+
+def export_embedding(bench: Bench) -> None:
+    from export.embedding import export_embedding
+
+    for variant in ("fp32", "int8"):
+        try:
+            paths = export_embedding(
+                bench.embed_model_dir, bench.artefacts, [variant], name=EMBED_NAME, threads=bench.threads
+            )
+            bench.models[f"embed/{variant}"] = Path(paths[0])
+        except Exception as e:
+            bench.results.note(f"embedding export {variant} failed: {type(e).__name__}: {str(e)[:300]}")
+
+
+def prepare_small(bench: Bench) -> dict[str, Path]:
+    from benchmarks.marian_bridge import convert_checkpoint
+
+    ckpt: Path = bench.args.checkpoint
+    root = bench.cache / f"bridge-{ckpt.parent.name}-{sha256_of(ckpt)[:12]}"
+    paths = {"hf": root / "hf", "ct2-float32": root / "ct2-float32", "ct2-int8": root / "ct2-int8"}
+    if not all((p / ("model.bin" if "ct2" in k else "config.json")).is_file() for k, p in paths.items()):
+        print(f"== converting {ckpt} to Marian / CTranslate2 → {root}", flush=True)
+        paths = convert_checkpoint(ckpt, ckpt.parent / "tokenizer.json", root)
+    verify_bridge(bench, ckpt, paths["hf"])
+    export_translation(bench, ckpt, "small")
+    return paths
+
+
+def verify_bridge(bench: Bench, ckpt: Path, hf_dir: Path) -> None:
+    """Equal logits, teacher-forced on test sentences: the HF model has our weights."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import MarianMTModel
+
+    from benchmarks.marian_bridge import max_logit_difference
+    from export.checkpoint import load_checkpoint
+    from export.data import encode_source, encode_target, pad
+
+    model = load_checkpoint(ckpt)
+    marian = MarianMTModel.from_pretrained(hf_dir).eval()
+    tok = Tokenizer.from_file(str(ckpt.parent / "tokenizer.json"))
+    src_txt, tgt_txt = bench.test_set(8)
+    src = pad(encode_source(tok, src_txt, model.cfg.max_len), model.cfg.pad_id)
+    tgt = pad(encode_target(tok, tgt_txt, model.cfg.max_len), model.cfg.pad_id)[:, :-1]
+    with torch.inference_mode():
+        diff = max_logit_difference(model, marian, src, tgt)
+    bench.results.series["bridge_max_abs_logit_difference"] = diff
+    print(f"   bridge: max |Δlogit| ours vs MarianMTModel = {diff:.2e}", flush=True)
+    if diff > 1e-3:
+        raise RuntimeError(f"the Marian bridge is wrong: max |Δlogit| = {diff}")
+
+
+def prepare_base(bench: Bench) -> dict[str, Path]:
+    from benchmarks.marian_bridge import convert_marian_dir, make_random_marian
+
+    hf = bench.cache / f"marian-base-random-en-de-{BASE_MAX_POSITIONS}pos"
+    if not (hf / "config.json").is_file():
+        print(f"== building the random base-sized Marian → {hf}", flush=True)
+        corpus = read_lines(bench.multi30k / "train.en.gz") + read_lines(bench.multi30k / "train.de.gz")
+        make_random_marian(hf, corpus, max_positions=BASE_MAX_POSITIONS)
+    paths = {"hf": hf}
+    for q in ("float32", "int8"):
+        paths[f"ct2-{q}"] = convert_marian_dir(hf, bench.cache / f"{hf.name}-ct2-{q}", q)
+    reference = bench.cache / f"reference-{BASE_REFERENCE_SENTENCES}.en.txt"
+    lines = [s for s in REFERENCE_FILE.read_text(encoding="utf-8").splitlines() if s.strip()]
+    reference.write_text("\n".join(lines[:BASE_REFERENCE_SENTENCES]) + "\n", encoding="utf-8")
+    export_translation(bench, hf, "base", reference)
+    return paths

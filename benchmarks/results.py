@@ -1,0 +1,98 @@
+"""The measured figures: rows of comparison tables, and typed keys for the figures read back.
+
+A row belongs to a comparison (``section``, the printed table title) and names one system. The
+few rows that other code reads again (the targets, cross-row ratios) are also filed under a
+:class:`Figure`, so that nothing looks a row up by the words of a title.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Figure(StrEnum):
+    """A figure the targets read, whatever its section is titled in this run."""
+
+    # translate, beam 4, batch 32: our checkpoint (natural decoding), the base Marian (forced 20)
+    SMALL_BEAM4_BATCH32_OURS_INT8 = "small.beam4_batch32.ours_int8"
+    SMALL_BEAM4_BATCH32_CT2_INT8 = "small.beam4_batch32.ct2_int8"
+    BASE_BEAM4_BATCH32_OURS_INT8 = "base.beam4_batch32.ours_int8"
+    BASE_BEAM4_BATCH32_CT2_INT8 = "base.beam4_batch32.ct2_int8"
+    # embed, sentences/s
+    EMBED_SENTENCE_TRANSFORMERS = "embed.sentence_transformers"
+    EMBED_OURS_FP32 = "embed.ours_fp32"
+    EMBED_OURS_INT8 = "embed.ours_int8"
+    EMBED_HTTP_64_CLIENTS = "embed.http.64x1"
+    EMBED_HTTP_4_CLIENTS_32 = "embed.http.4x32"
+    EMBED_INFINITY_64_CLIENTS = "embed.infinity.64x1"
+    # serving efficiency
+    EMBED_VS_ENGINE_HTTP = "serving.embed_vs_engine.http"
+    EMBED_VS_ENGINE_IN_PROCESS = "serving.embed_vs_engine.in_process"
+    EMBED_DYNAMIC = "serving.embed.dynamic"
+    EMBED_SERIAL = "serving.embed.serial"
+    TRANSLATE_DYNAMIC = "serving.translate.dynamic"
+    TRANSLATE_SERIAL = "serving.translate.serial"
+    SERVICE_RSS_AFTER_LOAD = "serving.rss_after_load"
+
+
+@dataclass
+class Row:
+    """One measured figure of one system in one comparison (``section``).
+
+    Every section has exactly one baseline row; ``ratio`` is value / baseline value, measured
+    in the same run. For throughputs higher is better; for latencies lower is better.
+    """
+
+    section: str
+    system: str
+    value: float
+    unit: str
+    baseline: bool = False
+    higher_is_better: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+    ratio: float | None = None
+    figure: Figure | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Results:
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    series: dict[str, Any] = field(default_factory=dict)  # for plots: name → data
+
+    def add(self, row: Row) -> Row:
+        """Append (and print) ``row``; a figure key names one row of the run, never two."""
+        if row.figure is not None and self.figure(row.figure) is not None:
+            raise ValueError(f"figure {row.figure} measured twice")
+        self.rows.append(row)
+        self.fill_ratios()
+        print(
+            f"  [{row.section}] {row.system}: {row.value:,.1f} {row.unit}"
+            + (f"  ×{row.ratio:.2f}" if row.ratio is not None else "")
+            + (f"  {_short(row.extra)}" if row.extra else ""),
+            flush=True,
+        )
+        return row
+
+    def figure(self, key: Figure) -> Row | None:
+        """The row filed under ``key``, or None when this run did not measure it."""
+        return next((r for r in self.rows if r.figure is key), None)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        print(f"  NOTE: {text}", flush=True)
+
+    def fill_ratios(self) -> None:
+        base = {r.section: r for r in self.rows if r.baseline}
+        for r in self.rows:
+            b = base.get(r.section)
+            r.ratio = r.value / b.value if b is not None and b.value else None
+
+
+def _short(extra: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items())

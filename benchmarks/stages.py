@@ -1,0 +1,17 @@
+"""The stages of ``python -m benchmarks``, in the order they run; ``--only`` picks among them.
+
+A new stage is one module with ``run(bench)`` and ``STAGE = Stage(name, label, needs, run)``
+(see ``harness.py``) and one line here.
+"""
+
+from __future__ import annotations
+
+from benchmarks import base_marian, embedding, serving, translation
+from benchmarks.harness import Stage
+
+STAGES: tuple[Stage, ...] = (
+    translation.STAGE,
+    base_marian.STAGE,
+    embedding.STAGE,
+    serving.STAGE,
+)

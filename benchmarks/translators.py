@@ -1,0 +1,213 @@
+"""Translation systems under test: the same weights in Hugging Face generate, CTranslate2 and
+our engine/service, each taking text and giving text.
+
+HF and CTranslate2 are fed ids from the same ``tokenizers`` tokenizer our engine uses (encode +
+decode are inside the timed region for all). Decoding is either natural (stops at ``</s>``; the
+same max length for all) or forced to a fixed length (``</s>`` suppressed: HF/CT2 ``min = max
+length``, ours a wrapped decoder backend that masks ``</s>``), so every system does the same work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from service.engine.search import Candidates
+
+BASELINE = "HF transformers"
+CT2_INT8 = "CTranslate2 int8"
+
+
+@dataclass(frozen=True)
+class Workload:
+    beam: int
+    batch: int
+    max_len: int  # natural: upper bound; forced: exact output length
+    forced: bool
+
+
+class Translator(Protocol):
+    name: str
+    server_pids: Sequence[int]  # the server process(es) doing the work, when over HTTP; () in-process
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        """Translations and the number of generated target tokens."""
+        ...
+
+
+class TextCodec:
+    """Our ``tokenizers`` tokenizer as the shared front/back end of HF and CTranslate2."""
+
+    def __init__(self, tokenizer: Any, eos_id: int, pad_id: int) -> None:
+        """tokenizer: a ``tokenizers.Tokenizer`` or the path of its JSON file."""
+        from tokenizers import Tokenizer
+
+        self.tok = Tokenizer.from_file(str(tokenizer)) if isinstance(tokenizer, str | Path) else tokenizer
+        self.eos_id, self.pad_id = eos_id, pad_id
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        ids = [e.ids for e in self.tok.encode_batch(list(texts))]
+        return [x if x and x[-1] == self.eos_id else [*x, self.eos_id] for x in ids]
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        return self.tok.decode_batch([list(x) for x in ids])
+
+    def tokens(self, ids: Sequence[int]) -> list[str]:
+        return [self.tok.id_to_token(i) for i in ids]  # type: ignore[misc]
+
+
+class HFGenerate:
+    name = BASELINE
+    server_pids: Sequence[int] = ()
+
+    def __init__(self, model_dir: Path, codec: TextCodec, threads: int) -> None:
+        import torch
+        import transformers
+        from transformers import MarianMTModel
+
+        transformers.logging.set_verbosity_error()  # one max_length warning per generate call otherwise
+        transformers.logging.disable_progress_bar()
+        torch.set_num_threads(threads)
+        self.torch = torch
+        self.model = MarianMTModel.from_pretrained(model_dir).eval()
+        self.codec = codec
+        self.start = int(self.model.config.decoder_start_token_id)
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        torch, codec = self.torch, self.codec
+        ids = codec.encode(texts)
+        width = max(map(len, ids))
+        src = torch.tensor([x + [codec.pad_id] * (width - len(x)) for x in ids])
+        # Forced: exactly max_len tokens; Marian's forced </s> at the last step would make it max_len - 1.
+        kwargs: dict[str, Any] = (
+            {"min_new_tokens": w.max_len, "forced_eos_token_id": None} if w.forced else {}
+        )
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=src,
+                attention_mask=(src != codec.pad_id).long(),
+                num_beams=w.beam,
+                do_sample=False,
+                max_new_tokens=w.max_len,
+                early_stopping=True,
+                length_penalty=1.0,
+                num_return_sequences=1,
+                **kwargs,
+            )
+        hyps = []
+        for row in out.tolist():
+            row = row[1:] if row and row[0] == self.start else row
+            cut = row.index(codec.eos_id) if codec.eos_id in row else len(row)
+            hyps.append([t for t in row[:cut] if t != codec.pad_id])
+        return codec.decode(hyps), sum(map(len, hyps))
+
+
+class CTranslate2:
+    server_pids: Sequence[int] = ()
+
+    def __init__(self, model_dir: Path, codec: TextCodec, threads: int, name: str) -> None:
+        import ctranslate2
+
+        self.name = name
+        self.tr = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=threads, inter_threads=1)
+        self.codec = codec
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        codec = self.codec
+        tokens = [codec.tokens(x) for x in codec.encode(texts)]
+        res = self.tr.translate_batch(
+            tokens,
+            beam_size=w.beam,
+            max_batch_size=0,
+            max_decoding_length=w.max_len,
+            min_decoding_length=w.max_len if w.forced else 0,
+            length_penalty=1.0,
+            return_scores=False,
+        )
+        hyps = [[codec.tok.token_to_id(t) for t in r.hypotheses[0]] for r in res]
+        return codec.decode(hyps), sum(map(len, hyps))  # type: ignore[arg-type]
+
+
+class _EosMask:
+    """Wraps the engine's decoder backend: ``</s>`` never wins, so every output has max_len tokens."""
+
+    def __init__(self, inner: Any, eos_id: int) -> None:
+        self.inner, self.eos_id = inner, eos_id
+        self.layout = inner.layout
+
+    def encode(self, input_ids: np.ndarray) -> Any:
+        return self.inner.encode(input_ids)
+
+    def take(self, x: Any, rows: np.ndarray, axis: int) -> Any:
+        return self.inner.take(x, rows, axis)
+
+    def layer(self, x: Any, i: int) -> Any:
+        return self.inner.layer(x, i)
+
+    def step(self, feeds: dict[str, Any], with_attention: bool) -> Any:
+        scores, attn, past = self.inner.step(feeds, with_attention)
+        if isinstance(scores, Candidates):  # a TopK decoder layout: drop </s> from the candidates
+            return (
+                Candidates(np.where(scores.tokens == self.eos_id, -np.inf, scores.log_probs), scores.tokens),
+                attn,
+                past,
+            )
+        log_probs = np.array(scores, copy=True)
+        log_probs[:, self.eos_id] = -np.inf
+        return log_probs, attn, past
+
+
+class OursInProcess:
+    """Our ``OnnxTranslator`` called directly (no batcher, no HTTP)."""
+
+    server_pids: Sequence[int] = ()
+
+    def __init__(self, artefact_dir: Path, threads: int, name: str) -> None:
+        from service.engine.translator import OnnxTranslator
+
+        self.name = name
+        self.engine: Any = OnnxTranslator(artefact_dir, "cpu", threads)
+        self.engine.warmup()
+        self._plain = self.engine.backend
+        self._masked = _EosMask(self._plain, self.engine.eos_id)
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        from service.engine.base import TranslateItem, TranslateOptions
+
+        self.engine.backend = self._masked if w.forced else self._plain
+        opts = TranslateOptions(beam_size=w.beam, max_length=w.max_len)
+        out = self.engine.translate([TranslateItem(t, opts) for t in texts])
+        errors = [r for r in out if isinstance(r, Exception)]
+        if errors:
+            raise errors[0]
+        return [r.hypotheses[0].text for r in out], sum(r.n_output_tokens for r in out)
+
+
+class OursHTTP:
+    """Our service over HTTP: one POST /v1/translate per batch (natural decoding only)."""
+
+    def __init__(self, base_url: str, server_pid: int, name: str = "ours HTTP (int8)") -> None:
+        import httpx
+
+        self.name = name
+        self.server_pids: Sequence[int] = (server_pid,)
+        self.client = httpx.Client(base_url=base_url, timeout=600)
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        if w.forced:
+            raise NotImplementedError("the service has no option to suppress </s>")
+        r = self.client.post(
+            "/v1/translate", json={"text": list(texts), "beam_size": w.beam, "max_length": w.max_len}
+        )
+        r.raise_for_status()
+        return parse_translate_response(r.json())
+
+
+def parse_translate_response(body: dict[str, Any]) -> tuple[list[str], int]:
+    """Texts and output-token count from our /v1/translate answer."""
+    texts = [(t.get("hypotheses") or [{}])[0].get("text", "") for t in body.get("translations", [])]
+    return texts, int(body.get("usage", {}).get("output_tokens", 0))
