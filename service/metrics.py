@@ -83,7 +83,7 @@ def labelled(metric: M, *values: str) -> M:
     child = _children.get(key)
     if child is None:
         child = _children[key] = metric.labels(*values)
-    return child  # type: ignore[no-any-return]
+    return child
 
 
 def observe_stage(model: str, stage: Stage, seconds: float) -> None:

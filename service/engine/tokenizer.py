@@ -63,13 +63,12 @@ class TextTokenizer:
         ``given``: whole encodings already made by ``encode`` (None where not): only the others
         are tokenized here.
         """
-        full = list(given) if given is not None else [None] * len(texts)
+        full: list[Encoded | None] = list(given) if given is not None else [None] * len(texts)
         missing = [i for i, enc in enumerate(full) if enc is None]
-        for i, enc in zip(missing, self.encode([texts[i] for i in missing]), strict=True):
-            full[i] = enc
+        made = iter(self.encode([texts[i] for i in missing]))
+        whole = [enc if enc is not None else next(made) for enc in full]
         out: list[Encoded | TextTooLong] = []
-        for text, enc, may_cut in zip(texts, full, truncate, strict=True):
-            assert enc is not None
+        for text, enc, may_cut in zip(texts, whole, truncate, strict=True):
             n = enc.n_tokens
             if n <= self.max_len:
                 out.append(enc)

@@ -130,7 +130,7 @@ class HashEmbedder:
         self.hooks.before_batch([it.text for it in items])
         out: list[Embedding | Exception] = []
         for item in items:
-            n = self.count_tokens(item.text)
+            n = item.encoded.n_tokens if item.encoded else self.count_tokens(item.text)
             if FAIL_WORD in words(item.text):
                 out.append(RuntimeError("this item failed"))
             elif n > self.max_len and not item.truncate:
@@ -189,15 +189,11 @@ class ReverseTranslator:
         out: list[Translation | Exception] = []
         for item in items:
             source = words(item.text)
+            n = item.encoded.n_tokens if item.encoded else self.count_tokens(item.text)
             if FAIL_WORD in source:
                 out.append(RuntimeError("this item failed"))
-            elif self.count_tokens(item.text) > self.max_len:
-                out.append(
-                    TextTooLong(
-                        f"text has {self.count_tokens(item.text)} tokens, more than {self.max_len}",
-                        self.max_len,
-                    )
-                )
+            elif n > self.max_len:
+                out.append(TextTooLong(f"text has {n} tokens, more than {self.max_len}", self.max_len))
             else:
                 out.append(self._translate(source, item))
         return out

@@ -66,6 +66,19 @@ def test_vectors_equal_pytorch_mean_pooling(embedder: OnnxEmbedder, embedding_so
     assert embedder.provider == "CPUExecutionProvider"
 
 
+def test_items_carrying_their_whole_encodings_embed_as_items_without(embedder: OnnxEmbedder) -> None:
+    """The route tokenizes once and hands the encodings over; truncation still applies to them."""
+    whole = embedder.encode(TEXTS)
+    assert [e.n_tokens for e in whole] == [embedder.count_tokens(t) for t in TEXTS]
+    given = embedder.embed([EmbedItem(t, True, e) for t, e in zip(TEXTS, whole, strict=True)])
+    plain = embedder.embed([EmbedItem(t) for t in TEXTS])
+    for a, b in zip(given, plain, strict=True):
+        np.testing.assert_array_equal(ok(a).vector, ok(b).vector)
+        assert ok(a).n_tokens == ok(b).n_tokens <= embedder.info.max_len
+    (refused,) = embedder.embed([EmbedItem(TEXTS[2], False, whole[2])])
+    assert isinstance(refused, TextTooLong)
+
+
 def test_mixed_lengths_and_sub_batches_do_not_change_results(embedding_artefact: Path) -> None:
     """Length-sorted, padded sub-batches give each text what it gets alone, in request order."""
     engine = OnnxEmbedder(embedding_artefact, "cpu", 1, max_batch_size=2, max_batch_tokens=24)

@@ -57,3 +57,17 @@ def test_bad_tokenizer_file_names_it(tmp_path: Path) -> None:
     path.write_text("{broken", encoding="utf-8")
     with pytest.raises(ArtefactError, match=str(path)):
         TextTokenizer.from_file(path, 8, 0)
+
+
+def test_given_whole_encodings_are_taken_as_they_are_and_the_length_policy_still_applies() -> None:
+    t = TextTokenizer(word_tokenizer(), max_len=4, pad_id=0)
+    whole = t.encode(["a b c d e"])[0]
+    assert whole == Encoded([4, 5, 6, 7, 8, 2], ["a", "b", "c", "d", "e", "</s>"], truncated=False)
+    marked = Encoded([7, 2], ["d", "</s>"], truncated=False)  # not "a b"'s own: used as given
+    out = t.encode_batch(
+        ["a b c d e", "a b", "c", "a b c d e"], [True, True, True, False], [whole, marked, None, whole]
+    )
+    assert out[0] == Encoded([4, 5, 6, 2], ["a", "b", "c", "</s>"], truncated=True)
+    assert out[1] is marked
+    assert out[2] == Encoded([6, 2], ["c", "</s>"], truncated=False)  # not given: tokenized here
+    assert isinstance(out[3], TextTooLong) and "6 tokens" in str(out[3])
