@@ -6,7 +6,7 @@ A new stage is one module with ``run(bench)`` and ``STAGE = Stage(name, label, n
 
 from __future__ import annotations
 
-from benchmarks import base_marian, embedding, serving, translation
+from benchmarks import base_marian, embedding, mixed_traffic, serving, translation
 from benchmarks.harness import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -14,4 +14,5 @@ STAGES: tuple[Stage, ...] = (
     base_marian.STAGE,
     embedding.STAGE,
     serving.STAGE,
+    mixed_traffic.STAGE,
 )

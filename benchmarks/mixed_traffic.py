@@ -1,0 +1,198 @@
+"""Translation over HTTP under mixed traffic: iteration-level ("continuous") vs whole-batch decoding.
+
+The same server (``python -m service``, the default int8 translator) is started twice, with
+``TSERVE_TRANSLATE_BATCHING=batch`` and ``=continuous``, and driven the same way:
+
+* **mixed**: 16 clients for a fixed time, each request beam 4; 80 % are one short caption (a
+  committed reference sentence), 20 % long inputs (half a paragraph of five captions, half one
+  sentence of 40+ tokens: three captions joined by ", and"). Reported: p50/p99 latency of the
+  short requests, and output tokens per second (the server's own ``tserve_output_tokens`` counter).
+* **uniform**: 16 clients sending one short caption each, for the same time: requests per second.
+* **hostile** (continuous only): 8 clients each sending 64 texts of ~600 characters with beam 8,
+  n-best 8 and max_length 256, twice, while a prober sends a one-word request every 0.2 s and the
+  server's resident memory is sampled. Reported: peak RSS against the budget, the one-word p99
+  during and after, and every status code seen (504 for requests whose own deadline passed is the
+  only 5xx allowed).
+
+Run: ``python -m benchmarks --data-dir ../shared/data --only mixed_traffic`` (a stage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+
+from benchmarks.common import rss_mb
+from benchmarks.harness import Bench, Need, Stage
+from benchmarks.results import Results, Row
+
+SECTION_SHORT_P99 = "mixed traffic: short-request p99 latency (ms), 16 clients, 20 % long inputs, beam 4"
+SECTION_SHORT_P50 = "mixed traffic: short-request p50 latency (ms), 16 clients, 20 % long inputs, beam 4"
+SECTION_TOKENS = "mixed traffic: output tokens/s, 16 clients, 20 % long inputs, beam 4"
+SECTION_UNIFORM = "uniform traffic: one-caption requests/s, 16 clients, beam 4"
+SECTION_HOSTILE = "hostile load (8 × 64 texts of 600 chars, beam 8, n-best 8): one-word p99 (ms)"
+MODES = ("batch", "continuous")
+
+
+@dataclass
+class Mix:
+    short_latencies_s: list[float] = field(default_factory=list)
+    long_latencies_s: list[float] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+
+def output_tokens(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(float(m) for m in re.findall(r"^tserve_output_tokens_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+async def drive(
+    url: str, pool: list[str], clients: int, duration_s: float, long_share: float, seed: int
+) -> Mix:
+    """``clients`` closed-loop clients for ``duration_s``; ``long_share`` of requests long."""
+    mix = Mix()
+    end = time.perf_counter() + duration_s
+
+    async def client(i: int) -> None:
+        rng = random.Random(seed * 1000 + i)
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            while time.perf_counter() < end:
+                long = rng.random() < long_share
+                if not long:
+                    text = rng.choice(pool)
+                elif rng.random() < 0.5:
+                    text = " ".join(rng.sample(pool, 5))  # a paragraph: five sentences
+                else:
+                    text = ", and ".join(s.rstrip(".") for s in rng.sample(pool, 3)) + "."  # 40+ tokens
+                t0 = time.perf_counter()
+                r = await http.post("/v1/translate", json={"text": text, "beam_size": 4})
+                (mix.long_latencies_s if long else mix.short_latencies_s).append(time.perf_counter() - t0)
+                mix.statuses[r.status_code] += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    mix.seconds = time.perf_counter() - t0
+    return mix
+
+
+@dataclass
+class Hostile:
+    rss_before_mb: float
+    rss_peak_mb: float = 0.0
+    during_s: list[float] = field(default_factory=list)
+    after_s: list[float] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+    probe_statuses: Counter[int] = field(default_factory=Counter)
+
+
+async def hostile(url: str, pool: list[str], pid: int, after_s: float = 5.0) -> Hostile:
+    """The worst-case load of issue 17 with a one-word prober, sampling the server's RSS."""
+    rng = random.Random(7)
+    out = Hostile(rss_before_mb=rss_mb(pid))
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            out.rss_peak_mb = max(out.rss_peak_mb, rss_mb(pid))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+
+    def text() -> str:
+        words = " ".join(rng.sample(pool, 12))
+        return words[:600]
+
+    async def worst(http: httpx.AsyncClient) -> None:
+        for _ in range(2):
+            body = {"text": [text() for _ in range(64)], "beam_size": 8, "n_best": 8, "max_length": 256}
+            r = await http.post("/v1/translate", json=body)
+            out.statuses[r.status_code] += 1
+
+    async def probe(http: httpx.AsyncClient, sink: list[float], until: asyncio.Task[Any] | float) -> None:
+        while (not until.done()) if isinstance(until, asyncio.Task) else time.perf_counter() < until:
+            t0 = time.perf_counter()
+            r = await http.post("/v1/translate", json={"text": "Hello"})
+            sink.append(time.perf_counter() - t0)
+            out.probe_statuses[r.status_code] += 1
+            await asyncio.sleep(0.2)
+
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=32)) as http:
+
+        async def load_all() -> None:
+            await asyncio.gather(*(worst(http) for _ in range(8)))
+
+        load = asyncio.create_task(load_all())
+        await probe(http, out.during_s, load)
+        await load
+        await probe(http, out.after_s, time.perf_counter() + after_s)
+    stop.set()
+    sampler.join()
+    return out
+
+
+def ms(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q) * 1000) if xs else float("nan")
+
+
+def run(bench: Bench) -> None:
+    """Both modes under mixed and uniform traffic, then the hostile load on continuous."""
+    results = bench.results
+    pool = bench.test_set(1000)[0]
+    duration = bench.duration
+    for mode in MODES:
+        env = {"TSERVE_TRANSLATE_BATCHING": mode, "TSERVE_REQUEST_TIMEOUT_S": "30"}
+        service = bench.start_service(env, f" ({mode} decoding)")
+        if service is None:
+            return
+        try:
+            measure(results, service.base, service.pid, pool, mode, duration)
+        finally:
+            service.stop()
+
+
+def measure(results: Results, url: str, pid: int, pool: list[str], mode: str, duration_s: float) -> None:
+    asyncio.run(drive(url, pool, 4, 3.0, 0.2, seed=0))  # warm-up
+    before = output_tokens(url)
+    mix = asyncio.run(drive(url, pool, 16, duration_s, 0.2, seed=1))
+    tokens_per_s = (output_tokens(url) - before) / mix.seconds
+    uniform = asyncio.run(drive(url, pool, 16, duration_s / 2, 0.0, seed=2))
+    baseline = mode == "batch"
+    extra = {"requests": sum(mix.statuses.values()), "statuses": dict(mix.statuses)}
+    results.add(Row(SECTION_SHORT_P99, mode, ms(mix.short_latencies_s, 99), "ms", baseline, False, extra))
+    results.add(Row(SECTION_SHORT_P50, mode, ms(mix.short_latencies_s, 50), "ms", baseline, False))
+    long_p50 = {"long_p50_ms": ms(mix.long_latencies_s, 50)}
+    results.add(Row(SECTION_TOKENS, mode, tokens_per_s, "tok/s", baseline, True, long_p50))
+    rate = sum(uniform.statuses.values()) / uniform.seconds
+    extra = {"p50_ms": ms(uniform.short_latencies_s, 50), "statuses": dict(uniform.statuses)}
+    results.add(Row(SECTION_UNIFORM, mode, rate, "req/s", baseline, True, extra))
+    if mode == "continuous":
+        h = asyncio.run(hostile(url, pool, pid))
+        extra = {
+            "after_p99_ms": ms(h.after_s, 99),
+            "rss_before_mb": h.rss_before_mb,
+            "rss_peak_mb": h.rss_peak_mb,
+            "statuses": dict(h.statuses),
+            "probe_statuses": dict(h.probe_statuses),
+        }
+        results.add(
+            Row(SECTION_HOSTILE, "continuous: during the load", ms(h.during_s, 99), "ms", True, False, extra)
+        )
+
+
+STAGE = Stage(
+    "mixed_traffic",
+    "mixed traffic: continuous vs whole-batch decoding over HTTP",
+    frozenset({Need.OUR_CHECKPOINT, Need.EMBEDDING}),
+    run,
+)
