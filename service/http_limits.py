@@ -106,6 +106,41 @@ class _Refusal(Exception):
         self.status, self.type, self.message, self.limit = status, type_, message, limit
 
 
+class _HeadWithBody:
+    """A response's view of the connection's transport that holds the response head (status line
+    and headers: uvicorn writes them apart) until the body's first write, so that a response
+    leaves in one ``send`` — one system call and one TCP segment, not two. A write before the
+    response has started (``100 Continue``) goes at once; ``flush`` and ``close`` send a held
+    head; everything else is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._head: bytes | None = None
+        self._held = False  # whether this response's head has been seen
+
+    def write(self, data: bytes) -> None:
+        if not self._held and self._cycle.response_started and not self._cycle.response_complete:
+            self._held = True
+            self._head = data
+            return
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the head deadline, head budget and connection cap.
 
@@ -266,12 +301,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._stop_waiting()
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = _HeadWithBody(self.transport, self.cycle)
 
     def on_message_complete(self) -> None:
         self._reading_head = True  # what comes next is the next request's head
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        if self.cycle is not None and isinstance(self.cycle.transport, _HeadWithBody):
+            self.cycle.transport.flush()  # a response without a body write (HEAD, 204, 304)
         super().on_response_complete()
         if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
             self._wait_for_request()
