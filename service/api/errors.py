@@ -151,20 +151,17 @@ def unpack_results(results: Sequence[R | Exception], field: str) -> list[R]:
 
     All-or-nothing keeps the response arrays aligned with the request's (see ``schemas``).
     """
-    too_long = [(i, r) for i, r in enumerate(results) if isinstance(r, TextTooLong)]
-    if too_long:
+    refused = [(i, r) for i, r in enumerate(results) if isinstance(r, TextTooLong | DecodeTooLarge)]
+    if refused:
         raise validation_error(
             [
-                {"type": "text_too_long", "loc": ("body", field, i), "msg": str(r), "ctx": {"limit": r.limit}}
-                for i, r in too_long
-            ]
-        )
-    too_large = [(i, r) for i, r in enumerate(results) if isinstance(r, DecodeTooLarge)]
-    if too_large:
-        raise validation_error(
-            [
-                {"type": "decode_too_large", "loc": ("body", field, i), "msg": str(r), "ctx": {"limit": r.limit}}
-                for i, r in too_large
+                {
+                    "type": "text_too_long" if isinstance(r, TextTooLong) else "decode_too_large",
+                    "loc": ("body", field, i),
+                    "msg": str(r),
+                    "ctx": {"limit": r.limit},
+                }
+                for i, r in refused
             ]
         )
     for i, result in enumerate(results):
