@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmarks import report
 from benchmarks.common import REPO, machine, other_load, versions
-from benchmarks.harness import Bench, Need
+from benchmarks.harness import Bench, Need, needs_of
 from benchmarks.stages import STAGES
 from benchmarks.targets import check_targets
 
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "niceness": os.nice(0),
     }
     stages = [s for s in STAGES if args.only is None or s.name in args.only]
-    if Need.OUR_CHECKPOINT in frozenset().union(*(s.needs for s in stages)) and not args.checkpoint.is_file():
+    if Need.OUR_CHECKPOINT in needs_of(stages) and not args.checkpoint.is_file():
         sys.exit(f"no checkpoint at {args.checkpoint}: pass --checkpoint (tokenizer.json must sit beside it)")
     try:
         bench.run(stages)

@@ -40,6 +40,10 @@ class Stage:
     run: Callable[[Bench], None]
 
 
+def needs_of(stages: Iterable[Stage]) -> frozenset[Need]:
+    return frozenset(need for stage in stages for need in stage.needs)
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -78,7 +82,7 @@ class Bench:
 
     def run(self, stages: Iterable[Stage]) -> None:
         stages = list(stages)
-        self.prepare(frozenset().union(*(s.needs for s in stages)))
+        self.prepare(needs_of(stages))
         try:
             for stage in stages:
                 self.guard(stage.label, stage.run, self)
