@@ -109,9 +109,10 @@ class _Refusal(Exception):
 class _HeadWithBody:
     """A response's view of the connection's transport that holds the response head (status line
     and headers: uvicorn writes them apart) until the body's first write, so that a response
-    leaves in one ``send`` — one system call and one TCP segment, not two. A write before the
-    response has started (``100 Continue``) goes at once; ``flush`` and ``close`` send a held
-    head; everything else is the transport's own."""
+    leaves in one ``send`` — one system call and one TCP segment, not two. Only a head that a
+    body write will follow is held (not a HEAD's, a 204's or an empty body's); a write before
+    the response starts (``100 Continue``) goes at once; ``close`` sends a held head first;
+    everything else is the transport's own."""
 
     def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
         self._transport = transport
@@ -120,21 +121,25 @@ class _HeadWithBody:
         self._held = False  # whether this response's head has been seen
 
     def write(self, data: bytes) -> None:
-        if not self._held and self._cycle.response_started and not self._cycle.response_complete:
-            self._held = True
-            self._head = data
-            return
         if self._head is not None:
             data, self._head = self._head + data, None
+        elif not self._held and self._cycle.response_started:
+            self._held = True
+            if self._body_follows():
+                self._head = data
+                return
         self._transport.write(data)
 
-    def flush(self) -> None:
+    def _body_follows(self) -> bool:
+        cycle = self._cycle  # uvicorn has read the response's framing before writing its head
+        return bool(
+            cycle.scope["method"] != "HEAD" and (cycle.chunked_encoding or cycle.expected_content_length)
+        )
+
+    def close(self) -> None:
         if self._head is not None:
             head, self._head = self._head, None
             self._transport.write(head)
-
-    def close(self) -> None:
-        self.flush()
         self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
@@ -309,8 +314,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        if self.cycle is not None and isinstance(self.cycle.transport, _HeadWithBody):
-            self.cycle.transport.flush()  # a response without a body write (HEAD, 204, 304)
         super().on_response_complete()
         if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
             self._wait_for_request()

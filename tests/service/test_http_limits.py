@@ -1,0 +1,132 @@
+"""The server's protocol writes each response in one piece: head and body together, a head
+alone only where no body follows (HEAD, 204), and ``100 Continue`` at once, before the body."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.types import Receive, Scope, Send
+
+from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
+
+pytestmark = pytest.mark.anyio
+
+LIMITS = ConnectionLimits(
+    header_timeout_s=5,
+    max_connections=16,
+    max_request_line_bytes=1024,
+    max_header_bytes=4096,
+    max_header_count=32,
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    """Echoes the request body; ``/empty`` answers 204."""
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    status, content = (204, b"") if scope["path"] == "/empty" else (200, b"echo:" + body)
+    headers = [(b"content-length", str(len(content)).encode())] if status == 200 else []
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+@pytest.fixture
+async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, list[bytes]]]:
+    """A uvicorn server with the limited protocol on a free port, and every write its
+    connections' transports make (the asyncio transport's own ``write``, recorded)."""
+    writes: list[bytes] = []
+    transport_type: Any = type(await _a_transport())
+    real_write = transport_type.write
+
+    def recording_write(self: Any, data: bytes) -> None:
+        writes.append(bytes(data))
+        real_write(self, data)
+
+    monkeypatch.setattr(transport_type, "write", recording_write)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="asyncio",
+        http=LimitedHttpToolsProtocol.for_limits(LIMITS),
+        lifespan="off",
+        log_level="warning",
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.ensure_future(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield port, writes
+    server.should_exit = True
+    await task
+
+
+async def _a_transport() -> asyncio.Transport:
+    """A connected asyncio socket transport, only to learn its class."""
+    left, right = socket.socketpair()
+    transport, _ = await asyncio.get_running_loop().connect_accepted_socket(asyncio.Protocol, left)
+    transport.close()
+    right.close()
+    return transport  # type: ignore[return-value]
+
+
+async def exchange(port: int, request: bytes, *, then: bytes = b"", until: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    got = b""
+    if then:  # send the body only once the interim answer is in
+        got = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.write(then)
+    while until not in got:
+        got += await asyncio.wait_for(reader.read(65536), 5)
+    writer.close()
+    return got
+
+
+def responses(writes: list[bytes]) -> list[bytes]:
+    return [w for w in writes if w.startswith(b"HTTP/1.1 ")]
+
+
+async def test_a_response_is_one_write_head_and_body(server: tuple[int, list[bytes]]) -> None:
+    port, writes = server
+    request = b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
+    got = await exchange(port, request, until=b"echo:hi")
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n") and got.endswith(b"\r\n\r\necho:hi")
+    assert responses(writes) == [got]  # the whole response in one write
+
+
+async def test_head_and_204_answers_still_leave_and_keep_the_connection(
+    server: tuple[int, list[bytes]],
+) -> None:
+    port, writes = server
+    both = b"HEAD /x HTTP/1.1\r\nHost: t\r\n\r\nGET /empty HTTP/1.1\r\nHost: t\r\n\r\n"
+    got = await exchange(port, both, until=b"HTTP/1.1 204")
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n") and b"echo" not in got
+    assert len(responses(writes)) == 2
+
+
+async def test_100_continue_goes_before_the_body_is_sent(server: tuple[int, list[bytes]]) -> None:
+    port, writes = server
+    head = b"POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+    got = await exchange(port, head, then=b"ok", until=b"echo:ok")
+    assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert [w[:12] for w in responses(writes)] == [b"HTTP/1.1 100", b"HTTP/1.1 200"]
