@@ -66,6 +66,9 @@ def create_app(
         summary="Translation and sentence embeddings on onnxruntime, with dynamic batching",
         version="0.1.0",
         lifespan=lifespan,
+        # Metrics are Prometheus's (service/metrics.py); FastAPI's OpenTelemetry bridge would
+        # otherwise look its providers up on every request to find it has nothing to do.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.runtime = runtime
     install_error_handlers(app)

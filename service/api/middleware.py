@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import re
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 
 from starlette.datastructures import MutableHeaders
@@ -19,6 +19,9 @@ from service.api.errors import BodyNotUtf8, BodyTimeout, BodyTooLarge, error_res
 from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS, labelled
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# New request ids: 128 random bits from a generator seeded once from the OS, not a system call
+# per request (uuid4); they must be unique, not secret.
+_new_ids = random.Random()
 _UTF8 = {"utf-8", "utf8"}
 _UTF16_OR_32_BOMS = (b"\xfe\xff", b"\xff\xfe")
 _LIBRETRANSLATE_PATHS = ("/translate", "/languages", "/frontend/settings")  # errors: {"error": "..."}
@@ -27,7 +30,7 @@ _LIBRETRANSLATE_PATHS = ("/translate", "/languages", "/frontend/settings")  # er
 def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
     """The client's ``X-Request-ID`` when it is sane, else a new one."""
     given = dict(headers).get(b"x-request-id", b"").decode("latin-1")
-    return given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+    return given if _REQUEST_ID.match(given) else f"{_new_ids.getrandbits(128):032x}"
 
 
 class RequestContextMiddleware:
