@@ -9,7 +9,8 @@ The same server (``python -m service``, the default int8 translator) is started 
   short requests, and output tokens per second (the server's own ``tserve_output_tokens`` counter).
 * **uniform**: 16 clients sending one short caption each, for the same time: requests per second.
 * **hostile** (continuous only): 8 clients each sending 64 texts of ~600 characters with beam 8,
-  n-best 8 and max_length 256, twice, while a prober sends a one-word request every 0.2 s and the
+  n-best 8 and max_length 128, twice (issue 17's max_length 512 is now refused at once: over the
+  model's 256, and over the per-request decode cost cap), while a prober sends a one-word request every 0.2 s and the
   server's resident memory is sampled. Reported: peak RSS against the budget, the one-word p99
   during and after, and every status code seen (504 for requests whose own deadline passed is the
   only 5xx allowed).
@@ -89,6 +90,7 @@ async def drive(
 class Hostile:
     rss_before_mb: float
     rss_peak_mb: float = 0.0
+    rss_after_mb: float = 0.0
     during_s: list[float] = field(default_factory=list)
     after_s: list[float] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
@@ -115,7 +117,7 @@ async def hostile(url: str, pool: list[str], pid: int, after_s: float = 5.0) -> 
 
     async def worst(http: httpx.AsyncClient) -> None:
         for _ in range(2):
-            body = {"text": [text() for _ in range(64)], "beam_size": 8, "n_best": 8, "max_length": 256}
+            body = {"text": [text() for _ in range(64)], "beam_size": 8, "n_best": 8, "max_length": 128}
             r = await http.post("/v1/translate", json=body)
             out.statuses[r.status_code] += 1
 
@@ -138,6 +140,7 @@ async def hostile(url: str, pool: list[str], pid: int, after_s: float = 5.0) -> 
         await probe(http, out.after_s, time.perf_counter() + after_s)
     stop.set()
     sampler.join()
+    out.rss_after_mb = rss_mb(pid)
     return out
 
 
@@ -182,6 +185,7 @@ def measure(results: Results, url: str, pid: int, pool: list[str], mode: str, du
             "after_p99_ms": ms(h.after_s, 99),
             "rss_before_mb": h.rss_before_mb,
             "rss_peak_mb": h.rss_peak_mb,
+            "rss_after_mb": h.rss_after_mb,
             "statuses": dict(h.statuses),
             "probe_statuses": dict(h.probe_statuses),
         }

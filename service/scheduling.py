@@ -7,14 +7,18 @@ the batcher's request side (queue bound → 429, deadlines → 504, disconnects,
 and replaces its execution: one decode thread per model drives a ``RunningDecode``
 (``service/engine/running.py``). Between two steps it
 
-* admits waiting sentences, oldest first, while the decode's worst-case memory (every row at its
-  own length limit and the longest source) stays within ``DecodeBudget.memory_bytes`` and the
-  sentences encoded in one pause stay within ``admit_tokens`` (so encoding never stalls the
-  running decode for long); a sentence that could never fit, even alone, fails with
-  ``DecodeTooLarge`` (→ 422) instead of waiting forever;
+* admits waiting sentences, oldest first (each request's oldest before any request's second:
+  ``_fair``), while the decode's worst-case memory (every row at its own length limit and the
+  longest source: ``RunningDecode.worst_bytes``) stays within its share of
+  ``DecodeBudget.memory_bytes`` and the sentences encoded in one pause stay within
+  ``admit_tokens`` (so encoding never stalls the running decode for long); a sentence that could
+  never fit, even alone, fails with ``DecodeTooLarge`` (→ 422) instead of waiting forever. Small
+  requests (``BatchPolicy.express_max_tokens``) may also use an express decode with a quarter of
+  the budget, so a one-word request is never held behind long ones (``_lanes``);
 * takes out the sentences nobody waits for any more (client gone, deadline passed: the request
   side sets ``TranslateItem.abandoned``), freeing their rows at once;
-* runs one step over every running row and answers each finished sentence at once.
+* runs one step over every running row (of each decode) and answers each finished sentence at
+  once.
 
 A step that raises fails the sentences in it (``EngineFailure`` → 500); the sentences still
 waiting go on in a fresh decode. Results do not depend on what else runs: each sentence's search
@@ -25,10 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,6 +54,7 @@ from service.metrics import (
 log = logging.getLogger(__name__)
 
 Pending = _Pending[TranslateItem, "Translation | Exception"]
+EXPRESS_SHARE = 0.25  # of the decode memory budget, only for sentences of small requests
 
 
 class DecodeTooLarge(ValueError):
@@ -93,6 +99,15 @@ class _Sentence:
     source: Encoded
 
 
+@dataclass
+class _Lane:
+    """A running decode and the share of the memory budget it may take."""
+
+    decode: RunningDecode
+    share: int  # bytes
+    express: bool = False  # only for sentences of small requests
+
+
 class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]):
     """A translation model's queue with iteration-level decoding on its own thread."""
 
@@ -132,6 +147,9 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
                 self._purge(loop.time())
                 if self._queue and self._staged < self.policy.max_batch_size:
                     self._hand_over(self._take_batch())
+                    continue
+                if self._queue and (small := self._take_small()):  # not held behind staged ones
+                    self._hand_over(small)
                     continue
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -181,39 +199,59 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
 
     # ---- the decode thread --------------------------------------------------------------------
 
+    def _lanes(self) -> list[_Lane]:
+        """The main decode, and with express requests on (``BatchPolicy.express_max_tokens``) an
+        express decode with ``EXPRESS_SHARE`` of the budget, for small requests only: a one-word
+        request then finds room within a step or two however long the main decode's sentences
+        run, and its short limit does not pad theirs (each decode's cache has its own width)."""
+        total = self.budget.memory_bytes
+        if not self.policy.express_max_tokens:
+            return [_Lane(self._engine.new_decode(), total)]
+        express = int(total * EXPRESS_SHARE)
+        return [
+            _Lane(self._engine.new_decode(), total - express),
+            _Lane(self._engine.new_decode(), express, True),
+        ]
+
     def _decode_loop(self) -> None:
-        decode = self._engine.new_decode()
-        waiting: list[_Sentence] = []  # prepared, oldest first, not admitted yet
+        lanes = self._lanes()
+        waiting: list[_Sentence] = []  # prepared, not admitted yet
         running: dict[int, _Sentence] = {}
-        keys = iter(range(1 << 62))
+        keys = itertools.count()
         while True:
-            if not decode.sentences and not waiting:
+            if not waiting and not any(lane.decode.sentences for lane in lanes):
                 self._work.wait()
             if self._closing:
                 self._fail_all([*waiting, *running.values()], *self._take_inbox())
                 return
-            waiting += self._prepare(self._take_inbox())
-            admitted = self._admit_waiting(decode, waiting, running, keys)
-            for s in decode.remove(lambda s: running[s.key].pending.item.abandoned.is_set()):
-                self._post(self._deliver, running.pop(s.key).pending, Abandoned("nobody waits any more"))
-            self._show(decode)
-            if not decode.sentences:
+            waiting = _fair(waiting + self._prepare(self._take_inbox()))
+            admitted = self._admit_waiting(lanes, waiting, running, keys)
+            for lane in lanes:
+                for s in lane.decode.remove(lambda s: running[s.key].pending.item.abandoned.is_set()):
+                    self._post(self._deliver, running.pop(s.key).pending, Abandoned("nobody waits any more"))
+            self._show(lanes)
+            if not any(lane.decode.sentences for lane in lanes):
                 if admitted is None:  # nothing fits yet: wait for work rather than spin
                     self._work.clear()
                 continue
-            start = time.perf_counter()
-            try:
-                finished = decode.step()
-            except Exception as e:
-                log.exception("%s: decoder step failed for %d sentences", self.model, len(decode.sentences))
-                failure = EngineFailure(f"{self.model}: decoder step failed: {type(e).__name__}")
-                for s in decode.sentences:
-                    self._post(self._deliver, running.pop(s.key).pending, failure)
-                decode = self._engine.new_decode()
-                continue
-            self._step_time.observe(time.perf_counter() - start)
-            if finished:
-                self._answer([(running.pop(s.key), s.results()) for s in finished])
+            for lane in lanes:
+                if lane.decode.sentences:
+                    self._step(lane, running)
+
+    def _step(self, lane: _Lane, running: dict[int, _Sentence]) -> None:
+        start = time.perf_counter()
+        try:
+            finished = lane.decode.step()
+        except Exception as e:
+            log.exception("%s: decoder step failed for %d sentences", self.model, len(lane.decode.sentences))
+            failure = EngineFailure(f"{self.model}: decoder step failed: {type(e).__name__}")
+            for s in lane.decode.sentences:
+                self._post(self._deliver, running.pop(s.key).pending, failure)
+            lane.decode = self._engine.new_decode()
+            return
+        self._step_time.observe(time.perf_counter() - start)
+        if finished:
+            self._answer([(running.pop(s.key), s.results()) for s in finished])
 
     def _take_inbox(self) -> list[Pending]:
         with self._lock:
@@ -237,68 +275,91 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
                 assert result is not None
                 self._post(self._deliver, pending, result)
         self._post(self._admitted_from_inbox, len(batch) - len(todo))
-        prepared = [_Sentence(batch[i], source) for i, source in todo.items()]
-        return sorted(prepared, key=lambda s: s.pending.enqueued)
+        return [_Sentence(batch[i], source) for i, source in todo.items()]
 
     def _admit_waiting(
-        self, decode: RunningDecode, waiting: list[_Sentence], running: dict[int, _Sentence], keys: Any
+        self, lanes: list[_Lane], waiting: list[_Sentence], running: dict[int, _Sentence], keys: Iterator[int]
     ) -> int | None:
-        """Move the oldest waiting sentences that fit into the decode; → how many (None: none
-        fits although some wait)."""
+        """Move the waiting sentences that fit into a decode, in ``_fair`` order, none overtaking
+        an earlier one of its class (small or not); → how many (None: none fits although some
+        wait). A sentence goes to the first of its lanes with room: the main one, or the express
+        one for small requests."""
         budget = self.budget
-        chosen: list[_Sentence] = []
-        extra: list[tuple[Any, int]] = []
+        chosen: dict[int, list[_Sentence]] = {i: [] for i in range(len(lanes))}
         tokens = 0
-        rows = decode.rows
-        while waiting and decode.can_admit():
-            sentence = waiting[0]
-            item, n = sentence.pending.item, sentence.source.n_tokens
-            k = item.options.beam_size
-            alone = k * decode.shape.row_bytes(decode.limit(item.options), n)
-            if item.abandoned.is_set() or alone > budget.memory_bytes:
-                waiting.pop(0)
+        blocked = {True: False, False: False}  # a small / large sentence already waits for room
+        for sentence in list(waiting):
+            item, n, small = sentence.pending.item, sentence.source.n_tokens, sentence.pending.small
+            mine = [i for i, lane in enumerate(lanes) if small or not lane.express]
+            alone = item.options.beam_size * lanes[0].decode.shape.row_bytes(
+                lanes[0].decode.limit(item.options), n
+            )
+            room = max(lanes[i].share for i in mine)
+            if item.abandoned.is_set() or alone > room:
+                waiting.remove(sentence)
                 self._post(self._admitted_from_inbox, 1)
-                self._post(self._deliver, sentence.pending, self._refusal(item, alone))
+                self._post(self._deliver, sentence.pending, self._refusal(item, alone, room))
                 continue
-            fits = decode.worst_bytes([*extra, (item.options, n)]) <= budget.memory_bytes
-            if chosen and (not fits or rows + k > budget.max_rows or tokens + n > budget.admit_tokens):
+            if blocked[small]:
+                continue
+            rows = sum(lane.decode.rows for lane in lanes) + sum(
+                s.pending.item.options.beam_size for c in chosen.values() for s in c
+            )
+            lane_at = next((i for i in mine if self._fits(lanes[i], chosen[i], sentence)), None)
+            if lane_at is None or rows + item.options.beam_size > budget.max_rows:
+                if any(lanes[i].decode.sentences or chosen[i] for i in mine):  # it waits for rows to free
+                    blocked[small] = True
+                    continue
+                lane_at = mine[0]  # an idle lane takes its first sentence whatever the row cap
+            if tokens and tokens + n > budget.admit_tokens:
                 break
-            if not chosen and (not fits or rows + k > budget.max_rows) and decode.sentences:
-                break  # the oldest waits for rows to free (no overtaking: no starvation)
-            chosen.append(waiting.pop(0))
-            extra.append((item.options, n))
+            waiting.remove(sentence)
+            chosen[lane_at].append(sentence)
             tokens += n
-            rows += k
-        if not chosen:
+        taken = sum(len(c) for c in chosen.values())
+        if not taken:
             return None if waiting else 0
-        self._post(self._admitted_from_inbox, len(chosen))
+        self._post(self._admitted_from_inbox, taken)
+        self._admitted.observe(taken)
+        for i, sentences in chosen.items():
+            if sentences:
+                self._admit_into(lanes[i], sentences, running, keys)
+        return taken
+
+    @staticmethod
+    def _fits(lane: _Lane, chosen: list[_Sentence], sentence: _Sentence) -> bool:
+        extra = [(s.pending.item.options, s.source.n_tokens) for s in [*chosen, sentence]]
+        return lane.decode.can_admit() and lane.decode.worst_bytes(extra) <= lane.share
+
+    def _admit_into(
+        self, lane: _Lane, sentences: list[_Sentence], running: dict[int, _Sentence], keys: Iterator[int]
+    ) -> None:
         entries = []
-        for sentence in chosen:
+        for sentence in sentences:
             key = next(keys)
             running[key] = sentence
             entries.append((key, sentence.source, sentence.pending.item.options))
         try:
-            done = decode.admit(entries)
+            done = lane.decode.admit(entries)
         except Exception as e:  # the encoder failed for these: they fail, the running ones go on
-            log.exception("%s: encoder failed for %d sentences", self.model, len(chosen))
+            log.exception("%s: encoder failed for %d sentences", self.model, len(sentences))
             failure = EngineFailure(f"{self.model}: encoder failed: {type(e).__name__}")
             for key, _, _ in entries:
                 self._post(self._deliver, running.pop(key).pending, failure)
-            return len(chosen)
-        self._admitted.observe(len(chosen))
+            return
         if done:
             self._answer([(running.pop(s.key), s.results()) for s in done])
-        return len(chosen)
 
-    def _refusal(self, item: TranslateItem, need: int) -> Exception:
+    @staticmethod
+    def _refusal(item: TranslateItem, need: int, room: int) -> Exception:
         if item.abandoned.is_set():
             return Abandoned("nobody waits any more")
         o = item.options
         return DecodeTooLarge(
-            f"beam_size {o.beam_size} × max_length {o.max_length} needs {need / 2**20:.0f} MiB of decoder "
-            f"cache, more than the decode memory budget of {self.budget.memory_bytes / 2**20:.0f} MiB: "
+            f"beam_size {o.beam_size} × max_length {o.max_length} needs {need / 2**20:.1f} MiB of decoder "
+            f"cache, more than the {room / 2**20:.1f} MiB a sentence may use (TSERVE_DECODE_MEMORY_MB): "
             "lower beam_size or max_length",
-            self.budget.memory_bytes,
+            room,
         )
 
     def _answer(self, done: list[tuple[_Sentence, list[Hypothesis]]]) -> None:
@@ -315,13 +376,28 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             assert result is not None
             self._post(self._deliver, sentence.pending, result)
 
-    def _show(self, decode: RunningDecode) -> None:
-        self._running_gauge.set(len(decode.sentences))
-        free = self.budget.memory_bytes - decode.worst_bytes()
-        widest = decode.shape.row_bytes(decode.shape.max_target_len, max(decode.decoder.source_len, 1))
-        self._free_gauge.set(max(0, min(free // widest, self.budget.max_rows - decode.rows)))
+    def _show(self, lanes: list[_Lane]) -> None:
+        self._running_gauge.set(sum(len(lane.decode.sentences) for lane in lanes))
+        free = 0
+        for lane in lanes:
+            d = lane.decode
+            widest = d.shape.row_bytes(d.shape.max_target_len, max(d.decoder.source_len, 1))
+            free += max(0, lane.share - d.worst_bytes()) // widest
+        self._free_gauge.set(min(free, self.budget.max_rows - sum(lane.decode.rows for lane in lanes)))
 
     def _fail_all(self, sentences: list[_Sentence], *pending: Pending) -> None:
         closed = BatcherClosed(f"{self.model}: shutting down")
         for p in [*(s.pending for s in sentences), *pending]:
             self._post(self._deliver, p, closed)
+
+
+def _fair(waiting: list[_Sentence]) -> list[_Sentence]:
+    """Admission order: every request's oldest waiting sentence first (oldest request first),
+    then every request's second, …; so a one-sentence request waits behind one sentence of each
+    document, not behind whole documents, and the oldest sentence always goes first."""
+    rank: dict[int, int] = {}
+    keyed = []
+    for s in sorted(waiting, key=lambda s: s.pending.enqueued):
+        r = rank[s.pending.request] = rank.get(s.pending.request, -1) + 1
+        keyed.append((r, s.pending.enqueued, s))
+    return [s for _, _, s in sorted(keyed, key=lambda x: (x[0], x[1]))]

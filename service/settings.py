@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     translate_batching: Literal["continuous", "batch"] = "continuous"
     # Worst-case decoder cache + memory of a model's running sentences (each at its own length
     # limit): sentences wait for room beyond it; one that could never fit → 422.
-    decode_memory_mb: int = Field(default=256, ge=1)
+    decode_memory_mb: int = Field(default=512, ge=1)
     decode_admit_tokens: int = Field(default=2048, ge=1)  # source tokens encoded between two steps
 
     # Threads

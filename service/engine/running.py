@@ -35,9 +35,11 @@ class DecodeShape:
     max_target_len: int
 
     def row_bytes(self, target_len: int, source_len: int) -> int:
-        """Self-attention cache and cross-attention memory of one row: K and V per layer."""
+        """Self-attention cache and cross-attention memory of one row (K and V per layer), twice:
+        a step holds its past and its present cache at once, and a reorder the old and the new
+        rows (the memory feeds likewise when rows change)."""
         per_position = 2 * self.n_layers * self.n_heads * self.d_head * self.itemsize
-        return per_position * (target_len + source_len)
+        return 2 * per_position * (target_len + source_len)
 
 
 class RunningDecode:

@@ -214,3 +214,28 @@ async def test_the_decode_stays_within_its_memory_budget(
         assert isinstance(refused, DecodeTooLarge) and refused.limit == budget
     finally:
         await b.close()
+
+
+@pytest.mark.usefixtures("endless")
+async def test_a_small_request_passes_a_full_decode_through_the_express_share(
+    engine: OnnxTranslator, steps: list[int]
+) -> None:
+    """Long sentences fill the main decode's share (three quarters of the budget); a one-word
+    request still starts at once, in the express decode, and ends long before them."""
+    one = 4 * engine.new_decode().shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
+    policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
+    budget = DecodeBudget(4 * one, 512, 4096)  # main share: three long sentences at a time
+    b = ContinuousBatcher(engine, lambda item: engine.count_tokens(item.text), policy, budget)
+    b.start()
+    try:
+        long = asyncio.create_task(b.submit(items(LONG * 3, beam_size=4, max_length=ENDLESS), 60))
+        while len(steps) < 3:
+            await asyncio.sleep(0.001)
+        start = len(steps)
+        (short,) = await b.submit(items(["red"], beam_size=4, max_length=10), 30)
+        assert isinstance(short, Translation)
+        assert len(steps) - start < 2 * 10 + 4  # its own steps, interleaved with the main decode's
+        assert not long.done()
+        assert all(isinstance(r, Translation) for r in await long)
+    finally:
+        await b.close()
