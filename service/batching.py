@@ -207,6 +207,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         still queued are dropped). If the awaiting task is cancelled (client disconnected),
         the request's queued items are dropped before inference and counted.
         """
+        if not items:
+            return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         self._admit(len(items))
@@ -216,8 +218,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         now = time.perf_counter()
         request = next(self._requests)
         small = sum(max(1, c) for c in costs) <= self.policy.express_max_tokens
-        entries = [
-            _Pending[ItemT, ResultT](item, max(1, cost), deadline, now, loop.create_future(), request, small)
+        entries: list[_Pending[ItemT, ResultT]] = [
+            _Pending(item, max(1, cost), deadline, now, loop.create_future(), request, small)
             for item, cost in zip(items, costs, strict=True)
         ]
         if self._queued or self._stats.running:
@@ -225,12 +227,33 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         self._queue.extend(entries)
         self._set_queued(self._queued + len(entries))
         self._wakeup.set()
+        # One future for the whole request, set by its last item or by the deadline: cheaper
+        # per request than asyncio.wait's waiter, callbacks and timeout over every item.
+        finished: asyncio.Future[None] = loop.create_future()
+        left = len(entries)
+
+        def item_done(_: object) -> None:
+            nonlocal left
+            left -= 1
+            if left == 0 and not finished.done():
+                finished.set_result(None)
+
+        for entry in entries:
+            entry.future.add_done_callback(item_done)
+
+        def expire() -> None:
+            if not finished.done():
+                finished.set_result(None)
+
+        timer = loop.call_at(deadline, expire)
         try:
-            _, not_done = await asyncio.wait([e.future for e in entries], timeout=deadline - loop.time())
+            await finished
         except asyncio.CancelledError:
             self._abandon(entries, "disconnected")
             raise
-        if not_done:
+        finally:
+            timer.cancel()
+        if left:
             self._abandon(entries, "deadline")
             raise DeadlineExceeded(self.model, timeout_s)
         return [e.future.result() for e in entries]

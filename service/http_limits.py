@@ -30,7 +30,7 @@ import logging
 import resource
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import httptools
 from prometheus_client import Counter, Gauge
@@ -307,7 +307,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_waiting()
         super().on_headers_complete()
         if self.cycle is not None:
-            self.cycle.transport = _HeadWithBody(self.transport, self.cycle)
+            # duck-typed: the cycle only writes, closes and asks is_closing
+            self.cycle.transport = cast(asyncio.Transport, _HeadWithBody(self.transport, self.cycle))
 
     def on_message_complete(self) -> None:
         self._reading_head = True  # what comes next is the next request's head
