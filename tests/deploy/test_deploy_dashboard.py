@@ -68,6 +68,10 @@ def test_the_dashboard_shows_what_operators_need(dashboard: dict) -> None:
         "tserve_output_tokens_total",
         "tserve_model_info",
         "tserve_ready",
+        "tserve_decode_running_sentences",
+        "tserve_decode_free_rows",
+        "tserve_decode_step_seconds_bucket",
+        "tserve_decode_admitted_sentences",
     ):
         assert needed in exprs, needed
     for quantile in ("0.5", "0.95", "0.99"):
@@ -80,7 +84,7 @@ def test_the_dashboard_shows_what_operators_need(dashboard: dict) -> None:
 # Metrics labelled by model (service/metrics.py): with several models, a panel on them must not
 # add their series together.
 _PER_MODEL = re.compile(
-    r"\btserve_(queue_depth|batch_size|batch_tokens|stage_duration_seconds|input_tokens|output_tokens)"
+    r"\btserve_(queue_depth|batch_size|batch_tokens|stage_duration_seconds|input_tokens|output_tokens|decode_)"
 )
 
 
