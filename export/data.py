@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers.processors import TemplateProcessing
@@ -94,9 +95,33 @@ class Batch:
         return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.n_tokens)
 
 
-def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+def pad_array(seqs: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
+    """Right-padded to the longest sequence: int64 (B, T)."""
     width = max(len(s) for s in seqs)
-    return torch.tensor([list(s) + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long)
+    ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
+    for row, s in enumerate(seqs):
+        ids[row, : len(s)] = s
+    return ids
+
+
+def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    return torch.from_numpy(pad_array(seqs, pad_id))
+
+
+def output_limits(src_ids: Sequence[Sequence[int]], max_target_len: int) -> list[int]:
+    """Each sentence's own output limit, as a translation service caps it: 2 × its source tokens
+    + 10, never beyond the model's positions (``max_target_len`` - 1: one is the start token).
+    Per sentence, so that a translation does not depend on what shares its batch."""
+    return [min(max_target_len - 1, 2 * len(s) + 10) for s in src_ids]
+
+
+OUTPUT_LIMIT_RULE = "min(2 * source tokens + 10, max_target_len - 1) output tokens per sentence"
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices in order of length, cut into batches of ``batch_size`` (little padding per batch)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
 def token_batches(

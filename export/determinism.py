@@ -106,16 +106,24 @@ def translation_determinism(
     beam_sizes: Sequence[int] = BEAM_SIZES,
     batch_sizes: Sequence[int] = BATCH_SIZES,
     seed: int = 0,
+    max_lengths: Sequence[int] | None = None,
 ) -> TranslationDeterminism:
-    """Translate every text alone and inside mixed-length batches; compare the best tokens."""
+    """Translate every text alone and inside mixed-length batches; compare the best tokens.
+
+    ``max_lengths`` caps each text's output (alone and batched alike; default: the engine's)."""
     report = TranslationDeterminism(sentences=len(texts))
     batches = mixed_batches(len(texts), batch_sizes, seed)
     for beam in beam_sizes:
-        options = TranslateOptions(beam_size=beam)
-        alone = [_best(engine.translate([TranslateItem(t, options)])[0], t) for t in texts]
+        if max_lengths is None:
+            options = [TranslateOptions(beam_size=beam)] * len(texts)
+        else:
+            options = [TranslateOptions(beam_size=beam, max_length=n) for n in max_lengths]
+        alone = [
+            _best(engine.translate([TranslateItem(t, o)])[0], t) for t, o in zip(texts, options, strict=True)
+        ]
         batched: list[Translation | None] = [None] * len(texts)
         for batch in batches:
-            results = engine.translate([TranslateItem(texts[i], options) for i in batch])
+            results = engine.translate([TranslateItem(texts[i], options[i]) for i in batch])
             for i, result in zip(batch, results, strict=True):
                 batched[i] = _best(result, texts[i])
         done = [b for b in batched if b is not None]

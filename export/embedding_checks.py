@@ -27,10 +27,19 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from export.data import pad_array
 from export.determinism import EmbeddingDeterminism, cosines, embedding_determinism
 from export.onnx_tools import VerificationError
+from export.publish import progress
 from export.reference import ReferenceSet, embedding_check
-from service.artefacts import ReferenceCheck, Variant
+from service.artefacts import (
+    EMBEDDING_ATTENTION_MASK,
+    EMBEDDING_INPUT_IDS,
+    EMBEDDING_OUTPUT,
+    EMBEDDING_TOKEN_TYPE_IDS,
+    ReferenceCheck,
+    Variant,
+)
 from service.engine.base import EmbedItem
 from service.engine.loader import load_engine
 from service.engine.pooling import l2_normalize
@@ -40,10 +49,8 @@ if TYPE_CHECKING:
     import torch
     from tokenizers import Tokenizer
 
-    from export.embedding import EmbeddingSource
+    from export.sources.bert import EmbeddingSource
     from service.engine.embedder import OnnxEmbedder
-
-OUTPUT_NAME = "last_hidden_state"
 
 # Real sentences for the parity checks: varied length, punctuation, casing, digits, accents,
 # an empty string and one text far beyond any max_seq_length (checks truncation matches).
@@ -87,24 +94,21 @@ class _Batch:
     mask: np.ndarray  # int64 [batch, seq]
 
     def feed(self, needs_token_type_ids: bool) -> dict[str, np.ndarray]:
-        feed = {"input_ids": self.ids, "attention_mask": self.mask}
+        feed = {EMBEDDING_INPUT_IDS: self.ids, EMBEDDING_ATTENTION_MASK: self.mask}
         if needs_token_type_ids:
-            feed["token_type_ids"] = np.zeros_like(self.ids)
+            feed[EMBEDDING_TOKEN_TYPE_IDS] = np.zeros_like(self.ids)
         return feed
 
 
 def _pad(sequences: Sequence[Sequence[int]], pad_id: int) -> _Batch:
-    width = max(len(s) for s in sequences)
-    ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(sequences), width), dtype=np.int64)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = seq
-        mask[row, : len(seq)] = 1
+    ids = pad_array(sequences, pad_id)
+    lengths = np.array([len(s) for s in sequences])
+    mask = (np.arange(ids.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
     return _Batch(ids, mask)
 
 
 def _hidden(session: onnxruntime.InferenceSession, batch: _Batch, needs_tt: bool) -> np.ndarray:
-    return np.asarray(session.run([OUTPUT_NAME], batch.feed(needs_tt))[0], dtype=np.float32)
+    return np.asarray(session.run([EMBEDDING_OUTPUT], batch.feed(needs_tt))[0], dtype=np.float32)
 
 
 def open_engine(directory: Path, threads: int) -> OnnxEmbedder:
@@ -200,7 +204,8 @@ class _Reference:
 
         inputs = {k: torch.from_numpy(v) for k, v in batch.feed(self.source.needs_token_type_ids).items()}
         with torch.no_grad():
-            return self.module(**inputs).last_hidden_state.float().numpy()
+            hidden = self.module(**inputs).last_hidden_state
+        return np.asarray(hidden.float().numpy(), dtype=np.float32)
 
     def parity_batches(self, seed: int = 0) -> list[_Batch]:
         """The real sentences as one padded batch, plus random mixed-length padded batches."""
@@ -232,7 +237,7 @@ class _Fp32Figures:
     determinism: EmbeddingDeterminism
 
 
-class Verifier:
+class EmbeddingVerifier:
     """The references of one source, computed once; ``measure`` checks one staged variant."""
 
     def __init__(
@@ -257,11 +262,11 @@ class Verifier:
         self.sts = sts
         self.reference_set = reference_set
         self.texts = list(CHECK_SENTENCES) + (sts.sentences if sts else [])
-        _log(name, f"loading the sentence-transformers reference ({len(self.texts)} check sentences)")
+        progress(f"{name}: loading the sentence-transformers reference ({len(self.texts)} check sentences)")
         self.reference = _Reference(source, tokenizer, pad_id)
         started = time.perf_counter()
         self.st_embeddings = self.reference.encode(self.texts)
-        _log(name, f"sentence-transformers encoded them in {time.perf_counter() - started:.1f} s")
+        progress(f"{name}: sentence-transformers encoded them in {time.perf_counter() - started:.1f} s")
         self.st_sts = self._sts(self.st_embeddings)
         self.batches = self.reference.parity_batches()
         self.torch_hidden = [self.reference.hidden(b) for b in self.batches]
@@ -309,8 +314,8 @@ class Verifier:
         assert self.fp32 is not None
         baseline = None if variant == "fp32" else self.fp32.determinism
         check, failures = embedding_check(self.reference_set, determinism, baseline, variant != "fp16")
-        _log(self.name, f"{variant}: {_format(parity)} ({time.perf_counter() - started:.1f} s)")
-        _log(self.name, f"{variant}: reference check {check.figures}")
+        progress(f"  {variant}: {_format(parity)} ({time.perf_counter() - started:.1f} s)")
+        progress(f"  {variant}: reference check {check.figures}")
         self._check(variant, parity, failures)
         return parity, check
 
@@ -345,10 +350,6 @@ class Verifier:
                 )
         if failures:
             raise VerificationError(f"{self.name}/{variant} out of tolerance: " + "; ".join(failures))
-
-
-def _log(name: str, message: str) -> None:
-    print(f"[export {name}] {message}", flush=True)
 
 
 def _format(parity: dict[str, float]) -> str:

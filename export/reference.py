@@ -22,14 +22,13 @@ cosine ≈ 0.996.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from export.determinism import MIN_EMBED_COSINE, EmbeddingDeterminism, TranslationDeterminism, cosines
-from service.artefacts import ReferenceCheck
+from service.artefacts import ReferenceCheck, sha256_of
 
 REFERENCE_FILE = Path(__file__).resolve().parent / "reference" / "sentences.en.txt"
 MIN_CHRF_VS_FP32 = 90.0  # chrF (0-100) of int8/fp16 beam-4 output against fp32's
@@ -47,15 +46,15 @@ class ReferenceSet:
 
 def load_reference(path: Path = REFERENCE_FILE) -> ReferenceSet:
     """The non-blank lines of the reference file, and the file's sha256; ValueError if none."""
-    data = path.read_bytes()
-    sentences = [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
+    text = path.read_text(encoding="utf-8")
+    sentences = [line.strip() for line in text.splitlines() if line.strip()]
     if not sentences:
         raise ValueError(f"{path}: no reference sentences (one per line expected)")
     try:
         shown = path.relative_to(Path(__file__).resolve().parent.parent).as_posix()
     except ValueError:  # a reference file outside the repository (tests)
         shown = str(path)
-    return ReferenceSet(sentences, hashlib.sha256(data).hexdigest(), shown)
+    return ReferenceSet(sentences, sha256_of(path), shown)
 
 
 def chrf(hypotheses: list[str], references: list[str]) -> float:
@@ -69,11 +68,13 @@ def translation_check(
     determinism: TranslationDeterminism,
     fp32: TranslationDeterminism | None,
     bound_determinism: bool = True,
+    output_limit: str | None = None,
 ) -> tuple[ReferenceCheck, list[str]]:
     """The manifest's figures for one translation variant and the bounds it failed (if any).
 
     ``fp32`` is the fp32 artefact's run on the same sentences (None for fp32 itself);
-    ``bound_determinism`` False records alone-vs-batched without bounding it (fp16)."""
+    ``bound_determinism`` False records alone-vs-batched without bounding it (fp16);
+    ``output_limit`` states how each sentence's output was capped."""
     figures = determinism.figures()
     bounds = {f"min_{k}": 1.0 for k in figures} if bound_determinism else {}
     failures = []
@@ -89,7 +90,7 @@ def translation_check(
         bounds["min_chrf_vs_fp32_beam4"] = MIN_CHRF_VS_FP32
         if score < MIN_CHRF_VS_FP32:
             failures.append(f"chrF vs fp32 {score:.2f} < {MIN_CHRF_VS_FP32}")
-    return _check(reference, figures, bounds), failures
+    return _check(reference, figures, bounds, output_limit), failures
 
 
 def embedding_check(
@@ -119,11 +120,17 @@ def embedding_check(
     return _check(reference, figures, bounds), failures
 
 
-def _check(reference: ReferenceSet, figures: dict[str, float], bounds: dict[str, float]) -> ReferenceCheck:
+def _check(
+    reference: ReferenceSet,
+    figures: dict[str, float],
+    bounds: dict[str, float],
+    output_limit: str | None = None,
+) -> ReferenceCheck:
     return ReferenceCheck(
         reference=reference.path,
         sha256=reference.sha256,
         sentences=len(reference.sentences),
         figures={k: round(float(v), 8) for k, v in figures.items()},
         bounds=bounds,
+        output_limit=output_limit,
     )

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from export.data import read_lines
+from export.data import encode_source, length_sorted_batches, output_limits, pad_array, read_lines
 from export.onnx_tools import VerificationError
 from export.sources import TranslationSource
 from service.engine.base import TranslateItem, TranslateOptions
-from service.engine.loader import load_engine
 from service.engine.decoding import OnnxDecoder
+from service.engine.loader import load_engine
 from service.engine.session import NUMPY_DTYPE
 from service.engine.translator import OnnxTranslator
 
@@ -60,19 +60,9 @@ def open_engine(directory: Path, threads: int = 2) -> OnnxTranslator:
     return engine
 
 
-def default_limits(src_ids: Sequence[Sequence[int]], max_target_len: int) -> list[int]:
-    """Each sentence's own output limit (as ``export.translate``): 2 × source + 10 tokens."""
-    return [min(max_target_len - 1, 2 * len(s) + 10) for s in src_ids]
-
-
 def encode_sources(source: TranslationSource, texts: Sequence[str]) -> list[list[int]]:
     """Source ids with </s> (the tokenizer's post-processor), truncated keeping the </s>."""
-    limit = source.max_source_len
-    out = []
-    for enc in source.tokenizer.encode_batch(list(texts)):
-        ids = enc.ids
-        out.append(ids if len(ids) <= limit else [*ids[: limit - 1], ids[-1]])
-    return out
+    return encode_source(source.tokenizer, texts, source.max_source_len)
 
 
 def translate_ids(
@@ -85,13 +75,11 @@ def translate_ids(
 ) -> list[list[int]]:
     """Best hypothesis ids per text through ``engine.translate``, in length-sorted batches (as the
     service's batcher sends them), each sentence stopped at ``limits`` (default: its
-    ``default_limits``)."""
+    ``output_limits``)."""
     src_ids = encode_sources(source, texts)
-    limits = limits or default_limits(src_ids, source.max_target_len)
-    order = sorted(range(len(texts)), key=lambda i: len(src_ids[i]))
+    limits = limits or output_limits(src_ids, source.max_target_len)
     out: list[list[int]] = [[] for _ in texts]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    for chunk in length_sorted_batches([len(s) for s in src_ids], batch_size):
         items = [
             TranslateItem(texts[i], TranslateOptions(beam_size=beam_size, max_length=limits[i]))
             for i in chunk
@@ -113,11 +101,6 @@ def _token_id(source: TranslationSource, piece: str) -> int:
 # --- fp32 parity of raw graph outputs -----------------------------------------------------------
 
 
-def pad_ids(seqs: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
-    width = max(len(s) for s in seqs)
-    return np.array([list(s) + [pad_id] * (width - len(s)) for s in seqs], dtype=np.int64)
-
-
 def random_batches(source: TranslationSource, seed: int = 0) -> Iterator[np.ndarray]:
     """Padded batches of random ids of mixed lengths (1 row; 4 rows up to 12; 7 rows up to 30)."""
     rng = np.random.default_rng(seed)
@@ -128,7 +111,7 @@ def random_batches(source: TranslationSource, seed: int = 0) -> Iterator[np.ndar
     for rows, longest in ((1, 6), (4, 12), (7, 30)):
         lengths = rng.integers(1, longest + 1, size=rows)
         lengths[0] = longest
-        yield pad_ids([[*rng.choice(allowed, size=n - 1).tolist(), sp.eos] for n in lengths], sp.pad)
+        yield pad_array([[*rng.choice(allowed, size=n - 1).tolist(), sp.eos] for n in lengths], sp.pad)
 
 
 @dataclass
@@ -197,7 +180,7 @@ def parity(engine: OnnxTranslator, source: TranslationSource, builtin_greedy: li
     figures = Figures()
     sp = source.special
     assert sp.bos is not None and sp.eos is not None
-    src = pad_ids(encode_sources(source, BUILTIN_SENTENCES), sp.pad)
+    src = pad_array(encode_sources(source, BUILTIN_SENTENCES), sp.pad)
     width = min(max(len(g) for g in builtin_greedy) + 1, MAX_FORCED_STEPS)  # <s> y_1 … (a prefix)
     forced = np.array([([sp.bos, *g] + [sp.eos] * width)[:width] for g in builtin_greedy], dtype=np.int64)
     compare_steps(engine, source, src, forced, figures)

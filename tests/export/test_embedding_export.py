@@ -21,9 +21,10 @@ pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
 
 from export import __main__ as cli
-from export import embedding
-from export.embedding import Tolerances, export_embedding, read_sts
+from export.embedding import export_embedding
+from export.embedding_checks import Tolerances, read_sts
 from export.onnx_tools import VerificationError
+from export.sources import bert
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest, write_manifest
 from service.engine.pooling import l2_normalize, mean_pool
 from service.engine.session import create_session
@@ -256,7 +257,7 @@ def test_second_run_is_up_to_date(
         "int8",
     ]
     assert cli.main([*argv, "--eval-dir", str(sts_csv.parent)]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # progress goes to stderr, with the errors
     assert "fp32: up to date" in out and "int8: up to date" in out
     assert {p: p.stat().st_mtime_ns for p in (exported / "tiny").rglob("*") if p.is_file()} == before
 
@@ -279,7 +280,7 @@ def test_variant_out_of_tolerance_publishes_only_the_good_ones(tiny_source: Path
 
 
 def test_cli_and_embedding_agree_on_supported_types() -> None:
-    assert cli.EMBEDDING_TYPES == embedding.SUPPORTED_MODEL_TYPES
+    assert cli.EMBEDDING_TYPES == bert.SUPPORTED_MODEL_TYPES
 
 
 def test_cls_pooling_without_normalize(tmp_path: Path) -> None:
@@ -359,7 +360,7 @@ def test_source_inspection_rejects_unsupported_pooling(tiny_source: Path, tmp_pa
     config |= {"pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}
     (source / "1_Pooling" / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="max_tokens"):
-        embedding.inspect_source(source)
+        bert.inspect_source(source)
 
 
 @pytest.mark.slow

@@ -16,24 +16,22 @@ import pytest
 import torch
 
 from export.checkpoint import load_checkpoint
-from export.data import encode_source, pad
+from export.data import encode_source, output_limits, pad
 from export.model import padding_mask
+from export.onnx_tools import VerificationError
 from export.reference import MIN_CHRF_VS_FP32, load_reference
 from export.translate import translate_ids as torch_translate_ids
-from export.translation import FP32_TOLERANCE, VerificationError, export_translation, load_source
-from export.translation_checks import (
-    BUILTIN_SENTENCES,
-    default_limits,
-    open_engine,
-    translate_ids,
-)
+from export.translation import export_translation, load_source
+from export.translation_checks import BUILTIN_SENTENCES, open_engine, translate_ids
 from export.translation_graphs import (
     DECODER_INPUTS,
     DECODER_OUTPUTS,
+    DEFAULT_DECODER_LAYOUT,
     ENCODER_INPUTS,
     ENCODER_OUTPUTS,
     decoder_io,
 )
+from export.translation_verify import FP32_TOLERANCE
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest
 from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
@@ -77,8 +75,8 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
         assert m.task == "translate" and m.name == "transformer-en-de"
         assert [t.name for t in m.graphs["encoder"].inputs] == ENCODER_INPUTS
         assert [t.name for t in m.graphs["encoder"].outputs] == ENCODER_OUTPUTS
-        assert m.translation is not None and m.translation.decoder_layout == "per_layer_kv_top_k"
-        inputs, outputs = decoder_io("per_layer_kv_top_k", 2)
+        assert m.translation is not None and m.translation.decoder_layout == DEFAULT_DECODER_LAYOUT
+        inputs, outputs = decoder_io(DEFAULT_DECODER_LAYOUT, 2)
         assert [t.name for t in m.graphs["decoder"].inputs] == inputs
         assert [t.name for t in m.graphs["decoder"].outputs] == outputs
         assert m.translation is not None and m.translation.has_alignments
@@ -116,7 +114,7 @@ def test_service_engine_gives_the_same_tokens_as_pytorch(checkpoint: Path, expor
     texts = TEXTS + BUILTIN_SENTENCES[:4]
     src_ids = encode_source(source.tokenizer, texts, model.cfg.max_len)
     engine = open_engine(exported / "transformer-en-de" / "fp32", threads=1)
-    limits = default_limits(src_ids, model.cfg.max_len)
+    limits = output_limits(src_ids, model.cfg.max_len)
     for beam in (1, 3):
         want = torch_translate_ids(model, src_ids, beam_size=beam)
         got = translate_ids(engine, source, texts, beam_size=beam, batch_size=3)
@@ -198,13 +196,13 @@ def test_an_artefact_of_an_older_decoder_layout_is_re_exported(
     export_translation(checkpoint, out, ["fp32", "int8"])
     assert (fp32 / "manifest.json").stat().st_mtime_ns == before[fp32]
     rebuilt = load_and_verify(int8)
-    assert rebuilt.translation is not None and rebuilt.translation.decoder_layout == "per_layer_kv_top_k"
+    assert rebuilt.translation is not None and rebuilt.translation.decoder_layout == DEFAULT_DECODER_LAYOUT
 
 
 def test_failed_verification_writes_no_manifest(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("export.translation.FP32_TOLERANCE", -1.0)
+    monkeypatch.setattr("export.translation_verify.FP32_TOLERANCE", -1.0)
     with pytest.raises(VerificationError, match="differ from PyTorch"):
         export_translation(checkpoint, tmp_path, ["fp32"])
     assert not (tmp_path / "transformer-en-de" / "fp32").exists()
@@ -212,7 +210,7 @@ def test_failed_verification_writes_no_manifest(
 
 
 def test_unknown_variant_is_refused(checkpoint: Path, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown variants"):
+    with pytest.raises(ValueError, match="unknown variant 'int4'"):
         export_translation(checkpoint, tmp_path, ["int4"])
 
 
@@ -249,7 +247,7 @@ def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
     ``top_k`` → each row's best log-probs and tokens, best first; the manifest records the layout."""
     import onnxruntime as ort
 
-    from export.translation import decoder_layout, export_raw
+    from export.graphs import decoder_layout, export_raw
     from export.translation_graphs import TOP_K_INPUT, TOP_K_OUTPUTS, example_inputs
 
     source = load_source(checkpoint)

@@ -1,0 +1,211 @@
+"""BERT-family sentence-embedding sources: a local Hugging Face model directory.
+
+The directory holds config.json, weights and tokenizer.json, plus sentence-transformers'
+modules.json / 1_Pooling/config.json when it is a sentence-transformers pipeline (pooling mode,
+Normalize module and max_seq_length are read from there; a plain HF model gets mean pooling and
+no normalisation, as sentence-transformers gives it). :func:`inspect_source` reads only JSON
+files (no torch), so an unsupported directory fails fast; :func:`hidden_states_module` is the
+graph the export traces: the model with exactly the I/O of the artefact's ``encoder.onnx``
+(``service.artefacts.EMBEDDING_*``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from service.artefacts import (
+    EMBEDDING_ATTENTION_MASK,
+    EMBEDDING_INPUT_IDS,
+    EMBEDDING_TOKEN_TYPE_IDS,
+    EmbeddingInfo,
+    SpecialIds,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
+
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")
+TOKENIZER_FILE = "tokenizer.json"
+
+Pooling = Literal["mean", "cls"]
+
+
+@dataclass(frozen=True)
+class EmbeddingSource:
+    """What the export needs to know about a source directory, read from its JSON files only."""
+
+    directory: Path
+    model_type: str
+    dim: int
+    num_heads: int
+    vocab_size: int
+    pooling: Pooling
+    normalize: bool
+    max_len: int
+    needs_token_type_ids: bool
+    weight_files: tuple[Path, ...]
+    pad_id: int | None  # config.json's, when it names one
+
+    def info(self) -> EmbeddingInfo:
+        return EmbeddingInfo(
+            dim=self.dim,
+            pooling=self.pooling,
+            normalize=self.normalize,
+            max_len=self.max_len,
+            needs_token_type_ids=self.needs_token_type_ids,
+        )
+
+    @property
+    def input_names(self) -> list[str]:
+        names = [EMBEDDING_INPUT_IDS, EMBEDDING_ATTENTION_MASK]
+        return [*names, EMBEDDING_TOKEN_TYPE_IDS] if self.needs_token_type_ids else names
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _pipeline_modules(directory: Path) -> tuple[Pooling, bool]:
+    """(pooling, normalize) from sentence-transformers' modules.json; a plain HF dir → mean, no."""
+    modules_path = directory / "modules.json"
+    if not modules_path.is_file():
+        return "mean", False
+    modules = _read_json(modules_path)
+    types = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    unsupported = [t for t in types if t not in ("Transformer", "Pooling", "Normalize")]
+    if unsupported:
+        raise ValueError(f"{modules_path}: modules {unsupported} are not supported (only Pooling/Normalize)")
+    pooling: Pooling = "mean"
+    for module in modules:
+        if str(module.get("type", "")).endswith("Pooling"):
+            pooling = _pooling_mode(directory / module.get("path", "1_Pooling") / "config.json")
+    return pooling, "Normalize" in types
+
+
+def _pooling_mode(config_path: Path) -> Pooling:
+    config = _read_json(config_path) if config_path.is_file() else {"pooling_mode_mean_tokens": True}
+    if "pooling_mode" in config:  # newer sentence-transformers write the mode by name
+        config = {f"pooling_mode_{config['pooling_mode']}_tokens": True}
+    enabled = sorted(k for k, v in config.items() if k.startswith("pooling_mode_") and v is True)
+    if enabled == ["pooling_mode_mean_tokens"]:
+        return "mean"
+    if enabled in (["pooling_mode_cls_token"], ["pooling_mode_cls_tokens"]):
+        return "cls"
+    raise ValueError(f"{config_path}: pooling {enabled} is not supported (mean or cls only)")
+
+
+def _max_len(directory: Path, config: dict[str, Any]) -> int:
+    """sentence-transformers' max_seq_length, else the tokenizer's, capped by the positions."""
+    candidates: list[int] = []
+    st_config = directory / "sentence_bert_config.json"
+    if st_config.is_file() and _read_json(st_config).get("max_seq_length"):
+        candidates.append(int(_read_json(st_config)["max_seq_length"]))
+    tok_config = directory / "tokenizer_config.json"
+    if not candidates and tok_config.is_file():
+        length = _read_json(tok_config).get("model_max_length")
+        if isinstance(length, int | float) and 0 < length < 1_000_000:
+            candidates.append(int(length))
+    positions = config.get("max_position_embeddings")
+    if positions:  # roberta-style positions start after the padding index
+        roberta_like = config["model_type"] in ("roberta", "xlm-roberta")
+        offset = int(config.get("pad_token_id") or 0) + 1 if roberta_like else 0
+        candidates.append(int(positions) - offset)
+    if not candidates:
+        raise ValueError(f"{directory}: cannot tell the maximum sequence length")
+    return min(candidates)
+
+
+def _weight_files(directory: Path) -> tuple[Path, ...]:
+    for pattern in ("*.safetensors", "pytorch_model*.bin"):
+        found = sorted(directory.glob(pattern))
+        if found:
+            return tuple(found)
+    raise ValueError(f"{directory}: no weight file (*.safetensors or pytorch_model.bin)")
+
+
+def inspect_source(directory: Path) -> EmbeddingSource:
+    """Read the source's config without loading torch; raise ValueError for what we cannot export."""
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise ValueError(f"{directory}: no config.json (not a Hugging Face model directory)")
+    config = _read_json(config_path)
+    model_type = str(config.get("model_type", ""))
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"{directory}: model_type {model_type!r} is not supported for embeddings "
+            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
+    pooling, normalize = _pipeline_modules(directory)
+    pad = config.get("pad_token_id")
+    return EmbeddingSource(
+        directory=directory,
+        model_type=model_type,
+        dim=int(config.get("hidden_size") or config["dim"]),
+        num_heads=int(config.get("num_attention_heads") or config.get("n_heads") or 0),
+        vocab_size=int(config["vocab_size"]),
+        pooling=pooling,
+        normalize=normalize,
+        max_len=_max_len(directory, config),
+        # a single segment type needs no input: the model's own zeros are the same thing
+        needs_token_type_ids=model_type == "bert" and int(config.get("type_vocab_size", 0)) > 1,
+        weight_files=_weight_files(directory),
+        pad_id=None if pad is None else int(pad),
+    )
+
+
+def served_tokenizer(source: EmbeddingSource) -> Tokenizer:
+    """The source's fast tokenizer with truncation at ``max_len`` and padding off.
+
+    sentence-transformers truncates at max_seq_length whatever tokenizer.json says (MiniLM's
+    file says 128 and pads to 128); the served copy must do what the pipeline does.
+    """
+    from tokenizers import Tokenizer
+
+    path = source.directory / TOKENIZER_FILE
+    if path.is_file():
+        tokenizer = Tokenizer.from_file(str(path))
+    else:  # a slow-tokenizer-only source: let transformers convert it
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(source.directory)).backend_tokenizer
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=source.max_len)
+    return tokenizer
+
+
+def special_ids(source: EmbeddingSource, tokenizer: Tokenizer) -> SpecialIds:
+    """The padding id (config.json's, else the tokenizer's [PAD]/<pad>, else 0) and unknown id."""
+    pad = source.pad_id
+    if pad is None:
+        found = [tokenizer.token_to_id(t) for t in ("[PAD]", "<pad>")]
+        pad = next((i for i in found if i is not None), 0)
+    unk_token = getattr(tokenizer.model, "unk_token", None)
+    unk = tokenizer.token_to_id(unk_token) if isinstance(unk_token, str) else None
+    return SpecialIds(pad=int(pad), unk=unk)
+
+
+def hidden_states_module(source: EmbeddingSource) -> torch.nn.Module:
+    """The model (eager attention: the pattern onnxruntime's optimizer fuses) as a module whose
+    positional inputs are ``source.input_names`` and whose output is the last hidden state:
+    pooling happens in the service (NumPy), not in the graph."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(source.directory), attn_implementation="eager").float().eval()
+    names = source.input_names
+
+    class HiddenStates(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            hidden: torch.Tensor = self.model(**dict(zip(names, inputs, strict=True))).last_hidden_state
+            return hidden
+
+    return HiddenStates()
