@@ -11,10 +11,15 @@ import torch
 from tokenizers import Tokenizer
 
 from export.data import (
+    OUTPUT_LIMIT_RULE,
     SPECIAL_TOKENS,
     Batch,
     encode_source,
     encode_target,
+    length_sorted_batches,
+    output_limits,
+    pad,
+    pad_array,
     read_parallel,
     token_batches,
     train_tokenizer,
@@ -143,3 +148,22 @@ def test_token_batches_are_deterministic_for_a_seed() -> None:
     plain = list(token_batches(src, tgt, 64, PAD))
     widths = [b.src.size(1) for b in plain]
     assert widths == sorted(widths)
+
+
+def test_output_limits_per_sentence_capped_by_the_model() -> None:
+    """2 × source tokens + 10, never beyond max_target_len - 1 (the start token's position)."""
+    assert output_limits([[5] * 3, [5] * 40, []], max_target_len=64) == [16, 63, 10]
+    assert OUTPUT_LIMIT_RULE.startswith("min(2 * source tokens + 10, max_target_len - 1)")
+
+
+def test_length_sorted_batches_cover_every_index_once_in_length_order() -> None:
+    lengths = [5, 1, 9, 3, 7]
+    batches = length_sorted_batches(lengths, 2)
+    assert batches == [[1, 3], [0, 4], [2]]
+
+
+def test_pad_and_pad_array_right_pad_to_the_longest() -> None:
+    expected = [[4, 5, 6], [7, 0, 0]]
+    assert pad_array([[4, 5, 6], [7]], 0).tolist() == expected
+    padded = pad([[4, 5, 6], [7]], 0)
+    assert padded.dtype == torch.long and padded.tolist() == expected

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from export.checkpoint import load_checkpoint
-from export.data import encode_source, output_limits, pad
+from export.data import OUTPUT_LIMIT_RULE, encode_source, output_limits, pad
+from export.determinism import translation_determinism
 from export.model import padding_mask
 from export.onnx_tools import VerificationError
 from export.reference import MIN_CHRF_VS_FP32, load_reference
@@ -96,6 +97,7 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
         assert check is not None and check.sha256 == load_reference().sha256 and check.sentences >= 200
         assert check.figures["alone_vs_batched_identical_beam1"] == 1.0
         assert check.figures["alone_vs_batched_identical_beam4"] == 1.0
+        assert check.output_limit == OUTPUT_LIMIT_RULE  # each sentence's output capped, and said so
     assert int8.reference_check is not None
     assert int8.reference_check.figures["chrf_vs_fp32_beam4"] >= MIN_CHRF_VS_FP32
     assert int8.reference_check.bounds["min_chrf_vs_fp32_beam4"] == MIN_CHRF_VS_FP32
@@ -136,6 +138,8 @@ def test_first_step_with_empty_past(checkpoint: Path, exported: Path) -> None:
     for i in range(2):
         feeds |= {f"memory_keys_{i}": memory_keys[i], f"memory_values_{i}": memory_values[i]}
         feeds |= {f"past_keys_{i}": empty, f"past_values_{i}": empty}
+    if engine.info.decoder_layout == "per_layer_kv_positions":  # no row has decoded a token yet
+        feeds["positions"] = np.zeros(2, dtype=np.int64)
     log_probs, attn, past = engine.backend.step(feeds, True)
     assert isinstance(log_probs, np.ndarray)
     assert attn is not None
@@ -272,3 +276,18 @@ def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
     assert values.shape == tokens.shape == (want[0].shape[0], 6)
     np.testing.assert_array_equal(values, -np.sort(-want[0], axis=1)[:, :6])
     np.testing.assert_array_equal(np.take_along_axis(want[0], tokens, 1), values)
+
+
+def test_reference_check_decoding_is_capped_per_sentence(exported: Path) -> None:
+    """translation_determinism's max_lengths bound every output, alone and batched (what keeps a
+    random-weights model, which never emits </s>, from decoding each sentence to the maximum)."""
+    engine = open_engine(exported / "transformer-en-de" / "fp32", threads=1)
+    texts = [*TEXTS, *BUILTIN_SENTENCES]
+    limits = [1 + i % 3 for i in range(len(texts))]
+    report = translation_determinism(engine, texts, beam_sizes=(1, 4), batch_sizes=(5, 3), max_lengths=limits)
+    uncapped = translation_determinism(engine, texts, beam_sizes=(1,), batch_sizes=(5, 3))
+    assert any(len(t) > 3 for t in uncapped.beams[1].alone)  # the cap is what shortens them
+    for out in report.beams.values():
+        for got in (out.alone, out.batched):
+            assert all(len(t) <= n for t, n in zip(got, limits, strict=True))
+        assert out.alone == out.batched
