@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.batching import BatchPolicy, EngineFailure
+from service.batching import BatchPolicy, EngineFailure, QueueFull
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.decoding import HostBackend
 from service.engine.running import RunningDecode
@@ -237,5 +237,32 @@ async def test_a_small_request_passes_a_full_decode_through_the_express_share(
         assert len(steps) - start < 2 * 10 + 4  # its own steps, interleaved with the main decode's
         assert not long.done()
         assert all(isinstance(r, Translation) for r in await long)
+    finally:
+        await b.close()
+
+
+@pytest.mark.usefixtures("endless")
+async def test_the_queue_stays_bounded_while_sentences_wait_for_room(
+    engine: OnnxTranslator, steps: list[int]
+) -> None:
+    """One long sentence fills the decode, a second waits for room, a third queues: the next
+    request is refused with 429 (QueueFull) and nothing is allocated for it."""
+    one = 4 * engine.new_decode().shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
+    policy = BatchPolicy(max_batch_size=1, max_queue=1)
+    b = ContinuousBatcher(
+        engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(one, 512, 4096)
+    )
+    b.start()
+    try:
+        running = []
+        for text in LONG:
+            running.append(asyncio.create_task(b.submit(items([text], beam_size=4, max_length=ENDLESS), 60)))
+            while not steps:  # the first one decodes
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.05)  # handed over (and admitted, or waiting), or queued
+        assert b.queued == 1
+        with pytest.raises(QueueFull):
+            await b.submit(items(["red"]), 60)
+        assert all(isinstance(r, Translation) for rs in await asyncio.gather(*running) for r in rs)
     finally:
         await b.close()
