@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,7 @@ from export.publish import (
     Parity,
     parse_variants,
     progress,
-    publish_variant,
+    publish_variants,
     published_manifest,
     tool_fields,
 )
@@ -145,16 +144,7 @@ class _VariantExport:
 
     def run(self, todo: list[Variant], root: Path) -> None:
         """fp32 first, always verified (the baseline of the others), published only if asked for."""
-        order: list[Variant] = ["fp32", *(v for v in todo if v != "fp32")]
-        for variant in order:
-            progress(f"{self.name}/{variant}: exporting")
-            publish_variant(
-                root / variant,
-                partial(self.build, variant),
-                partial(self.manifest, variant),
-                partial(self.verifier.measure, variant),
-                publish=variant in todo,
-            )
+        publish_variants(todo, root, self.build, self.manifest, self.verifier.measure)
 
     def build(self, variant: Variant, staging: Path) -> Fusions:
         fusions: Fusions = {}

@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,28 @@ def publish_variant(
     if publish:
         progress(
             f"{target.parent.name}/{target.name}: done in {time.perf_counter() - started:.0f} s → {target}"
+        )
+
+
+def publish_variants(
+    todo: list[Variant],
+    root: Path,
+    build: Callable[[Variant, Path], Fusions],
+    manifest_for: Callable[[Variant, Path, Fusions, Parity, ReferenceCheck | None], Manifest],
+    verify: Callable[[Variant, Path], tuple[Parity, ReferenceCheck | None]],
+) -> None:
+    """:func:`publish_variant` for each variant of ``todo`` at ``root/<variant>``, the callables
+    taking the variant first. fp32 goes first and always: it is verified as the baseline of
+    int8/fp16, and published only when ``todo`` asks for it."""
+    order: list[Variant] = ["fp32", *(v for v in todo if v != "fp32")]
+    for variant in order:
+        progress(f"{root.name}/{variant}: exporting")
+        publish_variant(
+            root / variant,
+            partial(build, variant),
+            partial(manifest_for, variant),
+            partial(verify, variant),
+            publish=variant in todo,
         )
 
 

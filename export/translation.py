@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from functools import partial
 from pathlib import Path
 
 from export.graphs import (
@@ -33,7 +32,7 @@ from export.publish import (
     Parity,
     parse_variants,
     progress,
-    publish_variant,
+    publish_variants,
     published_manifest,
     tool_fields,
 )
@@ -178,16 +177,7 @@ class _VariantExport:
 
     def run(self, todo: list[Variant], root: Path) -> None:
         """fp32 first, always verified (the baseline of the others), published only if asked for."""
-        order: list[Variant] = ["fp32", *(v for v in todo if v != "fp32")]
-        for variant in order:
-            progress(f"{self.source.name}/{variant}: exporting")
-            publish_variant(
-                root / variant,
-                partial(self.build, variant),
-                partial(self.manifest, variant),
-                partial(self.verifier.verify, variant),
-                publish=variant in todo,
-            )
+        publish_variants(todo, root, self.build, self.manifest, self.verifier.verify)
 
     def build(self, variant: Variant, staging: Path) -> Fusions:
         if variant == "fp32":

@@ -15,7 +15,16 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from service.artefacts import ArtefactError, EmbeddingInfo, Manifest, load_and_verify
+from service.artefacts import (
+    EMBEDDING_ATTENTION_MASK,
+    EMBEDDING_INPUT_IDS,
+    EMBEDDING_OUTPUT,
+    EMBEDDING_TOKEN_TYPE_IDS,
+    ArtefactError,
+    EmbeddingInfo,
+    Manifest,
+    load_and_verify,
+)
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import pool
 from service.engine.session import (
@@ -70,7 +79,7 @@ class OnnxEmbedder:
         check_io(self.session, spec, directory / spec.file)
         self.provider: str = used_provider(self.session)
         self._inputs = {i.name for i in self.session.get_inputs()}
-        self._output = "last_hidden_state"
+        self._output = EMBEDDING_OUTPUT
 
     # -- Engine protocol --
 
@@ -153,9 +162,9 @@ class OnnxEmbedder:
 
     def _feeds(self, ids: Sequence[Sequence[int]]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         input_ids, mask = self.tokenizer.pad(ids)
-        feeds = {"input_ids": input_ids, "attention_mask": mask}
-        if "token_type_ids" in self._inputs:
-            feeds["token_type_ids"] = np.zeros_like(input_ids)
+        feeds = {EMBEDDING_INPUT_IDS: input_ids, EMBEDDING_ATTENTION_MASK: mask}
+        if EMBEDDING_TOKEN_TYPE_IDS in self._inputs:
+            feeds[EMBEDDING_TOKEN_TYPE_IDS] = np.zeros_like(input_ids)
         return {k: v for k, v in feeds.items() if k in self._inputs}, mask
 
     def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
