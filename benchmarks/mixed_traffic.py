@@ -10,10 +10,10 @@ The same server (``python -m service``, the default int8 translator) is started 
 * **uniform**: 16 clients sending one short caption each, for the same time: requests per second.
 * **hostile** (continuous only): 8 clients each sending 64 texts of ~600 characters with beam 8,
   n-best 8 and max_length 128, twice (issue 17's max_length 512 is now refused at once: over the
-  model's 256, and over the per-request decode cost cap), while a prober sends a one-word request every 0.2 s and the
-  server's resident memory is sampled. Reported: peak RSS against the budget, the one-word p99
-  during and after, and every status code seen (504 for requests whose own deadline passed is the
-  only 5xx allowed).
+  model's 256, and over the per-request decode cost cap), while a prober sends a one-word request
+  every 0.2 s and the server's resident memory is sampled. Reported: peak RSS against the budget,
+  the one-word p99 during and after, and every status code seen (504 for requests whose own
+  deadline passed is the only 5xx allowed).
 
 Run: ``python -m benchmarks --data-dir ../shared/data --only mixed_traffic`` (a stage).
 """
