@@ -4,7 +4,7 @@ The same server (``python -m service``, the default int8 translator) is started 
 ``TSERVE_TRANSLATE_BATCHING=batch`` and ``=continuous``, and driven the same way:
 
 * **mixed**: 16 clients for a fixed time, each request beam 4; 80 % are one short caption (a
-  committed reference sentence), 20 % long inputs (half a paragraph of five captions, half one
+  Multi30k test sentence), 20 % long inputs (half a paragraph of five captions, half one
   sentence of 40+ tokens: three captions joined by ", and"). Reported: p50/p99 latency of the
   short requests, and output tokens per second (the server's own ``tserve_output_tokens`` counter).
 * **uniform**: 16 clients sending one short caption each, for the same time: requests per second.
