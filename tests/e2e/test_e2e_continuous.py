@@ -1,0 +1,55 @@
+"""Continuous decoding on the real int8 translator over HTTP: the same sentence gets the same
+translation alone and when it joins a running decode of other requests (greedy and beam 4)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.engine.base import TranslateItem, TranslateOptions, Translation
+from service.engine.translator import OnnxTranslator
+from tests.servers import ServerProcess
+
+SENTENCES = [
+    "A man is riding a bicycle down the street.",
+    "Two dogs are playing in the snow.",
+    "A woman in a red dress is reading a book on a bench in the park.",
+    "Children play football on the beach while their parents watch from the shade of an umbrella.",
+    "The cat sleeps.",
+    "A group of people stand in front of a building waiting for the bus, and one of them is on the phone.",
+    "An old man sells fruit at a market.",
+    "Hello.",
+]
+
+
+async def _staggered(url: str, beam_size: int) -> list[str]:
+    """Every sentence as its own request, each sent 30 ms after the previous one, so most join
+    a decode that is already running."""
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+
+        async def one(i: int, text: str) -> str:
+            await asyncio.sleep(0.03 * i)
+            r = await http.post("/v1/translate", json={"text": text, "beam_size": beam_size})
+            assert r.status_code == 200, r.text
+            return str(r.json()["translations"][0]["hypotheses"][0]["text"])
+
+        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(SENTENCES * 3))))
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_sentences_joining_a_running_decode_translate_as_alone(
+    int8_service: ServerProcess, default_artefacts: Path, beam_size: int
+) -> None:
+    engine = OnnxTranslator(default_artefacts / "transformer-en-de" / "int8", "cpu", 1)
+    alone = []
+    for text in SENTENCES:
+        (result,) = engine.translate([TranslateItem(text, TranslateOptions(beam_size=beam_size))])
+        assert isinstance(result, Translation)
+        alone.append(result.hypotheses[0].text)
+    served = asyncio.run(_staggered(int8_service.url, beam_size))
+    assert served == alone * 3
+    admitted = int8_service.metric("tserve_decode_admitted_sentences_count", model="transformer-en-de")
+    assert admitted > 0  # they went through the continuous scheduler
