@@ -33,6 +33,7 @@ from export.publish import (
     progress,
     publish_variants,
     published_manifest,
+    still_to_export,
     tool_fields,
 )
 from export.reference import REFERENCE_FILE, load_reference
@@ -95,12 +96,9 @@ def export_embedding(
     root = out_root / name
     reference_set = load_reference(reference)
     want_sts = sts_csv is not None
-    todo = [
-        v for v in wanted if not up_to_date(root / v, source, name, v, sha, want_sts, reference_set.sha256)
-    ]
-    for v in wanted:
-        if v not in todo:
-            progress(f"{name}/{v}: up to date (source sha256 {sha[:12]}…), skipped")
+    todo = still_to_export(
+        wanted, root, lambda v: up_to_date(root / v, source, name, v, sha, want_sts, reference_set.sha256)
+    )
     if todo:
         root.mkdir(parents=True, exist_ok=True)
         tokenizer = served_tokenizer(source)

@@ -92,6 +92,18 @@ def published_manifest(
     return manifest if same and (measured or unverifiable) else None
 
 
+def still_to_export(
+    wanted: list[Variant], root: Path, up_to_date: Callable[[Variant], bool]
+) -> list[Variant]:
+    """The variants of ``wanted`` that are not ``up_to_date`` at ``root/<variant>``; the others
+    are reported as skipped."""
+    todo = [v for v in wanted if not up_to_date(v)]
+    for v in wanted:
+        if v not in todo:
+            progress(f"{root.name}/{v}: up to date ({root / v}), skipped")
+    return todo
+
+
 def tool_fields(graph: Path) -> dict[str, Any]:
     """The manifest fields that say what wrote and verified the artefact: the graph's opset and
     IR version, the onnxruntime version and the time."""

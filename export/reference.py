@@ -14,6 +14,10 @@ measures each variant and writes the figures into its manifest (``Manifest.refer
   variant's beam-4 output with fp32's as the reference (``MIN_CHRF_VS_FP32``), embeddings
   mean / min cosine to fp32 (``MIN_MEAN_COSINE_VS_FP32`` / ``MIN_COSINE_VS_FP32``).
 
+Translations stop at each sentence's own output limit, as the service caps them
+(``export.data.OUTPUT_LIMIT_RULE``, recorded as ``ReferenceCheck.output_limit``): a model with
+random weights never emits </s> and would otherwise decode every sentence to its maximum length.
+
 A variant beyond a bound fails its export (``VerificationError``, nothing published). The bounds
 were set from the default models' measured figures with a margin (README, "Bring your own
 model"): per-row int8 of transformer-en-de gives chrF ≈ 9x vs fp32, of all-MiniLM-L6-v2 a mean

@@ -34,6 +34,7 @@ from export.publish import (
     progress,
     publish_variants,
     published_manifest,
+    still_to_export,
     tool_fields,
 )
 from export.reference import REFERENCE_FILE, load_reference
@@ -152,10 +153,7 @@ def export_translation(
     sha = sha256_of_files(src.weight_files)
     root = out_root / src.name
     reference_set = load_reference(reference)
-    todo = [v for v in wanted if not up_to_date(root / v, src, sha, v, reference_set.sha256)]
-    for v in wanted:
-        if v not in todo:
-            progress(f"{src.name}/{v}: up to date (source sha256 {sha[:12]}…), skipped")
+    todo = still_to_export(wanted, root, lambda v: up_to_date(root / v, src, sha, v, reference_set.sha256))
     if todo:
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="translation-export-") as work:
