@@ -31,7 +31,8 @@ def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     m = np.asarray(mask, dtype=np.float32)[:, :, None]
     summed = (h * m).sum(axis=1)
     counts = np.maximum(m.sum(axis=1), _MIN_COUNT)
-    return (summed / counts).astype(np.float32, copy=False)
+    pooled: np.ndarray = (summed / counts).astype(np.float32, copy=False)
+    return pooled
 
 
 def cls_pool(hidden: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -44,7 +45,8 @@ def l2_normalize(x: np.ndarray, eps: float = _MIN_NORM) -> np.ndarray:
     """Scale each row to unit length; a zero row stays zero instead of becoming NaN."""
     v = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(v, axis=-1, keepdims=True)
-    return (v / np.maximum(norms, eps)).astype(np.float32, copy=False)
+    unit: np.ndarray = (v / np.maximum(norms, eps)).astype(np.float32, copy=False)
+    return unit
 
 
 def pool(hidden: np.ndarray, mask: np.ndarray, mode: Pooling) -> np.ndarray:

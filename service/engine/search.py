@@ -50,7 +50,7 @@ class Hypothesis:
 
 
 def _normalise(logprob: float, length: int, length_penalty: float) -> float:
-    return logprob / max(length, 1) ** length_penalty
+    return float(logprob / max(length, 1) ** length_penalty)
 
 
 class SentenceSearch:
