@@ -65,14 +65,13 @@ def decoder_io(layout: DecoderLayout, n_layers: int) -> tuple[list[str], list[st
     """The decoder graph's input and output names, in order, for ``layout``."""
     if layout == "stacked_kv":
         return DECODER_INPUTS, DECODER_OUTPUTS
-    inputs, outputs = [*DECODER_INPUTS, TOP_K_INPUT], [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
+    positions = [POSITIONS_INPUT] if layout == "per_layer_kv_positions" else []
+    inputs, outputs = [*DECODER_INPUTS, *positions, TOP_K_INPUT], [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
     if layout == "stacked_kv_top_k":
         return inputs, outputs
     stacked_in, stacked_out = DECODER_INPUTS[2:6], DECODER_OUTPUTS[1:3]
     per_layer = [f"{name}_{i}" for name in stacked_in for i in range(n_layers)]
     present = [f"{name}_{i}" for name in stacked_out for i in range(n_layers)]
-    if layout == "per_layer_kv_positions":
-        per_layer.append(POSITIONS_INPUT)
     return [x for x in inputs if x not in stacked_in] + per_layer, [
         x for x in outputs if x not in stacked_out
     ] + present

@@ -218,25 +218,36 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         waiting: list[_Sentence] = []  # prepared, not admitted yet
         running: dict[int, _Sentence] = {}
         keys = itertools.count()
+        busy = False
         while True:
-            if not waiting and not any(lane.decode.sentences for lane in lanes):
+            if not busy:
                 self._work.wait()
             if self._closing:
-                self._fail_all([*waiting, *running.values()], *self._take_inbox())
+                self._fail_all(
+                    BatcherClosed(f"{self.model}: shutting down"), waiting, running, self._take_inbox()
+                )
                 return
-            waiting = _fair(waiting + self._prepare(self._take_inbox()))
-            admitted = self._admit_waiting(lanes, waiting, running, keys)
-            for lane in lanes:
-                for s in lane.decode.remove(lambda s: running[s.key].pending.item.abandoned.is_set()):
-                    self._post(self._deliver, running.pop(s.key).pending, Abandoned("nobody waits any more"))
-            self._show(lanes)
-            if not any(lane.decode.sentences for lane in lanes):
-                if admitted is None:  # nothing fits yet: wait for work rather than spin
-                    self._work.clear()
-                continue
-            for lane in lanes:
-                if lane.decode.sentences:
-                    self._step(lane, running)
+            waiting += self._prepare(self._take_inbox())
+            try:
+                waiting[:] = _fair(waiting)
+                self._admit_waiting(lanes, waiting, running, keys)
+                self._drop_abandoned(lanes, running)
+                self._show(lanes)
+                busy = any(lane.decode.sentences for lane in lanes)
+                for lane in lanes:
+                    if lane.decode.sentences:
+                        self._step(lane, running)
+            except Exception:  # a bug, not a model failure: fail what is in flight, serve on
+                log.exception("%s: the decode loop failed", self.model)
+                failure = EngineFailure(f"{self.model}: decoding failed")
+                self._fail_all(failure, waiting, running, [])
+                waiting, running, lanes, busy = [], {}, self._lanes(), False
+
+    def _drop_abandoned(self, lanes: list[_Lane], running: dict[int, _Sentence]) -> None:
+        """Sentences nobody waits for any more (client gone, deadline passed) leave now."""
+        for lane in lanes:
+            for s in lane.decode.remove(lambda s: running[s.key].pending.item.abandoned.is_set()):
+                self._post(self._deliver, running.pop(s.key).pending, Abandoned("nobody waits any more"))
 
     def _step(self, lane: _Lane, running: dict[int, _Sentence]) -> None:
         start = time.perf_counter()
@@ -279,11 +290,10 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
 
     def _admit_waiting(
         self, lanes: list[_Lane], waiting: list[_Sentence], running: dict[int, _Sentence], keys: Iterator[int]
-    ) -> int | None:
+    ) -> None:
         """Move the waiting sentences that fit into a decode, in ``_fair`` order, none overtaking
-        an earlier one of its class (small or not); → how many (None: none fits although some
-        wait). A sentence goes to the first of its lanes with room: the main one, or the express
-        one for small requests."""
+        an earlier one of its class (small or not). A sentence goes to the first of its lanes with
+        room: the main one, or the express one for small requests."""
         budget = self.budget
         chosen: dict[int, list[_Sentence]] = {i: [] for i in range(len(lanes))}
         tokens = 0
@@ -313,18 +323,18 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
                 lane_at = mine[0]  # an idle lane takes its first sentence whatever the row cap
             if tokens and tokens + n > budget.admit_tokens:
                 break
-            waiting.remove(sentence)
             chosen[lane_at].append(sentence)
             tokens += n
         taken = sum(len(c) for c in chosen.values())
         if not taken:
-            return None if waiting else 0
+            return
         self._post(self._admitted_from_inbox, taken)
         self._admitted.observe(taken)
         for i, sentences in chosen.items():
+            for sentence in sentences:
+                waiting.remove(sentence)
             if sentences:
                 self._admit_into(lanes[i], sentences, running, keys)
-        return taken
 
     @staticmethod
     def _fits(lane: _Lane, chosen: list[_Sentence], sentence: _Sentence) -> bool:
@@ -385,10 +395,16 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             free += max(0, lane.share - d.worst_bytes()) // widest
         self._free_gauge.set(min(free, self.budget.max_rows - sum(lane.decode.rows for lane in lanes)))
 
-    def _fail_all(self, sentences: list[_Sentence], *pending: Pending) -> None:
-        closed = BatcherClosed(f"{self.model}: shutting down")
-        for p in [*(s.pending for s in sentences), *pending]:
-            self._post(self._deliver, p, closed)
+    def _fail_all(
+        self,
+        error: Exception,
+        waiting: list[_Sentence],
+        running: dict[int, _Sentence],
+        pending: list[Pending],
+    ) -> None:
+        for p in [*(s.pending for s in waiting), *(s.pending for s in running.values()), *pending]:
+            self._post(self._deliver, p, error)
+        self._post(self._admitted_from_inbox, len(waiting) + len(pending))
 
 
 def _fair(waiting: list[_Sentence]) -> list[_Sentence]:

@@ -266,3 +266,24 @@ async def test_the_queue_stays_bounded_while_sentences_wait_for_room(
         assert all(isinstance(r, Translation) for rs in await asyncio.gather(*running) for r in rs)
     finally:
         await b.close()
+
+
+async def test_an_unexpected_error_in_the_decode_loop_fails_only_what_is_in_flight(
+    batcher: ContinuousBatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import service.scheduling as scheduling
+
+    real = scheduling._fair
+    failures = iter([True])
+
+    def fair(waiting: Any) -> Any:
+        if next(failures, False):
+            raise RuntimeError("a bug")
+        return real(waiting)
+
+    monkeypatch.setattr(scheduling, "_fair", fair)
+    failed = await batcher.submit(items(SHORT[:2]), 30)
+    assert all(isinstance(r, EngineFailure) for r in failed)
+    after = await batcher.submit(items(SHORT[:2]), 30)
+    assert all(isinstance(r, Translation) for r in after)
+    assert await batcher.drain(1)
