@@ -73,11 +73,11 @@ class Settings(BaseSettings):
     # workers are busy: a short request does not wait behind a long batch. 0: off.
     express_max_tokens: int = Field(default=64, ge=0)
     request_timeout_s: float = Field(default=30.0, gt=0)  # deadline from arrival to result → 504
-    # Translation: "continuous" admits sentences into the running decode between any two decoder
-    # steps and answers each as soon as it is done (service/scheduling.py); "batch" decodes each
-    # batch to its end before the next starts. Continuous needs a decoder exported with per-row
-    # positions on the CPU backend; otherwise batch is used.
-    translate_batching: Literal["continuous", "batch"] = "continuous"
+    # Translation: "batch" decodes each batch to its end before the next starts; "continuous"
+    # admits sentences into the running decode between any two decoder steps and answers each as
+    # soon as it is done (service/scheduling.py; needs a decoder exported with per-row positions,
+    # on the CPU backend). Batch is the default: it measured faster (benchmarks/README.md).
+    translate_batching: Literal["continuous", "batch"] = "batch"
     # Worst-case decoder cache + memory of a model's running sentences (each at its own length
     # limit): sentences wait for room beyond it; one that could never fit → 422.
     decode_memory_mb: int = Field(default=512, ge=1)

@@ -265,8 +265,13 @@ class OnnxDecoder:
         used = np.unique(self._row_sentence)
         if len(used) < self._table_mask.shape[0]:
             keys, values = self._table
-            self._table = (self.backend.take(keys, used, 1), self.backend.take(values, used, 1))
-            self._table_mask = self._table_mask[used]
+            width = int(self._table_mask[used].sum(axis=1).max())  # the longest source still used
+            columns = np.arange(width)
+            keys, values = (
+                self.backend.take(self.backend.take(x, used, 1), columns, 3) for x in (keys, values)
+            )
+            self._table = (keys, values)
+            self._table_mask = self._table_mask[used][:, :width]
             self._row_sentence = np.searchsorted(used, self._row_sentence)
         return self._table_mask.shape[0]
 

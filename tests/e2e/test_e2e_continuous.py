@@ -4,6 +4,7 @@ translation alone and when it joins a running decode of other requests (greedy a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.translator import OnnxTranslator
+from tests.e2e.real_models import served_env, start_service
 from tests.servers import ServerProcess
 
 SENTENCES = [
@@ -23,6 +25,14 @@ SENTENCES = [
     "An old man sells fruit at a market.",
     "Hello.",
 ]
+
+
+@pytest.fixture(scope="module")
+def continuous_service(
+    default_artefacts: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    env = served_env(default_artefacts, "int8", TSERVE_TRANSLATE_BATCHING="continuous")
+    yield from start_service(tmp_path_factory, "service-continuous", env)
 
 
 async def _staggered(url: str, beam_size: int) -> list[str]:
@@ -41,7 +51,7 @@ async def _staggered(url: str, beam_size: int) -> list[str]:
 
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_sentences_joining_a_running_decode_translate_as_alone(
-    int8_service: ServerProcess, default_artefacts: Path, beam_size: int
+    continuous_service: ServerProcess, default_artefacts: Path, beam_size: int
 ) -> None:
     engine = OnnxTranslator(default_artefacts / "transformer-en-de" / "int8", "cpu", 1)
     alone = []
@@ -49,7 +59,7 @@ def test_sentences_joining_a_running_decode_translate_as_alone(
         (result,) = engine.translate([TranslateItem(text, TranslateOptions(beam_size=beam_size))])
         assert isinstance(result, Translation)
         alone.append(result.hypotheses[0].text)
-    served = asyncio.run(_staggered(int8_service.url, beam_size))
+    served = asyncio.run(_staggered(continuous_service.url, beam_size))
     assert served == alone * 3
-    admitted = int8_service.metric("tserve_decode_admitted_sentences_count", model="transformer-en-de")
+    admitted = continuous_service.metric("tserve_decode_admitted_sentences_count", model="transformer-en-de")
     assert admitted > 0  # they went through the continuous scheduler
