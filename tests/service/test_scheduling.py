@@ -171,22 +171,32 @@ async def test_a_cancelled_request_frees_its_rows_at_the_next_step(
     assert batcher.queued == 0 and await batcher.drain(1)
 
 
-async def test_a_failing_step_fails_its_sentences_and_the_decode_goes_on(
-    batcher: ContinuousBatcher, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    real = RunningDecode.step
+def fail_once(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
+    """``owner.name`` raises on its first call, then works again."""
+    real = getattr(owner, name)
     failures = iter([True])
 
-    def step(self: RunningDecode) -> Any:
+    def once(*args: Any) -> Any:
         if next(failures, False):
-            raise RuntimeError("onnxruntime failed")
-        return real(self)
+            raise RuntimeError("injected failure")
+        return real(*args)
 
-    monkeypatch.setattr(RunningDecode, "step", step)
+    monkeypatch.setattr(owner, name, once)
+
+
+async def assert_fails_once_then_serves(batcher: ContinuousBatcher) -> None:
     failed = await batcher.submit(items(SHORT[:2]), 30)
     assert all(isinstance(r, EngineFailure) for r in failed)
     after = await batcher.submit(items(SHORT[:2]), 30)
     assert all(isinstance(r, Translation) for r in after)
+    assert await batcher.drain(1)
+
+
+async def test_a_failing_step_fails_its_sentences_and_the_decode_goes_on(
+    batcher: ContinuousBatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail_once(monkeypatch, RunningDecode, "step")  # onnxruntime raising in one step
+    await assert_fails_once_then_serves(batcher)
 
 
 async def test_the_decode_stays_within_its_memory_budget(
@@ -273,17 +283,5 @@ async def test_an_unexpected_error_in_the_decode_loop_fails_only_what_is_in_flig
 ) -> None:
     import service.scheduling as scheduling
 
-    real = scheduling._fair
-    failures = iter([True])
-
-    def fair(waiting: Any) -> Any:
-        if next(failures, False):
-            raise RuntimeError("a bug")
-        return real(waiting)
-
-    monkeypatch.setattr(scheduling, "_fair", fair)
-    failed = await batcher.submit(items(SHORT[:2]), 30)
-    assert all(isinstance(r, EngineFailure) for r in failed)
-    after = await batcher.submit(items(SHORT[:2]), 30)
-    assert all(isinstance(r, Translation) for r in after)
-    assert await batcher.drain(1)
+    fail_once(monkeypatch, scheduling, "_fair")  # a bug in the loop itself
+    await assert_fails_once_then_serves(batcher)
