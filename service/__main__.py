@@ -24,9 +24,9 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from service.api.runtime import Runtime
 from service.app import create_app
 from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
+from service.lifecycle import Runtime
 from service.settings import Settings
 
 log = logging.getLogger("service")

@@ -9,12 +9,13 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from service.api.dependencies import serving_runtime, until_disconnect
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
 from service.api.middleware import timed_stage
-from service.api.runtime import Embedder, Runtime, serving_runtime, until_disconnect
 from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_response
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import l2_normalize
+from service.lifecycle import Embedder, Runtime
 
 router = APIRouter(tags=["embed"])
 

@@ -12,8 +12,9 @@ from fastapi import APIRouter, Depends
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.responses import Response
 
-from service.api.runtime import Runtime, get_runtime
+from service.api.dependencies import get_runtime
 from service.api.schemas import HealthResponse, json_response
+from service.lifecycle import Runtime
 
 router = APIRouter(tags=["health"])
 

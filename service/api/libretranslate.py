@@ -28,12 +28,13 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
+from service.api.dependencies import get_runtime, ready_runtime
 from service.api.errors import InternalError, ModelNotFound, ServiceError, documented
-from service.api.runtime import Runtime, Translator, get_runtime, ready_runtime
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.api.translate import translate_texts
 from service.batching import BatcherClosed, DeadlineExceeded, QueueFull
 from service.engine.base import TranslateOptions
+from service.lifecycle import Runtime, Translator
 
 log = logging.getLogger(__name__)
 

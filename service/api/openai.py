@@ -16,9 +16,9 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from service.api.dependencies import serving_runtime
 from service.api.embed import default_normalize, embed_texts, embedder, pooled_vectors
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES, ModelNotFound, validation_error
-from service.api.runtime import Embedder, Runtime, serving_runtime
 from service.api.schemas import (
     ModelCard,
     ModelsResponse,
@@ -27,6 +27,7 @@ from service.api.schemas import (
     json_response,
 )
 from service.engine.base import Engine
+from service.lifecycle import Embedder, Runtime
 
 router = APIRouter(tags=["openai"])
 

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from service.api.dependencies import serving_runtime, until_disconnect
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
 from service.api.middleware import timed_stage
-from service.api.runtime import Runtime, Translator, serving_runtime, until_disconnect
 from service.api.schemas import (
     Hypothesis,
     SentenceResult,
@@ -22,6 +22,7 @@ from service.api.schemas import (
     json_response,
 )
 from service.engine.base import TranslateOptions, TranslationHypothesis
+from service.lifecycle import Runtime, Translator
 from service.text.document import TextHypothesis, TextTranslation
 from service.text.pipeline import Format, prepare, translate_documents
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.app import run_export
+from service.lifecycle import run_export
 from service.artefacts import ArtefactError
 
 pytestmark = pytest.mark.anyio

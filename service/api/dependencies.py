@@ -1,0 +1,87 @@
+"""What the routes share: the runtime (``service/lifecycle.py``) and the dependencies that gate a
+request (API key, readiness, client disconnect). HTTP only: no model is loaded or batched here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.api.errors import ClientDisconnected, Forbidden, NotReady, ShuttingDown, Unauthorized
+from service.lifecycle import Runtime
+
+T = TypeVar("T")
+
+
+async def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def ready_runtime(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Runtime:
+    """503 unless every model is loaded and warmed up and the service is not shutting down."""
+    if runtime.state == "ready":
+        return runtime
+    if runtime.state == "draining":
+        raise ShuttingDown("shutting down; retry on another replica", headers={"Connection": "close"})
+    detail = f": {runtime.detail}" if runtime.detail else ""
+    raise NotReady(f"not ready ({runtime.state}{detail})", headers={"Retry-After": "5"})
+
+
+async def serving_runtime(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Runtime:
+    """``ready_runtime`` as a route dependency: async, as FastAPI runs a sync dependency on a
+    worker thread (a thread hop per request)."""
+    return ready_runtime(runtime)
+
+
+_bearer = HTTPBearer(auto_error=False, description="One of TSERVE_API_KEYS (when set)")
+
+
+async def require_api_key(
+    runtime: Annotated[Runtime, Depends(get_runtime)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """401 without a bearer key, 403 with a wrong one; nothing to check when no keys are set."""
+    keys = runtime.settings.api_keys
+    if not keys:
+        return
+    if credentials is None:
+        raise Unauthorized(
+            "missing API key: send 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"}
+        )
+    given = credentials.credentials.encode()
+    # Compare against every key (no early exit), in constant time per key.
+    matched = [secrets.compare_digest(given, key.encode()) for key in keys]
+    if not any(matched):
+        raise Forbidden("invalid API key")
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work`` unless the client disconnects first: then cancel it (its queued items are
+    dropped by the batcher) and raise ``ClientDisconnected``. Starlette does not cancel a
+    handler when its client leaves, so without this the work would be computed for nobody.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise ClientDisconnected()

@@ -1,0 +1,326 @@
+"""The model lifecycle, outside HTTP: load the configured models (exporting the default ones
+first in a subprocess when allowed), verify and warm them up, give each a batcher, declare the
+service ready, drain and close. ``service/app.py`` runs it from the FastAPI lifespan; the routes
+(``service/api/``) read the ``Runtime`` through ``service/api/dependencies.py``.
+
+The server listens at once and the models load in the background, so liveness probes pass during
+a long first start while readiness gates traffic. The service never imports torch: the export
+step is another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from service.api.schemas import RequestLimits
+from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest
+from service.batching import BatchPolicy, DynamicBatcher
+from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
+from service.metrics import MODEL_INFO, READY
+from service.scheduling import ContinuousBatcher, DecodeBudget
+from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
+
+log = logging.getLogger(__name__)
+
+State = Literal["loading", "ready", "draining", "failed"]
+GivenEngines = Mapping[str, Engine] | Sequence[Engine]
+
+_TAIL_LINES = 20  # of the export's output, quoted when it fails
+_EXPORTED_BY_DEFAULT = {*DEFAULT_TRANSLATE_MODELS, DEFAULT_EMBED_MODEL}  # `python -m export default`
+
+
+@dataclass
+class Translator:
+    engine: TranslateEngine
+    batcher: DynamicBatcher[TranslateItem, Any]
+
+    @property
+    def name(self) -> str:
+        return self.engine.manifest.name
+
+    @property
+    def sources(self) -> list[str]:
+        info = self.engine.manifest.translation
+        return info.source_languages if info else []
+
+    @property
+    def targets(self) -> list[str]:
+        info = self.engine.manifest.translation
+        return info.target_languages if info else []
+
+    def pairs(self) -> list[str]:
+        return [f"{s}→{t}" for s in self.sources for t in self.targets if s != t]
+
+    def serves(self, source: str | None, target: str | None) -> bool:
+        """Whether it translates ``source`` into ``target`` (None: any)."""
+        return (source is None or source in self.sources) and (target is None or target in self.targets)
+
+
+@dataclass
+class Embedder:
+    engine: EmbedEngine
+    batcher: DynamicBatcher[EmbedItem, Any]
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    state: State = "loading"
+    detail: str | None = None
+    translators: dict[str, Translator] = field(default_factory=dict)  # by name, the default first
+    embedder: Embedder | None = None
+    on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
+    limits: RequestLimits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limits = RequestLimits.from_settings(self.settings)
+        READY.set(0)
+
+    @property
+    def models(self) -> list[Translator | Embedder]:
+        return [*self.translators.values(), *([self.embedder] if self.embedder else [])]
+
+    @property
+    def engines(self) -> list[Engine]:
+        return [m.engine for m in self.models]
+
+    @property
+    def batchers(self) -> list[DynamicBatcher[Any, Any]]:
+        return [m.batcher for m in self.models]
+
+    @property
+    def default_translator(self) -> Translator | None:
+        return next(iter(self.translators.values()), None)
+
+    def translators_for(self, source: str | None, target: str | None) -> list[Translator]:
+        """The models translating ``source`` into ``target`` (None: any), in configured order."""
+        return [t for t in self.translators.values() if t.serves(source, target)]
+
+    def served_pairs(self) -> list[str]:
+        """Every ``source→target`` served, once each, in configured order."""
+        return list(dict.fromkeys(p for t in self.translators.values() for p in t.pairs()))
+
+    def attach(self, engines: list[Engine]) -> None:
+        """Start a batcher per warmed-up engine and declare the service ready (in the event loop)."""
+        s = self.settings
+        policy = BatchPolicy(
+            max_batch_size=s.max_batch_size,
+            max_batch_tokens=s.max_batch_tokens,
+            max_wait_s=s.max_wait_ms / 1000,
+            max_queue=s.max_queue,
+            workers=s.worker_threads,
+            express_max_tokens=s.express_max_tokens,
+        )
+        for engine in engines:
+            name = engine.manifest.name
+            if engine.manifest.task == "translate":
+                translate: TranslateEngine = engine  # type: ignore[assignment]
+                translator = self.translators[name] = Translator(
+                    translate, self._translate_batcher(translate, policy)
+                )
+                translator.batcher.start()
+            else:
+                embed: EmbedEngine = engine  # type: ignore[assignment]
+                self.embedder = Embedder(embed, DynamicBatcher(name, embed.embed, _embed_cost(embed), policy))
+                self.embedder.batcher.start()
+            MODEL_INFO.labels(
+                model=name,
+                task=engine.manifest.task,
+                variant=engine.manifest.variant,
+                provider=engine.provider,
+            ).set(1)
+        if self.state == "loading":
+            self.state = "ready"
+            READY.set(1)
+            log.info("ready: %s", ", ".join(e.manifest.name for e in engines))
+
+    def _translate_batcher(
+        self, engine: TranslateEngine, policy: BatchPolicy
+    ) -> DynamicBatcher[TranslateItem, Any]:
+        """Iteration-level batching where the setting asks for it and the engine can admit
+        sentences into a running decode; whole-batch decoding otherwise."""
+        s = self.settings
+        if s.translate_batching == "continuous" and getattr(engine, "joins_midway", False):
+            budget = DecodeBudget(
+                s.decode_memory_mb << 20, getattr(engine, "max_decode_rows", 512), s.decode_admit_tokens
+            )
+            return ContinuousBatcher(engine, _translate_cost(engine), policy, budget)  # type: ignore[arg-type]
+        return DynamicBatcher(
+            engine.manifest.name,
+            engine.translate,
+            _translate_cost(engine),
+            policy,
+            on_abandon=lambda item: item.abandoned.set(),
+        )
+
+    def fail(self, error: BaseException) -> None:
+        self.state = "failed"
+        self.detail = str(error)
+        READY.set(0)
+        log.error("cannot serve: %s", error)
+        if self.on_fatal is not None:
+            self.on_fatal(error)
+
+    def begin_drain(self) -> None:
+        """Readiness → 503 and new model requests → 503 at once; queued work still completes."""
+        if self.state in ("draining", "failed"):
+            return
+        self.state = "draining"
+        READY.set(0)
+        for batcher in self.batchers:
+            batcher.stop_accepting()
+        log.info("draining: refusing new requests, finishing in-flight ones")
+
+    async def close(self, timeout_s: float) -> None:
+        self.begin_drain()
+        await asyncio.gather(*(b.drain(timeout_s) for b in self.batchers))
+        await asyncio.gather(*(b.close() for b in self.batchers))
+
+
+def _translate_cost(engine: TranslateEngine) -> Callable[[TranslateItem], int]:
+    return lambda item: engine.count_tokens(item.text)
+
+
+def _embed_cost(engine: EmbedEngine) -> Callable[[EmbedItem], int]:
+    """Tokens the engine will actually compute: a truncated text costs at most the max length."""
+    info = engine.manifest.embedding
+    max_len = info.max_len if info is not None else None
+
+    def cost(item: EmbedItem) -> int:
+        n = engine.count_tokens(item.text)
+        return min(n, max_len) if item.truncate and max_len else n
+
+    return cost
+
+
+async def start(runtime: Runtime, given: GivenEngines | None) -> None:
+    """Load (or take), warm up, then attach batchers; any failure is fatal and explained."""
+    try:
+        engines = _check_given(given) if given is not None else await load_engines(runtime.settings)
+        names = [e.manifest.name for e in engines]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:  # names are the routes' `model` and the metrics' `model` label
+            raise ArtefactError(f"more than one engine named {', '.join(repeated)}")
+        for engine in engines:
+            await asyncio.to_thread(engine.warmup)
+        runtime.attach(engines)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        runtime.fail(e)
+
+
+def _check_given(given: GivenEngines) -> list[Engine]:
+    """The engines in order; a task key must match its engine, and one embedder at most."""
+    if isinstance(given, Mapping):
+        for key, engine in given.items():
+            if key != engine.manifest.task:
+                raise ArtefactError(
+                    f"engine {engine.manifest.name!r} given as {key!r} is a {engine.manifest.task}"
+                )
+        given = list(given.values())
+    if sum(e.manifest.task == "embed" for e in given) > 1:
+        raise ArtefactError("at most one embedding engine is served")
+    return list(given)
+
+
+async def load_engines(settings: Settings) -> list[Engine]:
+    """``artefact_root/<model>/<variant>`` for each configured model, exported first if missing
+    (one export subprocess for all of them; it knows only the default models)."""
+    provider = settings.resolved_provider()
+    variant = settings.resolved_variant(provider)
+    wanted = [("translate", name) for name in settings.translation_models]
+    if settings.embed_model:
+        wanted.append(("embed", settings.embed_model))
+    missing = [n for _, n in wanted if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
+    stale = [n for _, n in wanted if n not in missing and _unchecked(settings.model_dir(n, variant))]
+    not_exportable = [n for n in missing if n not in _EXPORTED_BY_DEFAULT]
+    if not_exportable:
+        raise ArtefactError(
+            f"no {variant} artefacts for {', '.join(not_exportable)} under {settings.artefact_root}, "
+            f"and the auto-export makes only the default models ({', '.join(sorted(_EXPORTED_BY_DEFAULT))}): "
+            f"run `python -m export SOURCE --name NAME --out {settings.artefact_root} --variant {variant}`"
+        )
+    if missing and not settings.auto_export:
+        raise ArtefactError(
+            f"no {variant} artefacts for {', '.join(missing)} under {settings.artefact_root}: run "
+            f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
+            "or set TSERVE_AUTO_EXPORT=true"
+        )
+    # stale: exported before the reference check; only the default ones can be re-exported here
+    if missing or (settings.auto_export and any(n in _EXPORTED_BY_DEFAULT for n in stale)):
+        await run_export(settings.artefact_root, variant, settings.export_timeout_s)
+    from service.engine.loader import (
+        load_engine,
+    )  # onnxruntime sessions: import only when serving real models
+
+    engines: list[Engine] = []
+    for task, name in wanted:
+        directory = settings.model_dir(name, variant)
+        log.info("loading %s (%s, %s) from %s", name, variant, provider, directory)
+        engine = await asyncio.to_thread(
+            load_engine,
+            directory,
+            provider=provider,
+            intra_op_threads=settings.intra_op_threads,
+            inter_op_threads=settings.inter_op_threads,
+            max_batch_size=settings.max_batch_size,
+            max_batch_tokens=settings.max_batch_tokens,
+        )
+        if engine.manifest.task != task:
+            raise ArtefactError(
+                f"{directory / MANIFEST_NAME}: a {engine.manifest.task} model, configured for {task}"
+            )
+        engines.append(engine)
+    return engines
+
+
+def _unchecked(directory: Path) -> bool:
+    try:
+        return read_manifest(directory).reference_check is None
+    except ArtefactError:
+        return False  # loading will say what is wrong with it
+
+
+async def run_export(out: Path, variant: str, timeout_s: float) -> None:
+    """``python -m export default`` (every default model) in a subprocess (torch stays out of
+    this process)."""
+    command = [sys.executable, "-m", "export", "default", "--out", str(out), "--variant", variant]
+    log.info("artefacts missing: running %s", " ".join(command))
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    tail: list[str] = []
+
+    async def relay() -> None:
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            log.info("export: %s", line)
+            tail[:] = [*tail[-(_TAIL_LINES - 1) :], line]
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            await relay()
+            code = await process.wait()
+    except (TimeoutError, asyncio.CancelledError) as e:
+        process.kill()
+        await process.wait()
+        if isinstance(e, asyncio.CancelledError):
+            raise
+        raise ArtefactError(f"export did not finish within {timeout_s:g} s") from e
+    if code != 0:
+        missing = re.search(r"No module named '([\w.]+)'", "\n".join(tail))
+        hint = (
+            f" ({missing.group(1)} missing: install the export extra, pip install '.[export]')"
+            if missing
+            else ""
+        )
+        raise ArtefactError(f"export failed with exit code {code}{hint}:\n" + "\n".join(tail))
