@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.lifecycle import run_export
 from service.artefacts import ArtefactError
+from service.lifecycle import run_export
 
 pytestmark = pytest.mark.anyio
 
