@@ -130,10 +130,9 @@ def publish_variant(
 
     ``build`` writes the graphs and tokenizer into the staging directory and returns their
     fusion counts; ``manifest_for`` makes the manifest (with no figures yet for the provisional
-    one); ``verify`` loads the
-    staged directory as the service does and returns the figures, raising VerificationError
-    when out of tolerance. ``publish`` False verifies only (fp32 as the baseline of the other
-    variants when fp32 itself was not asked for)."""
+    one); ``verify`` loads the staged directory as the service does and returns the figures,
+    raising VerificationError when out of tolerance. ``publish`` False verifies only (fp32 as
+    the baseline of the other variants when fp32 itself was not asked for)."""
     started = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))

@@ -70,6 +70,7 @@ class TranslationVerifier:
         )
         self._greedy: dict[str, list[list[int]]] = {}
         self._fp32: _Fp32Baseline | None = None
+        self.check_tokenizer()  # once per source, before any variant is built
 
     def texts(self, which: str) -> list[str]:
         return BUILTIN_SENTENCES if which == "builtin" else self.val_texts
@@ -87,7 +88,6 @@ class TranslationVerifier:
     def verify(self, variant: Variant, directory: Path) -> tuple[Parity, ReferenceCheck | None]:
         """Load the staged directory as the service does and check it; (parity, reference check).
         Raises VerificationError when out of tolerance."""
-        self.check_tokenizer()
         try:
             engine = open_engine(directory)
         except Exception as e:  # fp16 kernels the CPU provider lacks: nothing more to verify here

@@ -17,14 +17,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from service.api.schemas import RequestLimits
 from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest
 from service.batching import BatchPolicy, DynamicBatcher
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.metrics import MODEL_INFO, READY
-from service.scheduling import ContinuousBatcher, DecodeBudget
+from service.scheduling import ContinuousBatcher, ContinuousEngine, DecodeBudget
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
 
 log = logging.getLogger(__name__)
@@ -148,10 +148,9 @@ class Runtime:
         sentences into a running decode; whole-batch decoding otherwise."""
         s = self.settings
         if s.translate_batching == "continuous" and getattr(engine, "joins_midway", False):
-            budget = DecodeBudget(
-                s.decode_memory_mb << 20, getattr(engine, "max_decode_rows", 512), s.decode_admit_tokens
-            )
-            return ContinuousBatcher(engine, _translate_cost(engine), policy, budget)  # type: ignore[arg-type]
+            continuous = cast(ContinuousEngine, engine)
+            budget = DecodeBudget(s.decode_memory_mb << 20, continuous.max_decode_rows, s.decode_admit_tokens)
+            return ContinuousBatcher(continuous, _translate_cost(engine), policy, budget)
         return DynamicBatcher(
             engine.manifest.name,
             engine.translate,

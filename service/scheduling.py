@@ -75,6 +75,7 @@ class DecodeBudget:
 
 class ContinuousEngine(Protocol):
     name: str
+    max_decode_rows: int  # sentences × beams at once
 
     def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]: ...
 

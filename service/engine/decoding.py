@@ -181,8 +181,8 @@ class OnnxDecoder:
     Rows belong to sentences. The cross-attention memory depends only on a row's *sentence*, so
     it is kept once per sentence (the table) and gathered into the rows' feeds only when the
     row → sentence map changes (start of a beam, sentences finishing or joining), not on every
-    beam reorder. ``step`` returns the full log-probs; ``CandidateDecoder`` drives it through
-    ``step_candidates`` instead.
+    beam reorder. ``step`` returns the full log-probs, ``step_candidates`` each row's best tokens
+    from the graph's ``TopK``.
 
     With layout ``per_layer_kv_positions`` on the host backend, sentences may join between steps
     (``admit``): their rows are appended with an empty cache, left-padded to the running length
@@ -240,7 +240,6 @@ class OnnxDecoder:
                 f"decoder layout {self.backend.layout!r} here cannot admit rows into a running decode"
             )
         if not self.rows:
-            self._past_len = 0
             self._table = None
         first = self._compact()
         if self._table is None:
@@ -250,12 +249,8 @@ class OnnxDecoder:
         new_rows = np.repeat(np.arange(first, first + len(repeats)), repeats)
         self._row_sentence = np.concatenate([self._row_sentence, new_rows])
         self._positions = np.concatenate([self._positions, np.zeros(len(new_rows), dtype=np.int64)])
-        self._past = {
-            name: np.concatenate([x, np.zeros((len(new_rows), *x.shape[1:]), dtype=x.dtype)], axis=0)
-            if self._per_layer
-            else np.concatenate([x, np.zeros((x.shape[0], len(new_rows), *x.shape[2:]), dtype=x.dtype)], 1)
-            for name, x in self._past.items()
-        }
+        # The new rows' cache is empty: zeros, all masked by their position 0.
+        self._past = {name: _grown(x, self._cache_axis, len(new_rows)) for name, x in self._past.items()}
         self._gather_memory()
 
     def _compact(self) -> int:
@@ -263,15 +258,11 @@ class OnnxDecoder:
         if self._table is None:
             return 0
         used = np.unique(self._row_sentence)
-        if len(used) < self._table_mask.shape[0]:
-            keys, values = self._table
+        if len(used) < self._table_mask.shape[0]:  # host arrays: only a joining decode gets here
             width = int(self._table_mask[used].sum(axis=1).max())  # the longest source still used
-            columns = np.arange(width)
-            keys, values = (
-                self.backend.take(self.backend.take(x, used, 1), columns, 3) for x in (keys, values)
-            )
+            keys, values = (np.asarray(x)[:, used, :, :width] for x in self._table)
             self._table = (keys, values)
-            self._table_mask = self._table_mask[used][:, :width]
+            self._table_mask = self._table_mask[used, :width]
             self._row_sentence = np.searchsorted(used, self._row_sentence)
         return self._table_mask.shape[0]
 
@@ -356,32 +347,28 @@ class OnnxDecoder:
 def _join_memory(
     table: tuple[Tensor, Tensor], table_mask: np.ndarray, memory: tuple[Tensor, Tensor], mask: np.ndarray
 ) -> tuple[tuple[Tensor, Tensor], np.ndarray]:
-    """Two sentence tables as one, the shorter sources padded (masked) to the longer: host arrays."""
-    width = max(table_mask.shape[1], mask.shape[1])
+    """Two sentence tables as one, the shorter sources padded (masked) to the longer: host
+    arrays, each written once into its place."""
+    n, width = table_mask.shape[0], max(table_mask.shape[1], mask.shape[1])
 
-    def padded(x: np.ndarray, axis: int) -> np.ndarray:
-        extra = width - x.shape[axis]
-        if not extra:
-            return x
-        pad = [(0, 0)] * x.ndim
-        pad[axis] = (0, extra)
-        return np.pad(x, pad)
+    def joined(old: np.ndarray, new: np.ndarray) -> np.ndarray:  # (layers, sentences, heads, S, d)
+        out = np.zeros((old.shape[0], n + new.shape[1], old.shape[2], width, old.shape[4]), dtype=old.dtype)
+        out[:, :n, :, : old.shape[3]] = old
+        out[:, n:, :, : new.shape[3]] = new
+        return out
 
-    keys = np.concatenate([padded(np.asarray(table[0]), 3), padded(np.asarray(memory[0]), 3)], axis=1)
-    values = np.concatenate([padded(np.asarray(table[1]), 3), padded(np.asarray(memory[1]), 3)], axis=1)
-    return (keys, values), np.concatenate([padded(table_mask, 1), padded(mask, 1)], axis=0)
+    keys, values = (joined(np.asarray(t), np.asarray(m)) for t, m in zip(table, memory, strict=True))
+    out_mask = np.zeros((n + mask.shape[0], width), dtype=table_mask.dtype)
+    out_mask[:n, : table_mask.shape[1]] = table_mask
+    out_mask[n:, : mask.shape[1]] = mask
+    return (keys, values), out_mask
 
 
-class CandidateDecoder:
-    """``search.IncrementalDecoder`` that hands the search each row's ``n`` best tokens from the
-    graph (n ≥ 2 × beam keeps the search exact) instead of the (rows, vocab) log-probs."""
-
-    def __init__(self, decoder: OnnxDecoder, n: int) -> None:
-        self.decoder = decoder
-        self.n = n
-
-    def step(self, last_tokens: np.ndarray) -> tuple[Candidates, np.ndarray | None]:
-        return self.decoder.step_candidates(last_tokens, self.n)
-
-    def reorder(self, rows: np.ndarray) -> None:
-        self.decoder.reorder(rows)
+def _grown(x: Tensor, axis: int, n: int) -> np.ndarray:
+    """Host array ``x`` with ``n`` zero entries appended along ``axis``: one allocation, one copy."""
+    x = np.asarray(x)
+    shape = list(x.shape)
+    shape[axis] += n
+    out = np.zeros(shape, dtype=x.dtype)
+    out[(slice(None),) * axis + (slice(0, x.shape[axis]),)] = x
+    return out

@@ -23,6 +23,11 @@ from service.engine.search import Search, SentenceSearch
 from service.engine.tokenizer import Encoded, TextTokenizer
 
 
+def output_limit(options: TranslateOptions, max_target_len: int) -> int:
+    """The most tokens a sentence may get: its ``max_length``, within the model's positions."""
+    return min(options.max_length, max_target_len)
+
+
 @dataclass(frozen=True)
 class DecodeShape:
     """What sizes a running decode's memory: the model's cache geometry and limits."""
@@ -77,7 +82,7 @@ class RunningDecode:
         return not self.search.sentences or self.decoder.joins_midway
 
     def limit(self, options: TranslateOptions) -> int:
-        return min(options.max_length, self.shape.max_target_len)
+        return output_limit(options, self.shape.max_target_len)
 
     def worst_bytes(self, extra: Sequence[tuple[TranslateOptions, int]] = ()) -> int:
         """The most cache and memory the running rows (plus ``extra`` sentences: options, source

@@ -148,10 +148,6 @@ class Search:
         self.eos_id = eos_id
         self.sentences: list[SentenceSearch] = []
 
-    @property
-    def rows(self) -> int:
-        return sum(s.k for s in self.sentences)
-
     def add(self, sentence: SentenceSearch) -> None:
         """A new sentence's rows go after the running ones (the decoder appends them alike)."""
         self.sentences.append(sentence)

@@ -28,7 +28,7 @@ from service.engine.base import (
     TranslationHypothesis,
 )
 from service.engine.decoding import Backend, DeviceBackend, HostBackend
-from service.engine.running import DecodeShape, RunningDecode
+from service.engine.running import DecodeShape, RunningDecode, output_limit
 from service.engine.search import Hypothesis
 from service.engine.session import (
     CUDA,
@@ -41,7 +41,7 @@ from service.engine.session import (
     used_provider,
 )
 from service.engine.tokenizer import Encoded, TextTokenizer
-from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, observe_stage, timed
+from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, labelled, observe_stage, timed
 
 # --- the engine ---------------------------------------------------------------------------------
 
@@ -180,7 +180,7 @@ class OnnxTranslator:
                 results[i] = _empty_translation(item.options.alignments and self._can_align)
             else:
                 todo[i] = enc
-        INPUT_TOKENS.labels(model=self.name).inc(sum(e.n_tokens for e in todo.values()))
+        labelled(INPUT_TOKENS, self.name).inc(sum(e.n_tokens for e in todo.values()))
         return todo
 
     # -- core: a running decode that sentences join and leave --
@@ -257,7 +257,7 @@ class OnnxTranslator:
         return batch
 
     def _search(self, src_ids: list[list[int]], key: TranslateOptions) -> list[list[Hypothesis]]:
-        """Encoder + search for raw ids, without metrics (warmup, tests)."""
+        """Encoder + search for raw ids, without metrics (warmup)."""
         decode = self.new_decode()
         found: dict[int, list[Hypothesis]] = {}
         sources = [Encoded(ids, [], False) for ids in src_ids]
@@ -266,9 +266,6 @@ class OnnxTranslator:
         while decode.sentences:
             found.update((s.key, s.results()) for s in decode.step())
         return [found[i] for i in range(len(src_ids))]
-
-    def _limit(self, options: TranslateOptions) -> int:
-        return min(options.max_length, self.info.max_target_len)
 
     # -- post: detokenize, n-best, alignments --
 
@@ -286,15 +283,19 @@ class OnnxTranslator:
                     results[i] = Abandoned("nobody waits for this item any more")
                     continue
                 results[i] = self._translation(items[i].options, todo[i], found)
-                n_out += len(found[0].tokens[: self._limit(items[i].options)]) if found else 0
-        OUTPUT_TOKENS.labels(model=self.name).inc(n_out)
+                n_out += (
+                    len(found[0].tokens[: output_limit(items[i].options, self.info.max_target_len)])
+                    if found
+                    else 0
+                )
+        labelled(OUTPUT_TOKENS, self.name).inc(n_out)
 
     def _translation(
         self, options: TranslateOptions, source: Encoded, found: list[Hypothesis]
     ) -> Translation:
         """n-best texts, scores, pieces and alignments; cut to max_length (a no-op safeguard:
         the search already stops each sentence at its own limit)."""
-        limit = self._limit(options)
+        limit = output_limit(options, self.info.max_target_len)
         want_alignment = options.alignments and self._can_align
         cut = [h.tokens[:limit] for h in found]
         texts = self.tokenizer.decode_batch(cut)
