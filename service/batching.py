@@ -48,7 +48,18 @@ log = logging.getLogger(__name__)
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
 
-_LARGE_REQUEST_CHARS = 16_384  # above this, count tokens on a thread, not on the event loop
+T = TypeVar("T")
+
+LARGE_REQUEST_CHARS = 16_384  # text work over this many characters is done on a thread
+
+
+async def off_the_loop_if_large(chars: int, work: Callable[[], T]) -> T:
+    """``work()`` (tokenizing, segmenting ``chars`` characters): on a worker thread when it is
+    over ``LARGE_REQUEST_CHARS``, so that one big request does not hold up the event loop; here
+    otherwise, where a thread hop would cost more than the work."""
+    if chars > LARGE_REQUEST_CHARS:
+        return await asyncio.to_thread(work)
+    return work()
 
 
 class QueueFull(RuntimeError):
@@ -268,9 +279,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
 
     async def _costs(self, items: Sequence[ItemT]) -> list[int]:
         size = sum(len(text) for item in items if isinstance(text := getattr(item, "text", None), str))
-        if size > _LARGE_REQUEST_CHARS:
-            return await asyncio.to_thread(lambda: [max(1, self._cost(item)) for item in items])
-        return [max(1, self._cost(item)) for item in items]
+        return await off_the_loop_if_large(size, lambda: [max(1, self._cost(item)) for item in items])
 
     def _abandon(self, entries: list[_Pending[ItemT, ResultT]], reason: str) -> None:
         """Nobody waits for ``entries`` any more: queued ones are dropped, running ones told to

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import numpy as np
@@ -13,13 +12,12 @@ from service.api.dependencies import serving_runtime, until_disconnect
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
 from service.api.middleware import timed_stage
 from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_response
+from service.batching import off_the_loop_if_large
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import l2_normalize
 from service.lifecycle import Embedder, Runtime
 
 router = APIRouter(tags=["embed"])
-
-_LARGE_REQUEST_CHARS = 16_384  # above this, tokenize on a thread, not on the event loop
 
 
 async def embedder(runtime: Annotated[Runtime, Depends(serving_runtime)]) -> Embedder:
@@ -37,10 +35,8 @@ async def embed_texts(
     errors = check_texts(texts, field, runtime.limits)
     if errors:
         raise validation_error(errors)
-    if sum(len(text) for text in texts) > _LARGE_REQUEST_CHARS:
-        encodings = await asyncio.to_thread(model.engine.encode, texts)
-    else:
-        encodings = model.engine.encode(texts)
+    chars = sum(len(text) for text in texts)
+    encodings = await off_the_loop_if_large(chars, lambda: model.engine.encode(texts))
     items = [EmbedItem(text, truncate, encoded) for text, encoded in zip(texts, encodings, strict=True)]
     costs = [_cost(encoded, truncate, model) for encoded in encodings]
     with timed_stage(request.scope, "embed", "queue wait and encoding (batched with other requests)"):

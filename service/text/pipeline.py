@@ -10,20 +10,17 @@ is its text's error. Knows nothing of HTTP.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from service.batching import DynamicBatcher
+from service.batching import DynamicBatcher, off_the_loop_if_large
 from service.engine.base import Encoded, TranslateEngine, TranslateItem, TranslateOptions, Translation
 from service.text.document import Document, TextTranslation, assemble, html_document, plain_document
 from service.text.html import HtmlError
 
 Format = Literal["text", "html"]
-
-_LARGE_CHARS = 16_384  # above this, segment and count tokens on a thread, not on the event loop
 
 
 @dataclass(frozen=True)
@@ -38,9 +35,8 @@ class Prepared:
 
 
 async def prepare(texts: Sequence[str], fmt: Format, language: str, engine: TranslateEngine) -> Prepared:
-    if sum(len(t) for t in texts) > _LARGE_CHARS:
-        return await asyncio.to_thread(_prepare, texts, fmt, language, engine)
-    return _prepare(texts, fmt, language, engine)
+    chars = sum(len(t) for t in texts)
+    return await off_the_loop_if_large(chars, lambda: _prepare(texts, fmt, language, engine))
 
 
 def _prepare(texts: Sequence[str], fmt: Format, language: str, engine: TranslateEngine) -> Prepared:
