@@ -100,7 +100,10 @@ class BatchPolicy:
 
 
 @dataclass(eq=False)
-class _Pending(Generic[ItemT, ResultT]):
+class Pending(Generic[ItemT, ResultT]):
+    """One queued item of a request: its cost, deadline and future (the continuous scheduler
+    hands these to its decode thread too)."""
+
     item: ItemT
     cost: int
     deadline: float  # loop.time()
@@ -139,7 +142,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         self.policy = policy
         self._run_batch = run_batch
         self._cost = cost
-        self._queue: list[_Pending[ItemT, ResultT]] = []  # FIFO, dropped items purged lazily
+        self._queue: list[Pending[ItemT, ResultT]] = []  # FIFO, dropped items purged lazily
         self._queued = 0  # live (state "queued") items in _queue
         self._accepting = True
         self._wakeup = asyncio.Event()
@@ -229,8 +232,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         now = time.perf_counter()
         request = next(self._requests)
         small = sum(max(1, c) for c in costs) <= self.policy.express_max_tokens
-        entries: list[_Pending[ItemT, ResultT]] = [
-            _Pending(item, max(1, cost), deadline, now, loop.create_future(), request, small)
+        entries: list[Pending[ItemT, ResultT]] = [
+            Pending(item, max(1, cost), deadline, now, loop.create_future(), request, small)
             for item, cost in zip(items, costs, strict=True)
         ]
         if self._queued or self._stats.running:
@@ -281,7 +284,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         size = sum(len(text) for item in items if isinstance(text := getattr(item, "text", None), str))
         return await off_the_loop_if_large(size, lambda: [max(1, self._cost(item)) for item in items])
 
-    def _abandon(self, entries: list[_Pending[ItemT, ResultT]], reason: str) -> None:
+    def _abandon(self, entries: list[Pending[ItemT, ResultT]], reason: str) -> None:
         """Nobody waits for ``entries`` any more: queued ones are dropped, running ones told to
         stop (``on_abandon``: the engine drops them at its next step)."""
         dropped = stopped = 0
@@ -321,7 +324,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _next_batch(self) -> tuple[list[_Pending[ItemT, ResultT]], bool]:
+    async def _next_batch(self) -> tuple[list[Pending[ItemT, ResultT]], bool]:
         """Wait until a batch is due and a worker is free, then take it out of the queue
         (and whether it runs on the express worker)."""
         loop = asyncio.get_running_loop()
@@ -363,12 +366,12 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         longest = max(p.cost for p in self._queue)
         return longest * self._queued >= self.policy.max_batch_tokens
 
-    def _take_batch(self) -> list[_Pending[ItemT, ResultT]]:
+    def _take_batch(self) -> list[Pending[ItemT, ResultT]]:
         """The oldest item, the oldest of every other request, then the nearest in length."""
         policy = self.policy
         anchor = self._queue[0]
-        firsts: list[_Pending[ItemT, ResultT]] = []
-        others: list[_Pending[ItemT, ResultT]] = []
+        firsts: list[Pending[ItemT, ResultT]] = []
+        others: list[Pending[ItemT, ResultT]] = []
         seen = {anchor.request}
         for pending in self._fair_window(4 * policy.max_batch_size):
             (others if pending.request in seen else firsts).append(pending)
@@ -391,10 +394,10 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         batch.sort(key=lambda p: p.cost)
         return batch
 
-    def _take_small(self) -> list[_Pending[ItemT, ResultT]]:
+    def _take_small(self) -> list[Pending[ItemT, ResultT]]:
         """The oldest queued items of small requests, within the express worker's token budget."""
         budget = self.policy.express_max_tokens
-        batch: list[_Pending[ItemT, ResultT]] = []
+        batch: list[Pending[ItemT, ResultT]] = []
         for pending in self._queue:
             if len(batch) == self.policy.max_batch_size or budget < 1:
                 break
@@ -408,19 +411,19 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             self._set_queued(len(self._queue))
         return batch
 
-    def _fair_window(self, size: int) -> list[_Pending[ItemT, ResultT]]:
+    def _fair_window(self, size: int) -> list[Pending[ItemT, ResultT]]:
         """Up to ``size`` queued items after the oldest, taken round-robin over their requests."""
-        by_request: dict[int, list[_Pending[ItemT, ResultT]]] = {}
+        by_request: dict[int, list[Pending[ItemT, ResultT]]] = {}
         for pending in self._queue[1:]:
             by_request.setdefault(pending.request, []).append(pending)
-        window: list[_Pending[ItemT, ResultT]] = []
+        window: list[Pending[ItemT, ResultT]] = []
         for round_ in itertools.zip_longest(*by_request.values()):
             window += [p for p in round_ if p is not None]
             if len(window) >= size:
                 return window[:size]
         return window
 
-    async def _execute(self, batch: list[_Pending[ItemT, ResultT]], express: bool) -> None:
+    async def _execute(self, batch: list[Pending[ItemT, ResultT]], express: bool) -> None:
         cost = sum(p.cost for p in batch)
         self._stats.running += 1
         self._stats.running_cost += cost

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from service.batching import BatcherClosed, BatchPolicy, DynamicBatcher, EngineFailure, _Pending
+from service.batching import BatcherClosed, BatchPolicy, DynamicBatcher, EngineFailure, Pending
 from service.engine.base import Abandoned, TranslateItem, Translation
 from service.engine.running import RunningDecode
 from service.engine.search import Hypothesis
@@ -53,7 +53,7 @@ from service.metrics import (
 
 log = logging.getLogger(__name__)
 
-Pending = _Pending[TranslateItem, "Translation | Exception"]
+SentencePending = Pending[TranslateItem, "Translation | Exception"]
 EXPRESS_SHARE = 0.25  # of the decode memory budget, only for sentences of small requests
 
 
@@ -96,7 +96,7 @@ class ContinuousEngine(Protocol):
 
 @dataclass
 class _Sentence:
-    pending: Pending
+    pending: SentencePending
     source: Encoded
 
 
@@ -124,7 +124,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         )
         self._engine = engine
         self.budget = budget
-        self._inbox: list[Pending] = []  # handed over by the event loop, not yet seen by the thread
+        self._inbox: list[SentencePending] = []  # handed over by the event loop, not yet seen by the thread
         self._lock = threading.Lock()
         self._work = threading.Event()  # the inbox has items, or the thread must stop
         self._closing = False
@@ -157,7 +157,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         finally:
             self._stop_thread()
 
-    def _hand_over(self, batch: list[Pending]) -> None:
+    def _hand_over(self, batch: list[SentencePending]) -> None:
         cost = sum(p.cost for p in batch)
         self._stats.running += len(batch)
         self._stats.running_cost += cost
@@ -169,7 +169,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             self._inbox.extend(batch)
         self._work.set()
 
-    def _deliver(self, pending: Pending, result: Translation | Exception) -> None:
+    def _deliver(self, pending: SentencePending, result: Translation | Exception) -> None:
         """On the event loop: one sentence's result (or error) to its request."""
         if isinstance(result, Exception) and not isinstance(result, Abandoned):
             self._errors.inc()
@@ -265,13 +265,13 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         if finished:
             self._answer([(running.pop(s.key), s.results()) for s in finished])
 
-    def _take_inbox(self) -> list[Pending]:
+    def _take_inbox(self) -> list[SentencePending]:
         with self._lock:
             taken, self._inbox = self._inbox, []
             self._work.clear()
         return taken
 
-    def _prepare(self, batch: list[Pending]) -> list[_Sentence]:
+    def _prepare(self, batch: list[SentencePending]) -> list[_Sentence]:
         """Tokenize and check the handed-over items; those that fail (or need no decoding: an
         empty text) are answered at once."""
         if not batch:
@@ -401,7 +401,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         error: Exception,
         waiting: list[_Sentence],
         running: dict[int, _Sentence],
-        pending: list[Pending],
+        pending: list[SentencePending],
     ) -> None:
         for p in [*(s.pending for s in waiting), *(s.pending for s in running.values()), *pending]:
             self._post(self._deliver, p, error)
