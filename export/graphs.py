@@ -24,8 +24,13 @@ from export.onnx_tools import OPSET, export_onnx, graph_spec, optimize, quantize
 from export.publish import progress
 from export.sources import TranslationSource
 from export.sources.bert import EmbeddingSource, hidden_states_module
-from export.translation_graphs import DEFAULT_DECODER_LAYOUT, example_inputs, export_graphs
-from service.artefacts import EMBEDDING_OUTPUT, DecoderLayout, decoder_layout_of
+from export.translation_graphs import (
+    DEFAULT_DECODER_LAYOUT,
+    DEVICE_DECODER_LAYOUT,
+    example_inputs,
+    export_graphs,
+)
+from service.artefacts import EMBEDDING_OUTPUT, DecoderLayout, Variant, decoder_layout_of
 
 TRANSLATION_GRAPHS = ("encoder.onnx", "decoder.onnx")
 EMBEDDING_GRAPH = "encoder.onnx"
@@ -70,7 +75,7 @@ def export_raw(
 def _traced_and_optimised(
     source: TranslationSource, dtype: torch.dtype, out_dir: Path, layout: DecoderLayout
 ) -> dict[str, int]:
-    encoder, decoder = source.build_graphs(dtype)
+    encoder, decoder = source.build_graphs(dtype, layout)
     export_raw(source, encoder, decoder, dtype, out_dir, layout)
     return merge_fusions(*(optimize_graph(out_dir / f, source) for f in TRANSLATION_GRAPHS))
 
@@ -92,7 +97,13 @@ def build_int8(fp32_dir: Path, out_dir: Path) -> dict[str, int]:
 def build_fp16(source: TranslationSource, out_dir: Path) -> dict[str, int]:
     """The model traced in float16: K/V and hidden states in float16; log_probs and alignments stay
     float32 (the wrappers cast before log-softmax), so scores keep full precision."""
-    return _traced_and_optimised(source, torch.float16, out_dir, DEFAULT_DECODER_LAYOUT)
+    return _traced_and_optimised(source, torch.float16, out_dir, variant_layout("fp16"))
+
+
+def variant_layout(variant: Variant) -> DecoderLayout:
+    """The decoder layout a variant is exported with: the in-place slot cache for the CPU variants
+    (fp32, int8), the positions layout whose cache the device backend keeps on the GPU for fp16."""
+    return DEVICE_DECODER_LAYOUT if variant == "fp16" else DEFAULT_DECODER_LAYOUT
 
 
 def count_ops(

@@ -119,7 +119,8 @@ class PositionwiseFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        out: Tensor = self.w_2(self.dropout(F.relu(self.w_1(x))))
+        return out
 
 
 class PositionalEncoding(nn.Module):
@@ -154,7 +155,8 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         x = self.norm1(x + self.dropout(self.self_attn(x, x, mask)[0]))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+        out: Tensor = self.norm2(x + self.dropout(self.ffn(x)))
+        return out
 
 
 class DecoderLayer(nn.Module):
@@ -187,11 +189,21 @@ class DecoderLayer(nn.Module):
         if past is not None:
             k = torch.cat([past[0], k], dim=2)  # (B, h, T_past + T, d_k)
             v = torch.cat([past[1], v], dim=2)
-        y = self.norm1(y + self.dropout(self.self_attn.attend(y, k, v, self_mask)[0]))
+        y, cross_weights = self.after_self_attention(
+            y, self.self_attn.attend(y, k, v, self_mask)[0], memory_kv, cross_mask
+        )
+        return y, (k, v), cross_weights
+
+    def after_self_attention(
+        self, y: Tensor, attended: Tensor, memory_kv: KeyValue, cross_mask: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """u = norm1(y + SelfAttn(y)), z = norm2(u + CrossAttn(u, memory)), norm3(z + FFN(z)),
+        from the self-attention output; → (output, cross-attention weights). The slot-cache
+        decoder step (export/cached_attention.py) computes SelfAttn its own way, then this."""
+        y = self.norm1(y + self.dropout(attended))
         cross, cross_weights = self.cross_attn.attend(y, *memory_kv, cross_mask)
         y = self.norm2(y + self.dropout(cross))
-        y = self.norm3(y + self.dropout(self.ffn(y)))
-        return y, (k, v), cross_weights
+        return self.norm3(y + self.dropout(self.ffn(y))), cross_weights
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
@@ -230,7 +242,8 @@ class Transformer(nn.Module):
 
     def _embed(self, tokens: Tensor, offset: Tensor | int = 0) -> Tensor:
         x = self.embed(tokens) * math.sqrt(self.cfg.d_model)  # (B, T, d_model)
-        return self.dropout(self.pos(x, offset))
+        out: Tensor = self.dropout(self.pos(x, offset))
+        return out
 
     def encode(self, src: Tensor) -> Tensor:
         """(B, S) source ids → (B, S, d_model) memory."""

@@ -41,7 +41,7 @@ def seed_everything(seed: int) -> None:
 
 def inverse_sqrt(step: int, warmup: int) -> float:
     step = max(step, 1)
-    return min(step / warmup, (warmup / step) ** 0.5)
+    return float(min(step / warmup, (warmup / step) ** 0.5))
 
 
 def label_smoothed_loss(

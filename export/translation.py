@@ -25,6 +25,7 @@ from export.graphs import (
     build_int8,
     decoder_layout,
     merge_fusions,
+    variant_layout,
 )
 from export.onnx_tools import file_entries, graph_spec
 from export.publish import (
@@ -39,7 +40,7 @@ from export.publish import (
 )
 from export.reference import REFERENCE_FILE, load_reference
 from export.sources import TranslationSource
-from export.translation_graphs import DEFAULT_DECODER_LAYOUT, load_ours
+from export.translation_graphs import load_ours
 from export.translation_verify import TranslationVerifier
 from service.artefacts import (
     Manifest,
@@ -124,7 +125,7 @@ def up_to_date(
     )
     if manifest is None or manifest.translation is None:
         return False
-    if manifest.translation.decoder_layout != DEFAULT_DECODER_LAYOUT:
+    if manifest.translation.decoder_layout != variant_layout(variant):
         return False
     if source.tokenizer_file is not None:
         listed = {f.path: f.sha256 for f in manifest.files}

@@ -4,7 +4,8 @@ Everything here runs the staged artefact directory as the service does: loaded w
 ``service.engine.loader.load_engine`` and decoded with ``OnnxTranslator.translate`` (the greedy
 checks, BLEU, the reference set). Only the fp32-vs-PyTorch parity of raw graph outputs (memory
 K/V, per-step log-probs and cross-attention) drives the graphs step by step, and it does so with
-the engine's own backend and ``OnnxDecoder``, the same objects the search uses.
+the engine's own backend and incremental decoder (``slots.incremental_decoder``), the same
+objects the search uses.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import torch
 from export.data import encode_source, length_sorted_batches, output_limits, pad_array, read_lines
 from export.onnx_tools import VerificationError
 from export.sources import TranslationSource
+from service.artefacts import CACHE_DTYPE_INPUTS
 from service.engine.base import TranslateItem, TranslateOptions
 from service.engine.decoding import OnnxDecoder
 from service.engine.loader import load_engine
 from service.engine.session import NUMPY_DTYPE
+from service.engine.slots import SlotDecoder, incremental_decoder
 from service.engine.translator import OnnxTranslator
 
 NEAR_TIE = 1e-3  # a greedy divergence where PyTorch's top two log-probs are closer is a tie, not a bug
@@ -139,14 +142,14 @@ class Figures:
 
 def engine_decoder(
     engine: OnnxTranslator, src: np.ndarray, pad_id: int
-) -> tuple[OnnxDecoder, tuple[np.ndarray, np.ndarray]]:
+) -> tuple[OnnxDecoder | SlotDecoder, tuple[np.ndarray, np.ndarray]]:
     """The engine's own incremental decoder over padded ``src`` (with cross-attention), and the
     encoder's memory K/V it runs on."""
     memory = engine.backend.encode(src)
     spec = engine.manifest.graphs["decoder"]
-    dtype = NUMPY_DTYPE[next(t.dtype for t in spec.inputs if t.name in ("past_keys", "past_keys_0"))]
+    dtype = NUMPY_DTYPE[next(t.dtype for t in spec.inputs if t.name in CACHE_DTYPE_INPUTS)]
     info = engine.info
-    decoder = OnnxDecoder(
+    decoder = incremental_decoder(
         engine.backend,
         memory,
         (src != pad_id).astype(np.int64),

@@ -30,6 +30,16 @@ different steps can so share one step: the decode scheduler admits new sentences
 batch (left-padded with empty columns) and retires finished ones (service/scheduling.py). In the
 older layouts the new token's position is past_len, read from ``past_keys``' shape, and every row
 of a batch must have started together.
+
+``per_layer_kv_slots``, the default export for the CPU variants (fp32, int8), keeps ``positions``
+but replaces the growing past by preallocated cache buffers ``cache_keys_i``/``cache_values_i``
+(batch, n_heads, cache_len, d_head): row b's history is its *first* ``positions[b]`` columns, the
+step writes the new column there and outputs the whole buffer as ``present_keys_i`` /
+``present_values_i`` (export/cached_attention.py: onnxruntime's GroupQueryAttention, with the
+Q/K/V projections fused). Bound to the same memory as the input, the output is written in place:
+no step concatenates or copies a cache, and rows join, leave or follow a beam by writing only
+their own slot (service/engine/slots.py). fp16 (the GPU variant) keeps ``per_layer_kv_positions``,
+whose cache the device backend holds on the GPU.
 """
 
 from __future__ import annotations
@@ -37,14 +47,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
+from export.cached_attention import cache_lengths, fused_qkv, slot_self_attention
 from export.checkpoint import load_checkpoint, read_config
 from export.data import pad
-from export.model import Transformer
+from export.model import DecoderLayer, Transformer
 from export.onnx_tools import append_top_k, export_onnx, unstack_layers
 from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
 from export.translate import TorchDecoder
@@ -58,23 +70,32 @@ DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "cross_attenti
 TOP_K_INPUT = "top_k"
 TOP_K_OUTPUTS = ["top_log_probs", "top_tokens"]
 POSITIONS_INPUT = "positions"
-DEFAULT_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_positions"
+CACHE_INPUTS = ["cache_keys", "cache_values"]  # layout per_layer_kv_slots, in place of past_*
+DEFAULT_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_slots"
+DEVICE_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_positions"  # fp16: the GPU variant
 
 
 def decoder_io(layout: DecoderLayout, n_layers: int) -> tuple[list[str], list[str]]:
     """The decoder graph's input and output names, in order, for ``layout``."""
     if layout == "stacked_kv":
         return DECODER_INPUTS, DECODER_OUTPUTS
-    positions = [POSITIONS_INPUT] if layout == "per_layer_kv_positions" else []
-    inputs, outputs = [*DECODER_INPUTS, *positions, TOP_K_INPUT], [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
+    traced = traced_decoder_inputs(layout)
+    inputs, outputs = [*traced, TOP_K_INPUT], [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
     if layout == "stacked_kv_top_k":
         return inputs, outputs
-    stacked_in, stacked_out = DECODER_INPUTS[2:6], DECODER_OUTPUTS[1:3]
+    stacked_in, stacked_out = traced[2:6], DECODER_OUTPUTS[1:3]
     per_layer = [f"{name}_{i}" for name in stacked_in for i in range(n_layers)]
     present = [f"{name}_{i}" for name in stacked_out for i in range(n_layers)]
     return [x for x in inputs if x not in stacked_in] + per_layer, [
         x for x in outputs if x not in stacked_out
     ] + present
+
+
+def traced_decoder_inputs(layout: DecoderLayout) -> list[str]:
+    """The decoder wrapper's inputs, in order, as traced (before top-k and per-layer inputs)."""
+    if layout == "per_layer_kv_slots":
+        return [*DECODER_INPUTS[:4], *CACHE_INPUTS, POSITIONS_INPUT]
+    return [*DECODER_INPUTS, POSITIONS_INPUT] if layout == "per_layer_kv_positions" else DECODER_INPUTS
 
 
 _KV_SRC = {1: "batch", 3: "src_len"}
@@ -95,6 +116,12 @@ DECODER_AXES: dict[str, dict[int, str]] = {
     "present_values": {1: "batch", 3: "past_len_plus_1"},
     "cross_attention": {0: "batch", 1: "src_len"},
     POSITIONS_INPUT: {0: "batch"},
+    "cache_keys": {1: "batch", 3: "cache_len"},
+    "cache_values": {1: "batch", 3: "cache_len"},
+}
+SLOT_OUTPUT_AXES = {
+    "present_keys": {1: "batch", 3: "cache_len"},
+    "present_values": {1: "batch", 3: "cache_len"},
 }
 
 
@@ -150,12 +177,18 @@ class DecoderStepGraph(nn.Module):
 
     It calls the model's own layers, so numerics equal ``Transformer.decode`` with ``past``; only
     the glue differs: the single new query needs no causal mask, only the padding mask of rows
-    that joined a running batch later (layout per_layer_kv_positions).
+    that joined a running batch later (layout per_layer_kv_positions). With ``slots`` (layout
+    per_layer_kv_slots) the past is a slot cache written in place (export/cached_attention.py),
+    then each layer goes on with its own ``after_self_attention``.
     """
 
-    def __init__(self, model: Transformer) -> None:
+    def __init__(self, model: Transformer, slots: bool = False) -> None:
         super().__init__()
         self.model = model
+        self.slots = slots
+        layers = cast(list[DecoderLayer], list(model.decoder))
+        attns = [layer.self_attn for layer in layers]
+        self.qkv = nn.ModuleList(fused_qkv(a.w_q, a.w_k, a.w_v) for a in attns) if slots else None
 
     def forward(
         self,
@@ -168,14 +201,47 @@ class DecoderStepGraph(nn.Module):
         positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         m = self.model
+        cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S)
+        if self.qkv is not None:
+            assert positions is not None
+            return self._slot_step(
+                input_ids, cross_mask, memory_keys, memory_values, past_keys, past_values, positions
+            )
         pe, self_mask = step_positions(past_keys, positions, m.pos.pe)
         y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
-        cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S)
         presents: list[tuple[Tensor, Tensor]] = []
         cross_weights = memory_keys.new_zeros(0)
         for i, layer in enumerate(m.decoder):
             y, kv, cross_weights = layer(
                 y, (memory_keys[i], memory_values[i]), self_mask, cross_mask, (past_keys[i], past_values[i])
+            )
+            presents.append(kv)
+        logits = y[:, 0] @ m.embed.weight.t()  # (B, V), tied output projection
+        return step_outputs(logits, presents, cross_weights)
+
+    def _slot_step(
+        self,
+        input_ids: Tensor,
+        cross_mask: Tensor,
+        memory_keys: Tensor,
+        memory_values: Tensor,
+        cache_keys: Tensor,
+        cache_values: Tensor,
+        positions: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        m = self.model
+        assert self.qkv is not None
+        pe = m.pos.pe[positions][:, None, :]  # (B, 1, d): row b's token sits at positions[b]
+        y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
+        lengths = cache_lengths(positions)
+        presents: list[tuple[Tensor, Tensor]] = []
+        cross_weights = memory_keys.new_zeros(0)
+        layers = cast(list[DecoderLayer], list(m.decoder))
+        for i, (layer, qkv) in enumerate(zip(layers, self.qkv, strict=True)):
+            heads, kv = slot_self_attention(y, qkv, (cache_keys[i], cache_values[i]), lengths, m.cfg.n_heads)
+            memory_kv = (memory_keys[i], memory_values[i])
+            y, cross_weights = layer.after_self_attention(
+                y, layer.self_attn.w_o(heads), memory_kv, cross_mask
             )
             presents.append(kv)
         logits = y[:, 0] @ m.embed.weight.t()  # (B, V), tied output projection
@@ -229,9 +295,9 @@ def load_ours(source: Path, name: str | None = None) -> TranslationSource:
     name = name or path.parent.name
     src_langs, tgt_langs = languages_from_name(name)
 
-    def build(dtype: torch.dtype) -> tuple[nn.Module, nn.Module]:
+    def build(dtype: torch.dtype, layout: DecoderLayout) -> tuple[nn.Module, nn.Module]:
         m = load_checkpoint(path).to(dtype)  # a fresh copy: the reference stays fp32
-        return EncoderGraph(m).eval(), DecoderStepGraph(m).eval()
+        return EncoderGraph(m).eval(), DecoderStepGraph(m, layout == "per_layer_kv_slots").eval()
 
     return TranslationSource(
         kind="ours",
@@ -290,11 +356,15 @@ def export_graphs(
     the shape arithmetic, positions from ``past_keys``, dynamic); ``stacked_kv_top_k`` then
     appends the candidates' ``TopK`` to the decoder."""
     encoder.eval(), decoder.eval()  # the exporter restores the wrapper's mode, recursively, afterwards
-    names = DECODER_INPUTS
+    names = traced_decoder_inputs(layout)
+    past_len, rows = step[4].shape[3], step[0].shape[0]
+    axes = DECODER_AXES
     if layout == "per_layer_kv_positions":  # rows of the tracing batch decoded 7, 3, 0, 5, … tokens
-        past_len, rows = step[4].shape[3], step[0].shape[0]
         step = (*step, torch.tensor([past_len, 3, 0, 5, past_len][:rows] + [past_len] * (rows - 5)))
-        names = [*DECODER_INPUTS, POSITIONS_INPUT]
+    elif layout == "per_layer_kv_slots":  # slots of 7 columns, rows at columns 6, 3, 0, 5, …
+        last = past_len - 1
+        step = (*step, torch.tensor([last, 3, 0, 5, 2][:rows] + [last] * (rows - 5)))
+        axes = {**DECODER_AXES, **SLOT_OUTPUT_AXES}
     enc_path = export_onnx(
         encoder,
         (src,),
@@ -309,10 +379,10 @@ def export_graphs(
         out_dir / "decoder.onnx",
         input_names=names,
         output_names=DECODER_OUTPUTS,
-        dynamic_axes=DECODER_AXES,
+        dynamic_axes={k: v for k, v in axes.items() if k in (*names, *DECODER_OUTPUTS)},
     )
     if layout != "stacked_kv":
         append_top_k(dec_path, "log_probs", TOP_K_INPUT, *TOP_K_OUTPUTS)
-    if layout in ("per_layer_kv_top_k", "per_layer_kv_positions"):
-        unstack_layers(dec_path, DECODER_INPUTS[2:6], DECODER_OUTPUTS[1:3])
+    if layout not in ("stacked_kv", "stacked_kv_top_k"):
+        unstack_layers(dec_path, names[2:6], DECODER_OUTPUTS[1:3])
     return enc_path, dec_path

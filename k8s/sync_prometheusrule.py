@@ -48,8 +48,9 @@ def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
         if current != wanted:
-            print(f"{TARGET.relative_to(ROOT)} is stale: run python k8s/sync_prometheusrule.py",
-                  file=sys.stderr)
+            print(
+                f"{TARGET.relative_to(ROOT)} is stale: run python k8s/sync_prometheusrule.py", file=sys.stderr
+            )
             return 1
         return 0
     if argv:

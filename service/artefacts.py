@@ -19,12 +19,20 @@ SCHEMA_VERSION = 1
 
 Task = Literal["translate", "embed"]
 Variant = Literal["fp32", "int8", "fp16"]
-DecoderLayout = Literal["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k", "per_layer_kv_positions"]
+DecoderLayout = Literal[
+    "stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k", "per_layer_kv_positions", "per_layer_kv_slots"
+]
+
+
+# The decoder input whose dtype is the cache's, per layout family (stacked, per layer, slots).
+CACHE_DTYPE_INPUTS = ("past_keys", "past_keys_0", "cache_keys_0")
 
 
 def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout:
     """The layout a decoder graph has, read from its input names (export/translation_graphs.py)."""
     names = set(decoder_inputs)
+    if "cache_keys_0" in names:
+        return "per_layer_kv_slots"
     if "positions" in names:
         return "per_layer_kv_positions"
     if "past_keys_0" in names:

@@ -18,7 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from service.artefacts import SpecialIds
+from service.artefacts import DecoderLayout, SpecialIds
 
 
 class IncrementalDecoder(Protocol):
@@ -46,7 +46,7 @@ class TorchReference(Protocol):
         ...
 
 
-GraphBuilder = Callable[[torch.dtype], tuple[nn.Module, nn.Module]]
+GraphBuilder = Callable[[torch.dtype, DecoderLayout], tuple[nn.Module, nn.Module]]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class TranslationSource:
     max_target_len: int
     source_languages: list[str]
     target_languages: list[str]
-    build_graphs: GraphBuilder  # dtype → (encoder, decoder step) modules with the ONNX layout
+    build_graphs: GraphBuilder  # dtype, decoder layout → (encoder, decoder step) modules
     reference: TorchReference
     tokenizer_file: Path | None = None  # copied verbatim when the source has a tokenizer.json
     # The source framework's own tokenizer, when it is not ``tokenizer`` (e.g. a converted one):

@@ -27,9 +27,10 @@ from tokenizers.models import Unigram
 from tokenizers.processors import TemplateProcessing
 from torch import Tensor, nn
 
+from export.cached_attention import cache_lengths, fused_qkv, slot_self_attention
 from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
 from export.translation_graphs import stack_kv, step_outputs, step_positions
-from service.artefacts import SpecialIds
+from service.artefacts import DecoderLayout, SpecialIds
 
 _SPM_NORMAL, _SPM_USER_DEFINED = 1, 4
 _SPM_UNIGRAM = 1
@@ -72,7 +73,8 @@ def _attend(attn: Any, x_q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -
 
 
 def _ffn(layer: Any, x: Tensor) -> Tensor:
-    return layer.final_layer_norm(x + layer.fc2(layer.activation_fn(layer.fc1(x))))
+    out: Tensor = layer.final_layer_norm(x + layer.fc2(layer.activation_fn(layer.fc1(x))))
+    return out
 
 
 class MarianEncoderGraph(nn.Module):
@@ -100,15 +102,18 @@ class MarianDecoderStepGraph(nn.Module):
     """One cached Marian decoder step; positions and self-attention mask from ``step_positions``.
 
     ``suppressed`` token ids (Marian's ``bad_words_ids``, i.e. ``<pad>``) get the lowest finite
-    logit, so they are never chosen, as in ``generate``.
+    logit, so they are never chosen, as in ``generate``. With ``slots`` (layout per_layer_kv_slots)
+    self-attention runs on the slot cache, in place (export/cached_attention.py).
     """
 
     bias: Tensor
     model: Any  # a MarianMTModel (registered as a submodule)
 
-    def __init__(self, model: Any, suppressed: Sequence[int]) -> None:
+    def __init__(self, model: Any, suppressed: Sequence[int], slots: bool = False) -> None:
         super().__init__()
         self.model = model
+        attns = [layer.self_attn for layer in model.model.decoder.layers]
+        self.qkv = nn.ModuleList(fused_qkv(a.q_proj, a.k_proj, a.v_proj) for a in attns) if slots else None
         bias = model.final_logits_bias.detach().float().clone().reshape(-1)
         bias[list(suppressed)] = torch.finfo(torch.float32).min
         self.register_buffer("bias", bias, persistent=False)  # float32 even in an fp16 graph
@@ -124,17 +129,31 @@ class MarianDecoderStepGraph(nn.Module):
         positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         dec = self.model.model.decoder
-        pe, self_mask = step_positions(past_keys, positions, dec.embed_positions.weight)
+        if self.qkv is None:
+            pe, self_mask = step_positions(past_keys, positions, dec.embed_positions.weight)
+        else:  # slots: row b's token sits at positions[b]; no mask (the operator masks)
+            assert positions is not None
+            pe, self_mask, lengths = (
+                dec.embed_positions.weight[positions][:, None, :],
+                None,
+                cache_lengths(positions),
+            )
         x = dec.embed_tokens(input_ids) * dec.embed_scale
         x = x + pe.to(x.dtype)
         cross_mask = (source_mask != 0)[:, None, None, :]
         presents: list[tuple[Tensor, Tensor]] = []
         cross_weights = memory_keys.new_zeros(0)
         for i, layer in enumerate(dec.layers):
-            k, v = _project_kv(layer.self_attn, x)
-            k, v = torch.cat([past_keys[i], k], dim=2), torch.cat([past_values[i], v], dim=2)
-            presents.append((k, v))
-            attn, _ = _attend(layer.self_attn, x, k, v, self_mask)  # one query: no causal mask
+            if self.qkv is None:
+                k, v = _project_kv(layer.self_attn, x)
+                k, v = torch.cat([past_keys[i], k], dim=2), torch.cat([past_values[i], v], dim=2)
+                presents.append((k, v))
+                attn, _ = _attend(layer.self_attn, x, k, v, self_mask)  # one query: no causal mask
+            else:
+                cache = (past_keys[i], past_values[i])
+                heads, kv = slot_self_attention(x, self.qkv[i], cache, lengths, layer.self_attn.num_heads)
+                presents.append(kv)
+                attn = layer.self_attn.out_proj(heads)
             x = layer.self_attn_layer_norm(x + attn)
             cross, cross_weights = _attend(
                 layer.encoder_attn, x, memory_keys[i], memory_values[i], cross_mask
@@ -344,7 +363,8 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
     """A local MarianMTModel directory (config.json, weights, tokenizer files) as a source."""
     from transformers import MarianMTModel
 
-    model = MarianMTModel.from_pretrained(str(directory), attn_implementation="eager").eval()
+    model: Any = MarianMTModel.from_pretrained(str(directory), attn_implementation="eager")
+    model.eval()
     cfg = model.config
     pad_id, eos_id = int(cfg.pad_token_id), int(cfg.eos_token_id)
     start_id = int(cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else pad_id)
@@ -356,9 +376,11 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
 
     tokenizer_file = directory / "tokenizer.json"
 
-    def build(dtype: torch.dtype) -> tuple[nn.Module, nn.Module]:
-        m = MarianMTModel.from_pretrained(str(directory), attn_implementation="eager").eval().to(dtype)
-        return MarianEncoderGraph(m, pad_id).eval(), MarianDecoderStepGraph(m, suppressed).eval()
+    def build(dtype: torch.dtype, layout: DecoderLayout) -> tuple[nn.Module, nn.Module]:
+        m: Any = MarianMTModel.from_pretrained(str(directory), attn_implementation="eager")
+        m = m.eval().to(dtype)
+        slots = layout == "per_layer_kv_slots"
+        return MarianEncoderGraph(m, pad_id).eval(), MarianDecoderStepGraph(m, suppressed, slots).eval()
 
     return TranslationSource(
         kind="marian",
@@ -385,6 +407,7 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
 def _unk_id(directory: Path) -> int | None:
     vocab_path = directory / "vocab.json"
     if vocab_path.is_file():
-        return json.loads(vocab_path.read_text(encoding="utf-8")).get("<unk>")
+        unk = json.loads(vocab_path.read_text(encoding="utf-8")).get("<unk>")
+        return None if unk is None else int(unk)
     tok_path = directory / "tokenizer.json"
     return Tokenizer.from_file(str(tok_path)).token_to_id("<unk>") if tok_path.is_file() else None

@@ -1,6 +1,7 @@
 """A running decode: sentences join it between decoder steps and leave it as soon as they finish.
 
-It ties the encoder, the decoder's cache (``decoding.OnnxDecoder``) and the per-sentence search
+It ties the encoder, the decoder's cache (``slots.SlotDecoder``, or ``decoding.OnnxDecoder`` for
+the older layouts) and the per-sentence search
 (``search.Search``) together, for whole batches (``OnnxTranslator.translate``) and for the
 iteration-level scheduler (``service/scheduling.py``) alike: admitting runs the encoder on the
 new sentences and appends their rows; a step runs the decoder once over every running row and
@@ -18,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from service.engine.base import TranslateOptions
-from service.engine.decoding import Backend, OnnxDecoder
+from service.engine.decoding import Backend
 from service.engine.search import Search, SentenceSearch
+from service.engine.slots import incremental_decoder
 from service.engine.tokenizer import Encoded, TextTokenizer
 
 
@@ -41,8 +43,9 @@ class DecodeShape:
 
     def row_bytes(self, target_len: int, source_len: int) -> int:
         """Self-attention cache and cross-attention memory of one row (K and V per layer), twice:
-        a step holds its past and its present cache at once, and a reorder the old and the new
-        rows (the memory feeds likewise when rows change)."""
+        the slot buffers grow ahead of need (up to 1.5× the rows, 2× the history; engine/slots.py);
+        in the older layouts a step holds its past and its present cache at once, and a reorder
+        the old and the new rows."""
         per_position = 2 * self.n_layers * self.n_heads * self.d_head * self.itemsize
         return 2 * per_position * (target_len + source_len)
 
@@ -64,7 +67,7 @@ class RunningDecode:
         self.tokenizer = tokenizer
         bos_id, eos_id = special
         self.can_align = can_align
-        self.decoder = OnnxDecoder(
+        self.decoder = incremental_decoder(
             backend, None, None, (shape.n_layers, shape.n_heads, shape.d_head), cache_dtype, False
         )
         self.search = Search(bos_id, eos_id)

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from service.artefacts import ArtefactError, Manifest, TranslationInfo, decoder_layout_of, load_and_verify
+from service.artefacts import (
+    CACHE_DTYPE_INPUTS,
+    ArtefactError,
+    Manifest,
+    TranslationInfo,
+    decoder_layout_of,
+    load_and_verify,
+)
 from service.engine.base import (
     Abandoned,
     TextTooLong,
@@ -108,7 +115,7 @@ class OnnxTranslator:
         self.provider: str = used_provider(sessions["decoder"])
         decoder_spec = self.manifest.graphs["decoder"]
         self._cache_dtype = NUMPY_DTYPE[
-            next(t.dtype for t in decoder_spec.inputs if t.name in ("past_keys", "past_keys_0"))
+            next(t.dtype for t in decoder_spec.inputs if t.name in CACHE_DTYPE_INPUTS)
         ]
         has_attention_output = any(t.name == "cross_attention" for t in decoder_spec.outputs)
         self._can_align = self.info.has_alignments and has_attention_output
@@ -119,7 +126,9 @@ class OnnxTranslator:
                 "the decoder graph's inputs"
             )
         encoder, decoder = sessions["encoder"], sessions["decoder"]
-        if io_binding if io_binding is not None else self.provider == CUDA:
+        # The slot layout's cache lives in host buffers written in place (engine/slots.py).
+        on_device = io_binding if io_binding is not None else self.provider == CUDA
+        if on_device and layout != "per_layer_kv_slots":
             device = device_type(self.provider)
             gather = DeviceGather(provider_pref, device, device_id)
             self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, device_id, layout)
@@ -129,7 +138,8 @@ class OnnxTranslator:
     @property
     def joins_midway(self) -> bool:
         """Whether sentences can join a running decode (``service/scheduling.py``)."""
-        return self.info.decoder_layout == "per_layer_kv_positions" and isinstance(self.backend, HostBackend)
+        joining = ("per_layer_kv_positions", "per_layer_kv_slots")
+        return self.info.decoder_layout in joining and isinstance(self.backend, HostBackend)
 
     # -- Engine protocol --
 

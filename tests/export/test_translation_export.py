@@ -23,7 +23,7 @@ from export.onnx_tools import VerificationError
 from export.reference import MIN_CHRF_VS_FP32, load_reference
 from export.translate import translate_ids as torch_translate_ids
 from export.translation import export_translation, load_source
-from export.translation_checks import BUILTIN_SENTENCES, open_engine, translate_ids
+from export.translation_checks import BUILTIN_SENTENCES, engine_decoder, open_engine, translate_ids
 from export.translation_graphs import (
     DECODER_INPUTS,
     DECODER_OUTPUTS,
@@ -34,6 +34,7 @@ from export.translation_graphs import (
 )
 from export.translation_verify import FP32_TOLERANCE
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest
+from service.engine.slots import SlotDecoder
 from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
 TEXTS = ["a man rides a bike.", "two dogs run on the street.", "the big red cat sits.", "dogs"]
@@ -102,9 +103,11 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
     assert int8.reference_check.figures["chrf_vs_fp32_beam4"] >= MIN_CHRF_VS_FP32
     assert int8.reference_check.bounds["min_chrf_vs_fp32_beam4"] == MIN_CHRF_VS_FP32
     decoder = {t.name: t for t in fp32.graphs["decoder"].inputs}
-    assert decoder["past_keys_1"].shape == ["batch", 4, "past_len", 8]
+    presents = {t.name: t for t in fp32.graphs["decoder"].outputs}
+    assert decoder["cache_keys_1"].shape == presents["present_keys_1"].shape == ["batch", 4, "cache_len", 8]
     assert decoder["memory_values_0"].shape == ["batch", 4, "src_len", 8]
-    assert decoder["past_keys_1"].dtype == "float32" and decoder["input_ids"].dtype == "int64"
+    assert decoder["cache_keys_1"].dtype == "float32" and decoder["input_ids"].dtype == "int64"
+    assert decoder["positions"].shape == ["batch"]
     assert decoder["top_k"].shape == [1] and decoder["top_k"].dtype == "int64"
 
 
@@ -124,27 +127,20 @@ def test_service_engine_gives_the_same_tokens_as_pytorch(checkpoint: Path, expor
     assert any(0 < len(t) < limit for t, limit in zip(want, limits, strict=True))  # some end with </s>
 
 
-def test_first_step_with_empty_past(checkpoint: Path, exported: Path) -> None:
-    """past_len 0 runs; log_probs equal the model's first step, alignments are distributions over
-    real source tokens, and the cache grows by one position."""
+def test_first_step_with_empty_history(checkpoint: Path, exported: Path) -> None:
+    """A step over empty slot caches runs; log_probs equal the model's first step, alignments are
+    distributions over real source tokens, and the cache then holds the first column."""
     model = load_checkpoint(checkpoint / "model.safetensors")
     engine = open_engine(exported / "transformer-en-de" / "fp32", threads=1)
     src = pad(encode_source(load_source(checkpoint).tokenizer, TEXTS[:2], 48), 0)
-    memory_keys, memory_values = engine.backend.encode(src.numpy())
+    decoder, _ = engine_decoder(engine, src.numpy(), 0)
+    assert isinstance(decoder, SlotDecoder)
     bos = np.full(2, model.cfg.bos_id, dtype=np.int64)
     mask = (src != 0).long().numpy()
-    empty = np.zeros((2, 4, 0, 8), dtype=np.float32)
-    feeds = {"input_ids": bos[:, None], "source_mask": mask, "top_k": np.array([0], dtype=np.int64)}
-    for i in range(2):
-        feeds |= {f"memory_keys_{i}": memory_keys[i], f"memory_values_{i}": memory_values[i]}
-        feeds |= {f"past_keys_{i}": empty, f"past_values_{i}": empty}
-    if engine.info.decoder_layout == "per_layer_kv_positions":  # no row has decoded a token yet
-        feeds["positions"] = np.zeros(2, dtype=np.int64)
-    log_probs, attn, past = engine.backend.step(feeds, True)
-    assert isinstance(log_probs, np.ndarray)
+    assert decoder.nbytes and not any(np.any(b) for b in decoder._cache)
+    log_probs, attn = decoder.step(bos)
     assert attn is not None
-    assert sorted(past) == ["past_keys_0", "past_keys_1", "past_values_0", "past_values_1"]
-    assert all(x.shape == (2, 4, 1, 8) for x in past.values())
+    assert all(np.any(b[:, :, 0]) and not np.any(b[:, :, 1:]) for b in decoder._cache)  # written in place
     assert log_probs.dtype == np.float32 and log_probs.shape == (2, model.cfg.vocab_size)
     with torch.no_grad():
         mem_kv = model.memory_kv(model.encode(src))
@@ -255,7 +251,7 @@ def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
     from export.translation_graphs import TOP_K_INPUT, TOP_K_OUTPUTS, example_inputs
 
     source = load_source(checkpoint)
-    encoder, decoder = source.build_graphs(torch.float32)
+    encoder, decoder = source.build_graphs(torch.float32, "stacked_kv")
     export_raw(source, encoder, decoder, torch.float32, tmp_path / "plain", "stacked_kv")
     export_raw(source, encoder, decoder, torch.float32, tmp_path / "top_k", "stacked_kv_top_k")
     assert decoder_layout(tmp_path / "plain" / "decoder.onnx") == "stacked_kv"

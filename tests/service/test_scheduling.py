@@ -15,9 +15,9 @@ import pytest
 
 from service.batching import BatchPolicy, EngineFailure, QueueFull
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.engine.decoding import HostBackend
 from service.engine.running import RunningDecode
 from service.engine.search import SentenceSearch
+from service.engine.slots import SlotDecoder
 from service.engine.translator import OnnxTranslator
 from service.scheduling import ContinuousBatcher, DecodeBudget, DecodeTooLarge
 from tests.service.engine.conftest import translation_artefact, translation_checkpoint  # noqa: F401
@@ -62,14 +62,14 @@ def engine(translation_artefact: Path) -> OnnxTranslator:  # noqa: F811
 def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Rows of every decoder step; each step slowed to 4 ms so that timing is not a race."""
     rows: list[int] = []
-    real = HostBackend.step
+    real = RunningDecode.step
 
-    def step(self: HostBackend, feeds: dict[str, Any], with_attention: bool) -> Any:
-        rows.append(feeds["input_ids"].shape[0])
+    def step(self: RunningDecode) -> Any:
+        rows.append(self.rows)
         time.sleep(0.004)
-        return real(self, feeds, with_attention)
+        return real(self)
 
-    monkeypatch.setattr(HostBackend, "step", step)
+    monkeypatch.setattr(RunningDecode, "step", step)
     yield rows
 
 
@@ -207,10 +207,13 @@ async def test_the_decode_stays_within_its_memory_budget(
     one = 4 * decode.shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
     budget = 2 * one + one // 2  # room for two long beam-4 sentences at a time
     worst: list[int] = []
+    held: list[int] = []  # what the slot buffers really take
     real = RunningDecode.step
 
     def step(self: RunningDecode) -> Any:
         worst.append(self.worst_bytes())
+        assert isinstance(self.decoder, SlotDecoder)
+        held.append(self.decoder.nbytes)
         return real(self)
 
     monkeypatch.setattr(RunningDecode, "step", step)
@@ -220,6 +223,7 @@ async def test_the_decode_stays_within_its_memory_budget(
         results = await b.submit(items(LONG, beam_size=4, max_length=ENDLESS), 30)
         assert all(isinstance(r, Translation) for r in results)
         assert max(worst) <= budget and max(worst) > one  # full, never over
+        assert max(held) <= max(worst)
         (refused,) = await b.submit(items(["red"], beam_size=16, max_length=ENDLESS), 30)
         assert isinstance(refused, DecodeTooLarge) and refused.limit == budget
     finally:

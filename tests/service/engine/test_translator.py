@@ -8,8 +8,16 @@ import numpy as np
 import pytest
 
 from service.artefacts import ArtefactError, DecoderLayout, write_manifest
-from service.engine.base import Abandoned, TextTooLong, TranslateItem, TranslateOptions, Translation
+from service.engine.base import (
+    Abandoned,
+    TextTooLong,
+    TranslateItem,
+    TranslateOptions,
+    Translation,
+    TranslationHypothesis,
+)
 from service.engine.decoding import DeviceBackend, HostBackend
+from service.engine.running import RunningDecode
 from service.engine.translator import OnnxTranslator
 from service.metrics import OUTPUT_TOKENS
 
@@ -73,11 +81,15 @@ def test_tokens_equal_the_pytorch_reference(
 
 
 def test_io_binding_backend_matches_the_host_backend(
-    translation_artefact: Path, translator: OnnxTranslator
+    translation_checkpoint: Path, translation_artefact: Path, tmp_path: Path
 ) -> None:
-    """The CUDA code path (IO binding, cache kept as OrtValues, on-device Gather reorder), on CPU."""
-    device = OnnxTranslator(translation_artefact, "cpu", 1, io_binding=True)
+    """The CUDA code path (IO binding, cache kept as OrtValues, on-device Gather reorder), on CPU,
+    with the layout the GPU variant (fp16) is exported with; the slot layout keeps host buffers."""
+    positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", "per_layer_kv_positions")
+    device = OnnxTranslator(positions, "cpu", 1, io_binding=True)
+    translator = OnnxTranslator(positions, "cpu", 1)
     assert isinstance(device.backend, DeviceBackend) and isinstance(translator.backend, HostBackend)
+    assert isinstance(OnnxTranslator(translation_artefact, "cpu", 1, io_binding=True).backend, HostBackend)
     batch = items(TEXTS, beam_size=3, n_best=2, max_length=10, alignments=True)
     for a, b in zip(device.translate(batch), translator.translate(batch), strict=True):
         assert [h.tokens for h in ok(a).hypotheses] == [h.tokens for h in ok(b).hypotheses]
@@ -202,20 +214,17 @@ def test_an_abandoned_item_is_not_computed_and_the_others_are_unchanged(translat
 def test_an_item_abandoned_during_the_search_leaves_it_at_the_next_step(translator: OnnxTranslator) -> None:
     """The search asks before every decoder step; flagging an item mid-decode stops its rows."""
     batch = items(["a small cat sits on the big red street", "two dogs run"], beam_size=2, max_length=40)
-    steps = 0
-    decoder_step = HostBackend.step
+    decode_step = RunningDecode.step
 
-    def counting_step(self: HostBackend, feeds: dict[str, object], with_attention: bool) -> object:
-        nonlocal steps
-        steps += 1
-        if steps == 2:
+    def counting_step(self: RunningDecode) -> object:
+        if len(rows) == 1:
             batch[0].abandoned.set()
-        rows.append(feeds["input_ids"].shape[0])  # type: ignore[attr-defined]
-        return decoder_step(self, feeds, with_attention)  # type: ignore[arg-type]
+        rows.append(self.rows)
+        return decode_step(self)
 
     rows: list[int] = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(HostBackend, "step", counting_step)
+        patch.setattr(RunningDecode, "step", counting_step)
         results = translator.translate(batch)
     assert isinstance(results[0], Abandoned) and isinstance(results[1], Translation)
     assert rows[0] == rows[1] == 4 and rows[2] == 2  # from the third step on, only the other's 2 beams
@@ -233,23 +242,34 @@ def artefact_with_layout(checkpoint: Path, out: Path, layout: DecoderLayout) -> 
     return out
 
 
-@pytest.mark.parametrize("layout", ["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k"])
+@pytest.mark.parametrize(
+    "layout", ["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k", "per_layer_kv_positions"]
+)
 @pytest.mark.parametrize("beam", [1, 4])
 def test_every_decoder_layout_translates_exactly_as_the_default(
     translator: OnnxTranslator, translation_checkpoint: Path, tmp_path: Path, layout: DecoderLayout, beam: int
 ) -> None:
-    """The older layouts still load and serve; every hypothesis, score and alignment equals the
-    default layout's (per-layer caches with per-row positions, in-graph TopK candidates), in a
-    batch and alone."""
-    assert translator.info.decoder_layout == "per_layer_kv_positions"
+    """The older layouts still load and serve; every hypothesis equals the default layout's
+    (per-layer slot caches written in place, in-graph TopK candidates), in a batch and alone:
+    the same tokens, and scores and alignments to float rounding (the slot layout's attention is
+    onnxruntime's GroupQueryAttention kernel, the others' the traced MatMul/Softmax)."""
+    assert translator.info.decoder_layout == "per_layer_kv_slots"
     other = OnnxTranslator(artefact_with_layout(translation_checkpoint, tmp_path / layout, layout), "cpu", 1)
     assert other.info.decoder_layout == layout
     options = TranslateOptions(beam_size=beam, n_best=beam, alignments=True)
     items = [TranslateItem(text=t, options=options) for t in TEXTS]
     for got, want in zip(other.translate(items), translator.translate(items), strict=True):
-        assert ok(got).hypotheses == ok(want).hypotheses
+        assert_same_hypotheses(ok(got).hypotheses, ok(want).hypotheses)
     alone = other.translate(items[2:3])[0]
-    assert ok(alone).hypotheses == ok(translator.translate(items[2:3])[0]).hypotheses
+    assert_same_hypotheses(ok(alone).hypotheses, ok(translator.translate(items[2:3])[0]).hypotheses)
+
+
+def assert_same_hypotheses(got: list[TranslationHypothesis], want: list[TranslationHypothesis]) -> None:
+    assert [(h.text, h.tokens) for h in got] == [(h.text, h.tokens) for h in want]
+    for a, b in zip(got, want, strict=True):
+        assert a.score == pytest.approx(b.score, rel=1e-5)
+        assert a.alignment is not None and b.alignment is not None
+        np.testing.assert_allclose(a.alignment, b.alignment, atol=1e-5)
 
 
 def test_a_layout_that_does_not_match_the_graph_is_refused(

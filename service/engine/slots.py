@@ -1,0 +1,205 @@
+"""The decoder of layout ``per_layer_kv_slots``: every running row owns a slot of preallocated
+buffers, and nothing that stays put is ever copied.
+
+Per decoder layer the slot buffers are the self-attention cache K, V (rows, heads, cache_len,
+d_head), whose first ``positions[r]`` columns are row r's history, and the cross-attention
+memory K, V (rows, heads, source_len, d_head) of row r's sentence, with its source mask. The
+running rows are the first ``rows`` slots, so every feed is a contiguous prefix view. A step
+binds each cache buffer as both the graph's ``cache_*`` input and its ``present_*`` output:
+onnxruntime's GroupQueryAttention writes the new column in place (export/cached_attention.py).
+
+Between steps (``search.IncrementalDecoder.reorder``) a row that keeps its place costs nothing;
+a row that takes another row's history (a beam that wins twice, a sentence moved into the place
+of one that left) gets that row's cache columns so far, and its memory only when the other row
+decodes a different sentence. Joining writes the new rows' memory once; buffers grow (amortised)
+when rows, source width or history outgrow them and are let go when the decode empties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from service.engine.decoding import Backend, HostBackend, OnnxDecoder, Tensor
+from service.engine.search import Candidates
+
+SLOTS_LAYOUT = "per_layer_kv_slots"
+_FIRST_CACHE_LEN = 16  # columns a fresh cache holds before it first grows
+
+
+class SlotDecoder:
+    """``search.IncrementalDecoder`` over a ``per_layer_kv_slots`` decoder, host buffers in place."""
+
+    joins_midway = True
+
+    def __init__(
+        self,
+        backend: HostBackend,
+        memory: tuple[Tensor, Tensor] | None,
+        source_mask: np.ndarray | None,
+        cache_shape: tuple[int, int, int],
+        cache_dtype: type[np.generic],
+        with_attention: bool,
+    ) -> None:
+        self.backend = backend
+        self.with_attention = with_attention
+        self._layers, self._heads, self._d_head = cache_shape
+        self._dtype = cache_dtype
+        self._rows = 0
+        self._next_sentence = 0
+        self._release()
+        if memory is not None and source_mask is not None:
+            self.admit(memory, source_mask, [1] * source_mask.shape[0])
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def source_len(self) -> int:
+        return self._mask.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        """What the slot buffers hold now (cache, memory, masks)."""
+        return sum(b.nbytes for b in (*self._cache, *self._memory, self._mask))
+
+    def _release(self) -> None:
+        """Empty buffers: an idle decode holds no memory."""
+        self._cache = self._buffers(0, 0)  # keys then values, per layer
+        self._memory = self._buffers(0, 0)
+        self._mask = np.zeros((0, 0), dtype=np.int64)
+        self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
+        self._sentence = np.zeros(0, dtype=np.int64)  # which sentence's memory a row holds
+
+    def _buffers(self, rows: int, length: int) -> list[np.ndarray]:
+        shape = (rows, self._heads, length, self._d_head)
+        return [np.zeros(shape, dtype=self._dtype) for _ in range(2 * self._layers)]
+
+    def _reserve(self, rows: int, source_len: int, cache_len: int) -> None:
+        """Grow the buffers to hold ``rows`` slots, sources of ``source_len`` tokens and
+        ``cache_len`` columns of history, keeping the running rows' contents."""
+        have_rows, have_cache = self._positions.shape[0], self._cache[0].shape[2]
+        grow_rows = rows > have_rows
+        new_rows = max(rows, have_rows * 3 // 2) if grow_rows else have_rows
+        if grow_rows or cache_len > have_cache:
+            length = (
+                max(cache_len, 2 * have_cache, _FIRST_CACHE_LEN) if cache_len > have_cache else have_cache
+            )
+            self._cache = self._regrown(self._cache, new_rows, length)
+        if grow_rows or source_len > self.source_len:
+            width = max(source_len, self.source_len)
+            self._memory = self._regrown(self._memory, new_rows, width)
+            mask = np.zeros((new_rows, width), dtype=np.int64)
+            mask[: self._rows, : self.source_len] = self._mask[: self._rows]
+            self._mask = mask
+        if grow_rows:
+            self._positions = np.concatenate([self._positions, np.zeros(new_rows - have_rows, np.int64)])
+            self._sentence = np.concatenate([self._sentence, np.full(new_rows - have_rows, -1)])
+
+    def _regrown(self, buffers: list[np.ndarray], rows: int, length: int) -> list[np.ndarray]:
+        grown = self._buffers(rows, length)
+        for old, new in zip(buffers, grown, strict=True):
+            new[: self._rows, :, : old.shape[2]] = old[: self._rows]
+        return grown
+
+    def admit(self, memory: tuple[Tensor, Tensor], source_mask: np.ndarray, repeats: Sequence[int]) -> None:
+        """New sentences, from one encoder call ((n_layers, n, heads, S, d_head) K/V and their
+        (n, S) mask): sentence i gets ``repeats[i]`` rows after the running ones."""
+        keys, values = (np.asarray(x) for x in memory)
+        sentence = np.repeat(np.arange(len(repeats)), repeats)
+        start, width = self._rows, source_mask.shape[1]
+        if not start:
+            self._release()  # fresh buffers sized to what comes now
+        self._reserve(start + len(sentence), width, 1)
+        new = slice(start, start + len(sentence))
+        for i in range(self._layers):
+            self._memory[i][new, :, :width] = keys[i][sentence]
+            self._memory[self._layers + i][new, :, :width] = values[i][sentence]
+        self._mask[new] = 0
+        self._mask[new, :width] = source_mask[sentence]
+        self._positions[new] = 0
+        self._sentence[new] = self._next_sentence + sentence
+        self._next_sentence += len(repeats)
+        self._rows = new.stop
+
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        scores, attn = self._run(last_tokens, 0)
+        assert isinstance(scores, np.ndarray)
+        return scores, attn
+
+    def step_candidates(self, last_tokens: np.ndarray, n: int) -> tuple[Candidates, np.ndarray | None]:
+        """The step's ``n`` best tokens per row, from the graph's ``TopK``."""
+        scores, attn = self._run(last_tokens, n)
+        assert isinstance(scores, Candidates)
+        return scores, attn
+
+    def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+        n, layers = self._rows, self._layers
+        self._reserve(n, 0, int(self._positions[:n].max()) + 1)
+        binding = self.backend.decoder.io_binding()
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None])
+        binding.bind_cpu_input("positions", self._positions[:n])
+        binding.bind_cpu_input("source_mask", self._mask[:n])
+        binding.bind_cpu_input("top_k", np.array([top_k], dtype=np.int64))
+        for j, name in enumerate(("memory_keys", "memory_values")):
+            for i in range(layers):
+                binding.bind_cpu_input(f"{name}_{i}", self._memory[j * layers + i][:n])
+        scores = ["top_log_probs", "top_tokens"] if top_k else ["log_probs"]
+        wanted = [*scores, "cross_attention"] if self.with_attention else scores
+        for name in wanted:  # bound first: get_outputs() lists outputs in binding order
+            binding.bind_output(name, "cpu")
+        for j, kind in enumerate(("keys", "values")):
+            for i in range(layers):
+                slot = ort.OrtValue.ortvalue_from_numpy(self._cache[j * layers + i][:n])
+                binding.bind_ortvalue_input(f"cache_{kind}_{i}", slot)
+                binding.bind_ortvalue_output(f"present_{kind}_{i}", slot)  # the same memory: in place
+        self.backend.decoder.run_with_iobinding(binding)
+        out = dict(zip(wanted, (v.numpy() for v in binding.get_outputs()[: len(wanted)]), strict=True))
+        self._positions[:n] += 1
+        attn = out["cross_attention"] if self.with_attention else None
+        if top_k:
+            return Candidates(out["top_log_probs"], out["top_tokens"]), attn
+        return out["log_probs"], attn
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Row i takes row ``rows[i]``'s history (and memory): only the rows that change move."""
+        if not len(rows):
+            self._rows = 0
+            self._release()
+            return
+        self._reserve(len(rows), 0, 0)
+        moved = np.flatnonzero(rows != np.arange(len(rows)))
+        if len(moved):
+            src = rows[moved]
+            length = int(self._positions[src].max())
+            if length:
+                for buffer in self._cache:  # the right side is gathered first: overlaps are safe
+                    buffer[moved, :, :length] = buffer[src, :, :length]
+            other = self._sentence[src] != self._sentence[moved]
+            if other.any():
+                to, src_other = moved[other], src[other]
+                for buffer in self._memory:
+                    buffer[to] = buffer[src_other]
+                self._mask[to] = self._mask[src_other]
+            self._positions[moved] = self._positions[src]
+            self._sentence[moved] = self._sentence[src]
+        self._rows = len(rows)
+
+
+def incremental_decoder(
+    backend: Backend,
+    memory: tuple[Tensor, Tensor] | None,
+    source_mask: np.ndarray | None,
+    cache_shape: tuple[int, int, int],
+    cache_dtype: type[np.generic],
+    with_attention: bool,
+) -> OnnxDecoder | SlotDecoder:
+    """The decoder for the backend's layout: slots in place, or the concatenating cache."""
+    if backend.layout == SLOTS_LAYOUT:
+        if not isinstance(backend, HostBackend):
+            raise TypeError("layout per_layer_kv_slots keeps its cache in host buffers (HostBackend)")
+        return SlotDecoder(backend, memory, source_mask, cache_shape, cache_dtype, with_attention)
+    return OnnxDecoder(backend, memory, source_mask, cache_shape, cache_dtype, with_attention)
