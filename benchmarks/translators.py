@@ -14,10 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
-from service.engine.search import Candidates
-
 BASELINE = "HF transformers"
 CT2_INT8 = "CTranslate2 int8"
 
@@ -132,35 +128,6 @@ class CTranslate2:
         return codec.decode(hyps), sum(map(len, hyps))  # type: ignore[arg-type]
 
 
-class _EosMask:
-    """Wraps the engine's decoder backend: ``</s>`` never wins, so every output has max_len tokens."""
-
-    def __init__(self, inner: Any, eos_id: int) -> None:
-        self.inner, self.eos_id = inner, eos_id
-        self.layout = inner.layout
-
-    def encode(self, input_ids: np.ndarray) -> Any:
-        return self.inner.encode(input_ids)
-
-    def take(self, x: Any, rows: np.ndarray, axis: int) -> Any:
-        return self.inner.take(x, rows, axis)
-
-    def layer(self, x: Any, i: int) -> Any:
-        return self.inner.layer(x, i)
-
-    def step(self, feeds: dict[str, Any], with_attention: bool) -> Any:
-        scores, attn, past = self.inner.step(feeds, with_attention)
-        if isinstance(scores, Candidates):  # a TopK decoder layout: drop </s> from the candidates
-            return (
-                Candidates(np.where(scores.tokens == self.eos_id, -np.inf, scores.log_probs), scores.tokens),
-                attn,
-                past,
-            )
-        log_probs = np.array(scores, copy=True)
-        log_probs[:, self.eos_id] = -np.inf
-        return log_probs, attn, past
-
-
 class OursInProcess:
     """Our ``OnnxTranslator`` called directly (no batcher, no HTTP)."""
 
@@ -172,13 +139,14 @@ class OursInProcess:
         self.name = name
         self.engine: Any = OnnxTranslator(artefact_dir, "cpu", threads)
         self.engine.warmup()
-        self._plain = self.engine.backend
-        self._masked = _EosMask(self._plain, self.engine.eos_id)
+        self._eos_id = self.engine.eos_id
 
     def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
         from service.engine.base import TranslateItem, TranslateOptions
 
-        self.engine.backend = self._masked if w.forced else self._plain
+        # Forced: no token ends a sentence (</s> is then an ordinary token), so every output has
+        # max_len tokens, as CTranslate2's min_decoding_length and HF's min_new_tokens give.
+        self.engine.eos_id = -1 if w.forced else self._eos_id
         opts = TranslateOptions(beam_size=w.beam, max_length=w.max_len)
         out = self.engine.translate([TranslateItem(t, opts) for t in texts])
         errors = [r for r in out if isinstance(r, Exception)]
