@@ -175,7 +175,25 @@ def _scores(out: dict[str, Any]) -> np.ndarray | Candidates:
 # --- the incremental decoder the search drives -----------------------------------------------------
 
 
-class OnnxDecoder:
+class Stepping:
+    """``step`` (full log-probs) and ``step_candidates`` (each row's ``n`` best tokens from the
+    graph's ``TopK``) of a decoder, over its one ``_run(last_tokens, top_k)``."""
+
+    def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+        raise NotImplementedError
+
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        scores, attn = self._run(last_tokens, 0)
+        assert isinstance(scores, np.ndarray)
+        return scores, attn
+
+    def step_candidates(self, last_tokens: np.ndarray, n: int) -> tuple[Candidates, np.ndarray | None]:
+        scores, attn = self._run(last_tokens, n)
+        assert isinstance(scores, Candidates)
+        return scores, attn
+
+
+class OnnxDecoder(Stepping):
     """``search.IncrementalDecoder`` over ``decoder.onnx``, holding the self-attention cache.
 
     Rows belong to sentences. The cross-attention memory depends only on a row's *sentence*, so
@@ -294,17 +312,6 @@ class OnnxDecoder:
             return {"past_keys": empty, "past_values": empty}
         empty = np.zeros((rows, heads, length, d_head), dtype=self._cache_dtype)
         return {f"{name}_{i}": empty for name in ("past_keys", "past_values") for i in range(layers)}
-
-    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        scores, attn = self._run(last_tokens, 0)
-        assert isinstance(scores, np.ndarray)
-        return scores, attn
-
-    def step_candidates(self, last_tokens: np.ndarray, n: int) -> tuple[Candidates, np.ndarray | None]:
-        """The step's ``n`` best tokens per row, from the graph's ``TopK`` (layout stacked_kv_top_k)."""
-        scores, attn = self._run(last_tokens, n)
-        assert isinstance(scores, Candidates)
-        return scores, attn
 
     def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         feeds: dict[str, Tensor] = {

@@ -22,14 +22,14 @@ from collections.abc import Sequence
 import numpy as np
 import onnxruntime as ort
 
-from service.engine.decoding import Backend, HostBackend, OnnxDecoder, Tensor
+from service.engine.decoding import Backend, HostBackend, OnnxDecoder, Stepping, Tensor
 from service.engine.search import Candidates
 
 SLOTS_LAYOUT = "per_layer_kv_slots"
 _FIRST_CACHE_LEN = 16  # columns a fresh cache holds before it first grows
 
 
-class SlotDecoder:
+class SlotDecoder(Stepping):
     """``search.IncrementalDecoder`` over a ``per_layer_kv_slots`` decoder, host buffers in place."""
 
     joins_midway = True
@@ -124,17 +124,6 @@ class SlotDecoder:
         self._sentence[new] = self._next_sentence + sentence
         self._next_sentence += len(repeats)
         self._rows = new.stop
-
-    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        scores, attn = self._run(last_tokens, 0)
-        assert isinstance(scores, np.ndarray)
-        return scores, attn
-
-    def step_candidates(self, last_tokens: np.ndarray, n: int) -> tuple[Candidates, np.ndarray | None]:
-        """The step's ``n`` best tokens per row, from the graph's ``TopK``."""
-        scores, attn = self._run(last_tokens, n)
-        assert isinstance(scores, Candidates)
-        return scores, attn
 
     def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         n, layers = self._rows, self._layers
