@@ -34,6 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -215,6 +216,10 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         ]
 
     def _decode_loop(self) -> None:
+        with ThreadPoolExecutor(1, thread_name_prefix=f"decode-{self.model}-lane") as pool:
+            self._decode_until_closed(pool)
+
+    def _decode_until_closed(self, pool: ThreadPoolExecutor) -> None:
         lanes = self._lanes()
         waiting: list[_Sentence] = []  # prepared, not admitted yet
         running: dict[int, _Sentence] = {}
@@ -235,14 +240,23 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
                 self._drop_abandoned(lanes, running)
                 self._show(lanes)
                 busy = any(lane.decode.sentences for lane in lanes)
-                for lane in lanes:
-                    if lane.decode.sentences:
-                        self._step(lane, running)
+                self._step_lanes([lane for lane in lanes if lane.decode.sentences], running, pool)
             except Exception:  # a bug, not a model failure: fail what is in flight, serve on
                 log.exception("%s: the decode loop failed", self.model)
                 failure = EngineFailure(f"{self.model}: decoding failed")
                 self._fail_all(failure, waiting, running, [])
                 waiting, running, lanes, busy = [], {}, self._lanes(), False
+
+    def _step_lanes(self, busy: list[_Lane], running: dict[int, _Sentence], pool: ThreadPoolExecutor) -> None:
+        """One step of every busy lane, the others on ``pool`` while this thread steps the first
+        (their decodes share nothing but the onnxruntime session, whose ``run`` is thread-safe)."""
+        others = [pool.submit(self._step, lane, running) for lane in busy[1:]]
+        try:
+            if busy:
+                self._step(busy[0], running)
+        finally:
+            for future in others:
+                future.result()  # a bug raised in a lane's step reaches the loop's containment
 
     def _drop_abandoned(self, lanes: list[_Lane], running: dict[int, _Sentence]) -> None:
         """Sentences nobody waits for any more (client gone, deadline passed) leave now."""
@@ -316,7 +330,10 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             rows = sum(lane.decode.rows for lane in lanes) + sum(
                 s.pending.item.options.beam_size for c in chosen.values() for s in c
             )
-            lane_at = next((i for i in mine if self._fits(lanes[i], chosen[i], sentence)), None)
+            # The least busy lane with room: the lanes step on two threads (``_step_lanes``), so
+            # one's Python search overlaps the other's onnxruntime step.
+            fitting = [i for i in mine if self._fits(lanes[i], chosen[i], sentence)]
+            lane_at = min(fitting, key=lambda i: lanes[i].decode.rows + len(chosen[i]), default=None)
             if lane_at is None or rows + item.options.beam_size > budget.max_rows:
                 if any(lanes[i].decode.sentences or chosen[i] for i in mine):  # it waits for rows to free
                     blocked[small] = True

@@ -289,3 +289,42 @@ async def test_an_unexpected_error_in_the_decode_loop_fails_only_what_is_in_flig
 
     fail_once(monkeypatch, scheduling, "_fair")  # a bug in the loop itself
     await assert_fails_once_then_serves(batcher)
+
+
+@pytest.mark.usefixtures("endless")
+async def test_small_sentences_spread_over_both_decodes_which_step_at_once(
+    engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small requests go to the least busy decode with room, so the main and the express decode
+    both run, and their steps overlap on two threads; results equal decoding alone."""
+    import threading
+
+    spans: list[tuple[str, float, float]] = []
+    real = RunningDecode.step
+
+    def step(self: RunningDecode) -> Any:
+        start = time.perf_counter()
+        time.sleep(0.01)  # stands for onnxruntime's step, which releases the GIL
+        out = real(self)
+        spans.append((threading.current_thread().name, start, time.perf_counter()))
+        return out
+
+    monkeypatch.setattr(RunningDecode, "step", step)
+    policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
+    b = ContinuousBatcher(
+        engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(64 << 20, 512, 4096)
+    )
+    b.start()
+    try:
+        batch = items(SHORT, beam_size=2, max_length=ENDLESS)
+        results = await asyncio.gather(*(b.submit([item], 30) for item in batch))
+    finally:
+        await b.close()
+    threads = {name for name, _, _ in spans}
+    assert len(threads) == 2  # the loop's thread and the lane thread
+    overlapping = [(a, b2) for a in spans for b2 in spans if a[0] != b2[0] and a[1] < b2[2] and b2[1] < a[2]]
+    assert overlapping
+    monkeypatch.setattr(RunningDecode, "step", real)  # alone, below: unrecorded
+    alone = engine.translate(items(SHORT, beam_size=2, max_length=ENDLESS))
+    for (got,), want in zip(results, alone, strict=True):
+        same(got, want)
