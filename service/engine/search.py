@@ -157,16 +157,28 @@ class Search:
 
     def remove(self, gone: Callable[[SentenceSearch], bool]) -> np.ndarray:
         """Drop the sentences ``gone`` flags; → the rows to keep."""
-        keep: list[np.ndarray] = []
-        still: list[SentenceSearch] = []
+        blocks: list[tuple[SentenceSearch, np.ndarray | None]] = []
         offset = 0
         for s in self.sentences:
-            if not gone(s):
-                keep.append(np.arange(offset, offset + s.k))
-                still.append(s)
+            blocks.append((s, None if gone(s) else np.arange(offset, offset + s.k)))
             offset += s.k
-        self.sentences = still
-        return np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)
+        return self._settle(blocks)
+
+    def _settle(self, blocks: list[tuple[SentenceSearch, np.ndarray | None]]) -> np.ndarray:
+        """The running sentences' new order and rows, from (sentence, rows it keeps or None when it
+        leaves) in row order: a block that leaves is filled by the last running block of the same
+        size, so the decoder moves that one block instead of shifting every later one."""
+        for i in range(len(blocks)):
+            s, kept = blocks[i]
+            if kept is not None:
+                continue
+            for j in range(len(blocks) - 1, i, -1):
+                if blocks[j][1] is not None and blocks[j][0].k == s.k:
+                    blocks[i], blocks[j] = blocks[j], blocks[i]
+                    break
+        running = [(s, kept) for s, kept in blocks if kept is not None]
+        self.sentences = [s for s, _ in running]
+        return np.concatenate([kept for _, kept in running]) if running else np.zeros(0, dtype=np.int64)
 
     def advance(
         self, log_probs: np.ndarray | Candidates, attention: np.ndarray | None
@@ -189,22 +201,16 @@ class Search:
                 top = _best_continuations(scores, log_probs[rows], k, 2 * k)
             for i, j in enumerate(members):  # group rows i·k … i·k + k - 1 are sentence j's
                 ranked[j] = ([r - i * k for r in top[0][i]], top[1][i], top[2][i])
-        keep: list[np.ndarray] = []
-        running: list[SentenceSearch] = []
-        finished: list[SentenceSearch] = []
+        blocks: list[tuple[SentenceSearch, np.ndarray | None]] = []
         for j, s in enumerate(self.sentences):
             start = int(offsets[j])
             block = None
             if attention is not None and s.with_attention:
                 block = attention[start : start + s.k, : s.source_len]
             kept = s.advance(list(zip(*ranked[j], strict=True)), block, self.eos_id)
-            if kept is None:
-                finished.append(s)
-            else:
-                keep.append(kept + start)
-                running.append(s)
-        self.sentences = running
-        return (np.concatenate(keep) if keep else np.zeros(0, dtype=np.int64)), finished
+            blocks.append((s, None if kept is None else kept + start))
+        finished = [s for s, kept in blocks if kept is None]
+        return self._settle(blocks), finished
 
 
 def beam_search(

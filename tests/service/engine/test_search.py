@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.search import Hypothesis, beam_search
+from service.engine.search import Hypothesis, Search, SentenceSearch, beam_search
 
 PAD, BOS, EOS, A, B, C = range(6)
 V, S = 6, 3  # vocabulary, source length
@@ -323,3 +323,21 @@ def test_beam_search_over_candidates_equals_the_full_log_probs(beam: int) -> Non
     assert [s[0].alignment.tolist() for s in got if s[0].alignment is not None] == [
         s[0].alignment.tolist() for s in want if s[0].alignment is not None
     ]
+
+
+def test_a_leaving_sentence_is_replaced_by_the_last_of_its_size_so_only_that_one_moves() -> None:
+    """Four beam-2 sentences, the second leaves: the fourth takes its rows (one block copied by a
+    slot decoder) and the third stays where it is; a block of another size shifts as before."""
+    search = Search(bos_id=1, eos_id=2)
+    a, b, c, d = (SentenceSearch(key, beam_size=2, max_len=5) for key in "abcd")
+    for s in (a, b, c, d):
+        search.add(s)
+    rows = search.remove(lambda s: s is b)
+    assert search.sentences == [a, d, c]
+    np.testing.assert_array_equal(rows, [0, 1, 6, 7, 4, 5])
+    assert np.flatnonzero(rows != np.arange(len(rows))).tolist() == [2, 3]  # only d's rows change slot
+    e = SentenceSearch("e", beam_size=3, max_len=5)
+    search.add(e)
+    rows = search.remove(lambda s: s is a)  # c fills a's place; e (size 3) shifts down
+    assert search.sentences == [c, d, e]
+    np.testing.assert_array_equal(rows, [4, 5, 2, 3, 6, 7, 8])
