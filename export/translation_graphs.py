@@ -15,14 +15,14 @@ The service engine is written against exactly these names and shapes:
   an int64 input ``top_k`` of shape [1] and outputs ``top_log_probs`` float32 / ``top_tokens``
   int64 (batch, top_k), each row's best tokens from an in-graph ``TopK``, so the search reads
   (rows, 2·beam) candidates instead of (rows, vocab) (``top_k`` 0: none, for step-by-step
-  comparisons on ``log_probs``); ``per_layer_kv_top_k``, the default export, also replaces every
+  comparisons on ``log_probs``); ``per_layer_kv_top_k`` also replaces every
   stacked K/V input and output by one per layer (``memory_keys_0`` … ``past_values_{n-1}``,
   (batch, n_heads, len, d_head); ``present_keys_0`` …), so a step copies no layer out of a stacked
   tensor and stacks nothing (measured 1.11–1.13× tok/s, benchmarks/README.md). Both are built
   from the traced stacked graph by ``onnx_tools.append_top_k`` and ``onnx_tools.unstack_layers``,
   for our checkpoints and Marian imports alike.
 
-``per_layer_kv_positions``, the default export, adds an int64 input ``positions`` (batch,): the
+``per_layer_kv_positions`` (the fp16 export) adds an int64 input ``positions`` (batch,): the
 number of tokens each row has already decoded. A row's cached keys are the *last* ``positions``
 columns of its past (earlier columns are padding, masked out of self-attention), and the new
 token takes position ``positions`` in the sinusoidal encoding. Rows that started decoding at

@@ -181,6 +181,11 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         self._stats.running_cost -= pending.cost
         self._stats.done.set()
 
+    def _deliver_all(self, answers: list[tuple[SentencePending, Translation | Exception]]) -> None:
+        """On the event loop: the results of a step's finished sentences (one hand-off a step)."""
+        for pending, result in answers:
+            self._deliver(pending, result)
+
     def _admitted_from_inbox(self, n: int) -> None:
         self._staged -= n
         self._wakeup.set()
@@ -400,9 +405,11 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             self._engine.finish(items, todo, hyps, results)
         except Exception as e:
             results = [e] * len(done)
+        answers = []
         for (sentence, _), result in zip(done, results, strict=True):
             assert result is not None
-            self._post(self._deliver, sentence.pending, result)
+            answers.append((sentence.pending, result))
+        self._post(self._deliver_all, answers)
 
     def _show(self, lanes: list[_Lane]) -> None:
         self._running_gauge.set(sum(len(lane.decode.sentences) for lane in lanes))

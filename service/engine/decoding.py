@@ -14,6 +14,9 @@ The decoder's key/value cache lives in a backend:
   (``session.DeviceGather``). It is the same decoder code with ``take``/``run`` swapped, and it
   also runs on CPU OrtValues, which is how the tests check it without a GPU.
 
+The default CPU layout, ``per_layer_kv_slots``, has its own decoder (``slots.SlotDecoder``): its
+cache stays in preallocated host buffers that the graph writes in place.
+
 A decoder of layout ``stacked_kv_top_k`` or ``per_layer_kv_top_k`` takes ``top_k`` and returns
 each row's 2 × beam best tokens (``search.Candidates``), so only (rows, 2·beam) scores leave the
 graph per step; the full (rows, vocab) log-probs are still there for the export's step-by-step
