@@ -268,7 +268,7 @@ async def load_engines(settings: Settings) -> list[Engine]:
             load_engine,
             directory,
             provider=provider,
-            intra_op_threads=settings.intra_op_threads,
+            intra_op_threads=settings.session_threads(),
             inter_op_threads=settings.inter_op_threads,
             max_batch_size=settings.max_batch_size,
             max_batch_tokens=settings.max_batch_tokens,

@@ -9,6 +9,7 @@ JSON list or a comma-separated string.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -84,7 +85,9 @@ class Settings(BaseSettings):
     decode_admit_tokens: int = Field(default=2048, ge=1)  # source tokens encoded between two steps
 
     # Threads
-    intra_op_threads: int = Field(default=0, ge=0)  # onnxruntime, per session; 0 = one per core
+    # onnxruntime threads per session; 0: the cores shared among the runs one model may have in
+    # flight at once (``session_threads``)
+    intra_op_threads: int = Field(default=0, ge=0)
     inter_op_threads: int = Field(default=1, ge=1)
     worker_threads: int = Field(default=1, ge=1, le=64)  # engine batches running at once, per model
 
@@ -180,6 +183,16 @@ class Settings(BaseSettings):
         if self.variant != "auto":
             return self.variant
         return "fp16" if (provider or self.resolved_provider()) == "cuda" else self.cpu_variant
+
+    def session_threads(self) -> int:
+        """onnxruntime intra-op threads per session: as set, or with 0 the usable cores divided
+        among the engine runs one model may have in flight at once (its workers, and the express
+        one), at least 1. Two concurrent runs on one session's pool of every core lost about half
+        their throughput (benchmarks/README.md, "intra-op threads")."""
+        if self.intra_op_threads:
+            return self.intra_op_threads
+        concurrent = self.worker_threads + (1 if self.express_max_tokens else 0)
+        return max(1, len(os.sched_getaffinity(0)) // concurrent)
 
     def model_dir(self, model: str, variant: Variant) -> Path:
         return self.artefact_root / model / variant

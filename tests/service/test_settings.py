@@ -145,3 +145,16 @@ def test_translation_models(
 def test_translation_models_refused(values: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Settings.model_validate(values)
+
+
+def test_session_threads_share_the_cores_among_concurrent_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0: the usable cores divided among one model's concurrent runs (workers + express), ≥ 1;
+    a value set is kept."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert Settings().session_threads() == 8  # one worker and the express one
+    assert Settings(express_max_tokens=0).session_threads() == 16
+    assert Settings(worker_threads=3).session_threads() == 4
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert Settings().session_threads() == 1
+    assert Settings(worker_threads=4).session_threads() == 1
+    assert Settings(intra_op_threads=2).session_threads() == 2
