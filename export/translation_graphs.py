@@ -185,7 +185,6 @@ class DecoderStepGraph(nn.Module):
     def __init__(self, model: Transformer, slots: bool = False) -> None:
         super().__init__()
         self.model = model
-        self.slots = slots
         layers = cast(list[DecoderLayer], list(model.decoder))
         attns = [layer.self_attn for layer in layers]
         self.qkv = nn.ModuleList(fused_qkv(a.w_q, a.w_k, a.w_v) for a in attns) if slots else None

@@ -17,8 +17,9 @@ and replaces its execution: one decode thread per model drives a ``RunningDecode
   the budget, so a one-word request is never held behind long ones (``_lanes``);
 * takes out the sentences nobody waits for any more (client gone, deadline passed: the request
   side sets ``TranslateItem.abandoned``), freeing their rows at once;
-* runs one step over every running row (of each decode) and answers each finished sentence at
-  once.
+* runs one step over every running row of each decode, the two decodes at once (the second on a
+  helper thread, so one's Python search overlaps the other's onnxruntime step; small requests go
+  to the less busy decode with room), and answers the step's finished sentences at once.
 
 A step that raises fails the sentences in it (``EngineFailure`` → 500); the sentences still
 waiting go on in a fresh decode. Results do not depend on what else runs: each sentence's search
