@@ -21,11 +21,9 @@ import torch
 from export.data import encode_source, length_sorted_batches, output_limits, pad_array, read_lines
 from export.onnx_tools import VerificationError
 from export.sources import TranslationSource
-from service.artefacts import CACHE_DTYPE_INPUTS
 from service.engine.base import TranslateItem, TranslateOptions
 from service.engine.decoding import OnnxDecoder
 from service.engine.loader import load_engine
-from service.engine.session import NUMPY_DTYPE
 from service.engine.slots import SlotDecoder, incremental_decoder
 from service.engine.translator import OnnxTranslator
 
@@ -146,15 +144,13 @@ def engine_decoder(
     """The engine's own incremental decoder over padded ``src`` (with cross-attention), and the
     encoder's memory K/V it runs on."""
     memory = engine.backend.encode(src)
-    spec = engine.manifest.graphs["decoder"]
-    dtype = NUMPY_DTYPE[next(t.dtype for t in spec.inputs if t.name in CACHE_DTYPE_INPUTS)]
     info = engine.info
     decoder = incremental_decoder(
         engine.backend,
         memory,
         (src != pad_id).astype(np.int64),
         (info.n_layers, info.n_heads, info.d_head),
-        dtype,
+        engine.cache_dtype,
         with_attention=True,
     )
     return decoder, memory

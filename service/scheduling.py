@@ -313,8 +313,8 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         self, lanes: list[_Lane], waiting: list[_Sentence], running: dict[int, _Sentence], keys: Iterator[int]
     ) -> None:
         """Move the waiting sentences that fit into a decode, in ``_fair`` order, none overtaking
-        an earlier one of its class (small or not). A sentence goes to the first of its lanes with
-        room: the main one, or the express one for small requests."""
+        an earlier one of its class (small or not). A sentence goes to the least busy of its lanes
+        with room: the main one, or for small requests also the express one."""
         budget = self.budget
         chosen: dict[int, list[_Sentence]] = {i: [] for i in range(len(lanes))}
         tokens = 0

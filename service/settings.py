@@ -192,7 +192,9 @@ class Settings(BaseSettings):
         if self.intra_op_threads:
             return self.intra_op_threads
         concurrent = self.worker_threads + (1 if self.express_max_tokens else 0)
-        return max(1, len(os.sched_getaffinity(0)) // concurrent)
+        affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core counts
+        cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+        return max(1, cores // concurrent)
 
     def model_dir(self, model: str, variant: Variant) -> Path:
         return self.artefact_root / model / variant

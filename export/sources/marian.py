@@ -133,11 +133,8 @@ class MarianDecoderStepGraph(nn.Module):
             pe, self_mask = step_positions(past_keys, positions, dec.embed_positions.weight)
         else:  # slots: row b's token sits at positions[b]; no mask (the operator masks)
             assert positions is not None
-            pe, self_mask, lengths = (
-                dec.embed_positions.weight[positions][:, None, :],
-                None,
-                cache_lengths(positions),
-            )
+            pe, self_mask = dec.embed_positions.weight[positions][:, None, :], None
+            lengths = cache_lengths(positions)
         x = dec.embed_tokens(input_ids) * dec.embed_scale
         x = x + pe.to(x.dtype)
         cross_mask = (source_mask != 0)[:, None, None, :]

@@ -110,9 +110,7 @@ class SlotDecoder(Stepping):
         (n, S) mask): sentence i gets ``repeats[i]`` rows after the running ones."""
         keys, values = (np.asarray(x) for x in memory)
         sentence = np.repeat(np.arange(len(repeats)), repeats)
-        start, width = self._rows, source_mask.shape[1]
-        if not start:
-            self._release()  # fresh buffers sized to what comes now
+        start, width = self._rows, source_mask.shape[1]  # an empty decode holds no buffers (reorder)
         self._reserve(start + len(sentence), width, 1)
         new = slice(start, start + len(sentence))
         for i in range(self._layers):

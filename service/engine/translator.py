@@ -114,7 +114,7 @@ class OnnxTranslator:
             check_io(sessions[graph], spec, path)
         self.provider: str = used_provider(sessions["decoder"])
         decoder_spec = self.manifest.graphs["decoder"]
-        self._cache_dtype = NUMPY_DTYPE[
+        self.cache_dtype = NUMPY_DTYPE[
             next(t.dtype for t in decoder_spec.inputs if t.name in CACHE_DTYPE_INPUTS)
         ]
         has_attention_output = any(t.name == "cross_attention" for t in decoder_spec.outputs)
@@ -138,8 +138,7 @@ class OnnxTranslator:
     @property
     def joins_midway(self) -> bool:
         """Whether sentences can join a running decode (``service/scheduling.py``)."""
-        joining = ("per_layer_kv_positions", "per_layer_kv_slots")
-        return self.info.decoder_layout in joining and isinstance(self.backend, HostBackend)
+        return self.new_decode().decoder.joins_midway
 
     # -- Engine protocol --
 
@@ -202,14 +201,14 @@ class OnnxTranslator:
             info.n_layers,
             info.n_heads,
             info.d_head,
-            np.dtype(self._cache_dtype).itemsize,
+            np.dtype(self.cache_dtype).itemsize,
             self.manifest.vocab_size,
             info.max_target_len,
         )
         return RunningDecode(
             self.backend,
             shape,
-            self._cache_dtype,
+            self.cache_dtype,
             self.tokenizer,
             (self.bos_id, self.eos_id),
             self._can_align,

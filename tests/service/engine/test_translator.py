@@ -195,7 +195,7 @@ def test_fp16_variant_keeps_a_float16_cache(
 ) -> None:
     """The CUDA default variant: float16 memory/cache fed back as float16; tokens as fp32 here."""
     engine = OnnxTranslator(translation_fp16, "cpu", 1, io_binding=io_binding)
-    assert engine.manifest.variant == "fp16" and engine._cache_dtype == np.float16
+    assert engine.manifest.variant == "fp16" and engine.cache_dtype == np.float16
     batch = items(TEXTS, beam_size=2, max_length=10, alignments=True)
     for half, full in zip(engine.translate(batch), translator.translate(batch), strict=True):
         assert ok(half).hypotheses[0].tokens == ok(full).hypotheses[0].tokens
