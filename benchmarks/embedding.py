@@ -22,6 +22,7 @@ from benchmarks.common import CpuMeter, Server, free_port, load_extra, rss_mb, s
 from benchmarks.harness import Bench, Need, Stage
 from benchmarks.loadgen import LoadResult, run_load, wait_ready
 from benchmarks.results import Figure, Results, Row
+from service.engine.session import SessionConfig
 
 BASELINE = "sentence-transformers (in-process)"
 SECTION = "embed: sentences/s"
@@ -49,7 +50,7 @@ class OursInProcess:
         from service.engine.loader import load_engine
 
         self.name = name
-        self.engine: Any = load_engine(artefact_dir, provider="cpu", intra_op_threads=threads)
+        self.engine: Any = load_engine(artefact_dir, SessionConfig("cpu", threads))
         self.engine.warmup()
         self.batch = batch
 

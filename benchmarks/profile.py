@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import sts_sentences
+from service.engine.session import SessionConfig
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     name = "transformer-en-de" if args.task == "translate" else "all-MiniLM-L6-v2"
     artefact = args.artefact or args.out / "cache" / "artefacts" / name / args.variant
-    engine: Any = load_engine(artefact, provider="cpu", intra_op_threads=args.threads)
+    engine: Any = load_engine(artefact, SessionConfig("cpu", args.threads))
     engine.warmup()
     if args.task == "translate":
         path = args.data_dir / "multi30k" / "test_2016_flickr.en.gz"

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from service.engine.session import SessionConfig
+
 BASELINE = "HF transformers"
 CT2_INT8 = "CTranslate2 int8"
 
@@ -137,7 +139,7 @@ class OursInProcess:
         from service.engine.translator import OnnxTranslator
 
         self.name = name
-        self.engine: Any = OnnxTranslator(artefact_dir, "cpu", threads)
+        self.engine: Any = OnnxTranslator(artefact_dir, SessionConfig("cpu", threads))
         self.engine.warmup()
         self._eos_id = self.engine.eos_id
 

@@ -15,27 +15,22 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
-from service.engine.base import Embedding, EmbedItem, TranslateItem, TranslateOptions, Translation
+from service.engine.base import (
+    Embedding,
+    EmbedEngine,
+    EmbedItem,
+    TranslateEngine,
+    TranslateItem,
+    TranslateOptions,
+    Translation,
+)
 
 BEAM_SIZES = (1, 4)  # greedy and the service's default beam
 BATCH_SIZES = (32, 7, 16)  # cycled: several row counts, each batch of mixed lengths
 MIN_EMBED_COSINE = 0.99999  # alone vs batched, every sentence
-
-
-class Translator(Protocol):
-    """What the check needs of a ``TranslateEngine``."""
-
-    def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]: ...
-
-
-class Embedder(Protocol):
-    """What the check needs of an ``EmbedEngine``."""
-
-    def embed(self, items: list[EmbedItem]) -> list[Embedding | Exception]: ...
 
 
 class DeterminismError(RuntimeError):
@@ -101,7 +96,7 @@ def _best(result: Translation | Exception, text: str) -> Translation:
 
 
 def translation_determinism(
-    engine: Translator,
+    engine: TranslateEngine,
     texts: Sequence[str],
     beam_sizes: Sequence[int] = BEAM_SIZES,
     batch_sizes: Sequence[int] = BATCH_SIZES,
@@ -171,7 +166,7 @@ def _vector(result: Embedding | Exception, text: str) -> np.ndarray:
 
 
 def embedding_determinism(
-    engine: Embedder,
+    engine: EmbedEngine,
     texts: Sequence[str],
     batch_sizes: Sequence[int] = BATCH_SIZES,
     seed: int = 0,

@@ -43,6 +43,7 @@ from service.artefacts import (
 from service.engine.base import EmbedItem
 from service.engine.loader import load_engine
 from service.engine.pooling import l2_normalize
+from service.engine.session import SessionConfig
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -115,7 +116,7 @@ def open_engine(directory: Path, threads: int) -> OnnxEmbedder:
     """The staged artefact as the service loads it (CPU, sha256-verified)."""
     from service.engine.embedder import OnnxEmbedder
 
-    engine = load_engine(directory, provider="cpu", intra_op_threads=threads, allow_spinning=False)
+    engine = load_engine(directory, SessionConfig("cpu", threads, allow_spinning=False))
     if not isinstance(engine, OnnxEmbedder):
         raise VerificationError(f"{directory}: not an embedding artefact")
     return engine

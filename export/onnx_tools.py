@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from service.artefacts import MANIFEST_NAME, FileEntry, GraphSpec, TensorSpec, file_entry
+from service.artefacts import MANIFEST_NAME, FileEntry, GraphSpec, TensorSpec, file_entry, per_layer
 
 if TYPE_CHECKING:  # torch is imported where used: the CLI starts fast
     import torch
@@ -172,7 +172,7 @@ def unstack_layers(path: Path, inputs: Sequence[str], outputs: Sequence[str]) ->
                 index = constants[node.input[1]]
                 if index.ndim != 0:
                     raise ValueError(f"{path}: {node.name} indexes {name} with a non-scalar")
-                renamed[node.output[0]] = f"{name}_{int(index)}"
+                renamed[node.output[0]] = per_layer(name, int(index))
                 layers[name].add(int(index))
                 dropped.append(node)
             elif node.op_type == "Shape":
@@ -195,7 +195,7 @@ def unstack_layers(path: Path, inputs: Sequence[str], outputs: Sequence[str]) ->
             unsqueeze = producers[unsqueezed]
             if unsqueeze.op_type != "Unsqueeze":
                 raise ValueError(f"{path}: output {name} stacks a {unsqueeze.op_type}, not an Unsqueeze")
-            renamed[unsqueeze.input[0]] = f"{name}_{i}"
+            renamed[unsqueeze.input[0]] = per_layer(name, i)
             dropped.append(unsqueeze)
             new_outputs.append(onnx.helper.make_tensor_value_info(f"{name}_{i}", elem, dims))
         dropped.append(stack)

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from export.checkpoint import load_checkpoint
 from export.data import encode_source, length_sorted_batches, output_limits, pad
 from export.model import KeyValue, Transformer, padding_mask
-from service.engine.search import Hypothesis, beam_search
+from service.engine.search import TokenHypothesis, beam_search
 
 DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "transformer-en-de" / "model.safetensors"
 
@@ -65,7 +65,7 @@ def translate_ids(
         src = pad([src_ids[i] for i in chunk], cfg.pad_id).to(device)
         chunk_ids = [src_ids[i] for i in chunk]
         limits = [max_len] * len(chunk) if max_len else output_limits(chunk_ids, cfg.max_len)
-        hyps: list[list[Hypothesis]] = beam_search(
+        hyps: list[list[TokenHypothesis]] = beam_search(
             TorchDecoder(model, src),
             len(chunk),
             beam_size=beam_size,

@@ -24,6 +24,7 @@ from export.sources import TranslationSource
 from service.engine.base import TranslateItem, TranslateOptions
 from service.engine.decoding import OnnxDecoder
 from service.engine.loader import load_engine
+from service.engine.session import SessionConfig
 from service.engine.slots import SlotDecoder, incremental_decoder
 from service.engine.translator import OnnxTranslator
 
@@ -54,7 +55,7 @@ BUILTIN_SENTENCES = [
 def open_engine(directory: Path, threads: int = 2) -> OnnxTranslator:
     """The staged artefact as the service loads it (CPU, sha256-verified), cutting over-long
     sources as ``encode_sources`` does instead of failing them."""
-    engine = load_engine(directory, provider="cpu", intra_op_threads=threads, allow_spinning=False)
+    engine = load_engine(directory, SessionConfig("cpu", threads, allow_spinning=False))
     if not isinstance(engine, OnnxTranslator):
         raise VerificationError(f"{directory}: not a translation artefact")
     engine.truncate_source = True

@@ -60,17 +60,35 @@ from export.model import DecoderLayer, Transformer
 from export.onnx_tools import append_top_k, export_onnx, unstack_layers
 from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
 from export.translate import TorchDecoder
-from service.artefacts import DecoderLayout, SpecialIds
+from service.artefacts import (
+    CACHE_KEYS,
+    CACHE_VALUES,
+    CROSS_ATTENTION,
+    INPUT_IDS,
+    LOG_PROBS,
+    MEMORY_KEYS,
+    MEMORY_VALUES,
+    PAST_KEYS,
+    PAST_VALUES,
+    POSITIONS,
+    PRESENT_KEYS,
+    PRESENT_VALUES,
+    SOURCE_MASK,
+    TOP_K,
+    TOP_LOG_PROBS,
+    TOP_TOKENS,
+    DecoderLayout,
+    SpecialIds,
+    per_layer,
+)
 from service.engine.search import beam_search
 
-ENCODER_INPUTS = ["input_ids"]
-ENCODER_OUTPUTS = ["memory_keys", "memory_values"]
-DECODER_INPUTS = ["input_ids", "source_mask", "memory_keys", "memory_values", "past_keys", "past_values"]
-DECODER_OUTPUTS = ["log_probs", "present_keys", "present_values", "cross_attention"]
-TOP_K_INPUT = "top_k"
-TOP_K_OUTPUTS = ["top_log_probs", "top_tokens"]
-POSITIONS_INPUT = "positions"
-CACHE_INPUTS = ["cache_keys", "cache_values"]  # layout per_layer_kv_slots, in place of past_*
+ENCODER_INPUTS = [INPUT_IDS]
+ENCODER_OUTPUTS = [MEMORY_KEYS, MEMORY_VALUES]
+DECODER_INPUTS = [INPUT_IDS, SOURCE_MASK, MEMORY_KEYS, MEMORY_VALUES, PAST_KEYS, PAST_VALUES]
+DECODER_OUTPUTS = [LOG_PROBS, PRESENT_KEYS, PRESENT_VALUES, CROSS_ATTENTION]
+TOP_K_OUTPUTS = [TOP_LOG_PROBS, TOP_TOKENS]
+CACHE_INPUTS = [CACHE_KEYS, CACHE_VALUES]  # layout per_layer_kv_slots, in place of past_*
 DEFAULT_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_slots"
 DEVICE_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_positions"  # fp16: the GPU variant
 
@@ -80,48 +98,48 @@ def decoder_io(layout: DecoderLayout, n_layers: int) -> tuple[list[str], list[st
     if layout == "stacked_kv":
         return DECODER_INPUTS, DECODER_OUTPUTS
     traced = traced_decoder_inputs(layout)
-    inputs, outputs = [*traced, TOP_K_INPUT], [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
+    inputs, outputs = [*traced, TOP_K], [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
     if layout == "stacked_kv_top_k":
         return inputs, outputs
     stacked_in, stacked_out = traced[2:6], DECODER_OUTPUTS[1:3]
-    per_layer = [f"{name}_{i}" for name in stacked_in for i in range(n_layers)]
-    present = [f"{name}_{i}" for name in stacked_out for i in range(n_layers)]
-    return [x for x in inputs if x not in stacked_in] + per_layer, [
+    layered_in = [per_layer(name, i) for name in stacked_in for i in range(n_layers)]
+    layered_out = [per_layer(name, i) for name in stacked_out for i in range(n_layers)]
+    return [x for x in inputs if x not in stacked_in] + layered_in, [
         x for x in outputs if x not in stacked_out
-    ] + present
+    ] + layered_out
 
 
 def traced_decoder_inputs(layout: DecoderLayout) -> list[str]:
     """The decoder wrapper's inputs, in order, as traced (before top-k and per-layer inputs)."""
     if layout == "per_layer_kv_slots":
-        return [*DECODER_INPUTS[:4], *CACHE_INPUTS, POSITIONS_INPUT]
-    return [*DECODER_INPUTS, POSITIONS_INPUT] if layout == "per_layer_kv_positions" else DECODER_INPUTS
+        return [*DECODER_INPUTS[:4], *CACHE_INPUTS, POSITIONS]
+    return [*DECODER_INPUTS, POSITIONS] if layout == "per_layer_kv_positions" else DECODER_INPUTS
 
 
 _KV_SRC = {1: "batch", 3: "src_len"}
 ENCODER_AXES: dict[str, dict[int, str]] = {
-    "input_ids": {0: "batch", 1: "src_len"},
-    "memory_keys": _KV_SRC,
-    "memory_values": _KV_SRC,
+    INPUT_IDS: {0: "batch", 1: "src_len"},
+    MEMORY_KEYS: _KV_SRC,
+    MEMORY_VALUES: _KV_SRC,
 }
 DECODER_AXES: dict[str, dict[int, str]] = {
-    "input_ids": {0: "batch"},
-    "source_mask": {0: "batch", 1: "src_len"},
-    "memory_keys": _KV_SRC,
-    "memory_values": _KV_SRC,
-    "past_keys": {1: "batch", 3: "past_len"},
-    "past_values": {1: "batch", 3: "past_len"},
-    "log_probs": {0: "batch"},
-    "present_keys": {1: "batch", 3: "past_len_plus_1"},
-    "present_values": {1: "batch", 3: "past_len_plus_1"},
-    "cross_attention": {0: "batch", 1: "src_len"},
-    POSITIONS_INPUT: {0: "batch"},
-    "cache_keys": {1: "batch", 3: "cache_len"},
-    "cache_values": {1: "batch", 3: "cache_len"},
+    INPUT_IDS: {0: "batch"},
+    SOURCE_MASK: {0: "batch", 1: "src_len"},
+    MEMORY_KEYS: _KV_SRC,
+    MEMORY_VALUES: _KV_SRC,
+    PAST_KEYS: {1: "batch", 3: "past_len"},
+    PAST_VALUES: {1: "batch", 3: "past_len"},
+    LOG_PROBS: {0: "batch"},
+    PRESENT_KEYS: {1: "batch", 3: "past_len_plus_1"},
+    PRESENT_VALUES: {1: "batch", 3: "past_len_plus_1"},
+    CROSS_ATTENTION: {0: "batch", 1: "src_len"},
+    POSITIONS: {0: "batch"},
+    CACHE_KEYS: {1: "batch", 3: "cache_len"},
+    CACHE_VALUES: {1: "batch", 3: "cache_len"},
 }
 SLOT_OUTPUT_AXES = {
-    "present_keys": {1: "batch", 3: "cache_len"},
-    "present_values": {1: "batch", 3: "cache_len"},
+    PRESENT_KEYS: {1: "batch", 3: "cache_len"},
+    PRESENT_VALUES: {1: "batch", 3: "cache_len"},
 }
 
 
@@ -381,7 +399,7 @@ def export_graphs(
         dynamic_axes={k: v for k, v in axes.items() if k in (*names, *DECODER_OUTPUTS)},
     )
     if layout != "stacked_kv":
-        append_top_k(dec_path, "log_probs", TOP_K_INPUT, *TOP_K_OUTPUTS)
+        append_top_k(dec_path, LOG_PROBS, TOP_K, *TOP_K_OUTPUTS)
     if layout not in ("stacked_kv", "stacked_kv_top_k"):
         unstack_layers(dec_path, names[2:6], DECODER_OUTPUTS[1:3])
     return enc_path, dec_path

@@ -24,25 +24,50 @@ DecoderLayout = Literal[
 ]
 
 
+# The translation graphs' tensor names: export/translation_graphs.py names the inputs and
+# outputs of encoder.onnx and decoder.onnx with these, service/engine/ feeds and reads them.
+# Per-layer tensors carry the layer index: ``per_layer(PAST_KEYS, 0)`` is "past_keys_0".
+INPUT_IDS = "input_ids"  # (B, S) source ids into the encoder; (N, 1) last tokens into the decoder
+SOURCE_MASK = "source_mask"  # (N, S) 1 for real source tokens
+MEMORY_KEYS, MEMORY_VALUES = "memory_keys", "memory_values"  # cross-attention K/V of the source
+PAST_KEYS, PAST_VALUES = "past_keys", "past_values"  # self-attention cache in (all but slots)
+PRESENT_KEYS, PRESENT_VALUES = "present_keys", "present_values"  # the cache out, one step longer
+CACHE_KEYS, CACHE_VALUES = "cache_keys", "cache_values"  # slots: the cache, written in place
+POSITIONS = "positions"  # (N,) tokens each row has decoded (per_layer_kv_positions and slots)
+TOP_K = "top_k"  # (1,) candidates wanted per row; 0: the full log-probs only
+LOG_PROBS = "log_probs"  # (N, V)
+TOP_LOG_PROBS, TOP_TOKENS = "top_log_probs", "top_tokens"  # (N, top_k), best first
+CROSS_ATTENTION = "cross_attention"  # (N, S) the last layer's, averaged over heads
+
+
+def per_layer(name: str, layer: int) -> str:
+    return f"{name}_{layer}"
+
+
+def past_of(present: str) -> str:
+    """The cache input a ``present_*`` output feeds at the next step: present_keys_3 → past_keys_3."""
+    return "past_" + present.removeprefix("present_")
+
+
 # The decoder input whose dtype is the cache's, per layout family (stacked, per layer, slots).
-CACHE_DTYPE_INPUTS = ("past_keys", "past_keys_0", "cache_keys_0")
+CACHE_DTYPE_INPUTS = (PAST_KEYS, per_layer(PAST_KEYS, 0), per_layer(CACHE_KEYS, 0))
 
 
 def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout:
     """The layout a decoder graph has, read from its input names (export/translation_graphs.py)."""
     names = set(decoder_inputs)
-    if "cache_keys_0" in names:
+    if per_layer(CACHE_KEYS, 0) in names:
         return "per_layer_kv_slots"
-    if "positions" in names:
+    if POSITIONS in names:
         return "per_layer_kv_positions"
-    if "past_keys_0" in names:
+    if per_layer(PAST_KEYS, 0) in names:
         return "per_layer_kv_top_k"
-    return "stacked_kv_top_k" if "top_k" in names else "stacked_kv"
+    return "stacked_kv_top_k" if TOP_K in names else "stacked_kv"
 
 
 # The embedding graph's I/O (encoder.onnx of an "embed" artefact): int64 [batch, sequence] in,
 # float32 [batch, sequence, dim] out; token type ids only where EmbeddingInfo.needs_token_type_ids.
-EMBEDDING_INPUT_IDS = "input_ids"
+EMBEDDING_INPUT_IDS = INPUT_IDS
 EMBEDDING_ATTENTION_MASK = "attention_mask"
 EMBEDDING_TOKEN_TYPE_IDS = "token_type_ids"
 EMBEDDING_OUTPUT = "last_hidden_state"

@@ -30,8 +30,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Generic, TypeVar
 
+from service.batch_forming import BatchPolicy, Pending, choose_batch, choose_small, is_full
 from service.metrics import (
     BATCH_SIZE,
     BATCH_TOKENS,
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
-
 T = TypeVar("T")
 
 LARGE_REQUEST_CHARS = 16_384  # text work over this many characters is done on a thread
@@ -85,33 +85,6 @@ class BatcherClosed(RuntimeError):
 
 class EngineFailure(RuntimeError):
     """The engine call for a whole batch raised; every item of that batch gets this (→ 500)."""
-
-
-@dataclass(frozen=True)
-class BatchPolicy:
-    max_batch_size: int = 32
-    max_batch_tokens: int = 8192
-    max_wait_s: float = 0.005
-    max_queue: int = 1024
-    workers: int = 1  # batches running at once
-    # One more worker for small requests (of at most this many tokens), while every regular
-    # worker is busy, so that a one-sentence request is not held behind a long batch. 0: none.
-    express_max_tokens: int = 0
-
-
-@dataclass(eq=False)
-class Pending(Generic[ItemT, ResultT]):
-    """One queued item of a request: its cost, deadline and future (the continuous scheduler
-    hands these to its decode thread too)."""
-
-    item: ItemT
-    cost: int
-    deadline: float  # loop.time()
-    enqueued: float  # time.perf_counter()
-    future: asyncio.Future[ResultT | Exception]
-    request: int  # which submit() it came from
-    small: bool  # its whole request fits the express worker
-    state: Literal["queued", "running", "dropped"] = "queued"
 
 
 @dataclass
@@ -334,7 +307,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             if self._queue and self._busy < self.policy.workers:
                 waited = time.perf_counter() - self._queue[0].enqueued
                 due = waited >= self.policy.max_wait_s or not self._company
-                if due or self._is_full() or not self._accepting:
+                if due or is_full(self._queue, self.policy) or not self._accepting:
                     self._busy += 1
                     return self._take_batch(), False
                 timeout = self.policy.max_wait_s - waited
@@ -360,50 +333,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         if len(self._queue) != self._queued:
             self._queue = [p for p in self._queue if p.state == "queued"]
 
-    def _is_full(self) -> bool:
-        if self._queued >= self.policy.max_batch_size:
-            return True
-        longest = max(p.cost for p in self._queue)
-        return longest * self._queued >= self.policy.max_batch_tokens
-
-    def _take_batch(self) -> list[Pending[ItemT, ResultT]]:
-        """The oldest item, the oldest of every other request, then the nearest in length."""
-        policy = self.policy
-        anchor = self._queue[0]
-        firsts: list[Pending[ItemT, ResultT]] = []
-        others: list[Pending[ItemT, ResultT]] = []
-        seen = {anchor.request}
-        for pending in self._fair_window(4 * policy.max_batch_size):
-            (others if pending.request in seen else firsts).append(pending)
-            seen.add(pending.request)
-        candidates = firsts + sorted(others, key=lambda p: abs(p.cost - anchor.cost))
-        batch = [anchor]
-        longest = anchor.cost
-        for pending in candidates:
-            if len(batch) >= policy.max_batch_size:
-                break
-            if max(longest, pending.cost) * (len(batch) + 1) > policy.max_batch_tokens:
-                continue
-            batch.append(pending)
-            longest = max(longest, pending.cost)
-        for pending in batch:
-            pending.state = "running"
-        self._queue = [p for p in self._queue if p.state == "queued"]
-        self._set_queued(len(self._queue))
-        self._company = bool(self._queue) or len({p.request for p in batch}) > 1
-        batch.sort(key=lambda p: p.cost)
-        return batch
-
-    def _take_small(self) -> list[Pending[ItemT, ResultT]]:
-        """The oldest queued items of small requests, within the express worker's token budget."""
-        budget = self.policy.express_max_tokens
-        batch: list[Pending[ItemT, ResultT]] = []
-        for pending in self._queue:
-            if len(batch) == self.policy.max_batch_size or budget < 1:
-                break
-            if pending.small and pending.cost <= budget:
-                batch.append(pending)
-                budget -= pending.cost
+    def _take(self, batch: list[Pending[ItemT, ResultT]]) -> list[Pending[ItemT, ResultT]]:
+        """Mark ``batch`` running and take it out of the queue."""
         for pending in batch:
             pending.state = "running"
         if batch:
@@ -411,17 +342,13 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             self._set_queued(len(self._queue))
         return batch
 
-    def _fair_window(self, size: int) -> list[Pending[ItemT, ResultT]]:
-        """Up to ``size`` queued items after the oldest, taken round-robin over their requests."""
-        by_request: dict[int, list[Pending[ItemT, ResultT]]] = {}
-        for pending in self._queue[1:]:
-            by_request.setdefault(pending.request, []).append(pending)
-        window: list[Pending[ItemT, ResultT]] = []
-        for round_ in itertools.zip_longest(*by_request.values()):
-            window += [p for p in round_ if p is not None]
-            if len(window) >= size:
-                return window[:size]
-        return window
+    def _take_batch(self) -> list[Pending[ItemT, ResultT]]:
+        batch = self._take(choose_batch(self._queue, self.policy))
+        self._company = bool(self._queue) or len({p.request for p in batch}) > 1
+        return batch
+
+    def _take_small(self) -> list[Pending[ItemT, ResultT]]:
+        return self._take(choose_small(self._queue, self.policy))
 
     async def _execute(self, batch: list[Pending[ItemT, ResultT]], express: bool) -> None:
         cost = sum(p.cost for p in batch)

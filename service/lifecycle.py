@@ -21,10 +21,12 @@ from typing import Any, Literal, cast
 
 from service.api.schemas import RequestLimits
 from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest
-from service.batching import BatchPolicy, DynamicBatcher
+from service.batch_forming import BatchPolicy
+from service.batching import DynamicBatcher
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
+from service.engine.running import ContinuousEngine
 from service.metrics import MODEL_INFO, READY
-from service.scheduling import ContinuousBatcher, ContinuousEngine, DecodeBudget
+from service.scheduling import ContinuousBatcher, DecodeBudget
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
 
 log = logging.getLogger(__name__)
@@ -37,7 +39,7 @@ _EXPORTED_BY_DEFAULT = {*DEFAULT_TRANSLATE_MODELS, DEFAULT_EMBED_MODEL}  # `pyth
 
 
 @dataclass
-class Translator:
+class ServedTranslator:
     engine: TranslateEngine
     batcher: DynamicBatcher[TranslateItem, Any]
 
@@ -64,7 +66,7 @@ class Translator:
 
 
 @dataclass
-class Embedder:
+class ServedEmbedder:
     engine: EmbedEngine
     batcher: DynamicBatcher[EmbedItem, Any]
 
@@ -74,8 +76,8 @@ class Runtime:
     settings: Settings
     state: State = "loading"
     detail: str | None = None
-    translators: dict[str, Translator] = field(default_factory=dict)  # by name, the default first
-    embedder: Embedder | None = None
+    translators: dict[str, ServedTranslator] = field(default_factory=dict)  # by name, the default first
+    embedder: ServedEmbedder | None = None
     on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
     limits: RequestLimits = field(init=False)
 
@@ -84,7 +86,7 @@ class Runtime:
         READY.set(0)
 
     @property
-    def models(self) -> list[Translator | Embedder]:
+    def models(self) -> list[ServedTranslator | ServedEmbedder]:
         return [*self.translators.values(), *([self.embedder] if self.embedder else [])]
 
     @property
@@ -96,10 +98,10 @@ class Runtime:
         return [m.batcher for m in self.models]
 
     @property
-    def default_translator(self) -> Translator | None:
+    def default_translator(self) -> ServedTranslator | None:
         return next(iter(self.translators.values()), None)
 
-    def translators_for(self, source: str | None, target: str | None) -> list[Translator]:
+    def translators_for(self, source: str | None, target: str | None) -> list[ServedTranslator]:
         """The models translating ``source`` into ``target`` (None: any), in configured order."""
         return [t for t in self.translators.values() if t.serves(source, target)]
 
@@ -122,13 +124,15 @@ class Runtime:
             name = engine.manifest.name
             if engine.manifest.task == "translate":
                 translate: TranslateEngine = engine  # type: ignore[assignment]
-                translator = self.translators[name] = Translator(
+                translator = self.translators[name] = ServedTranslator(
                     translate, self._translate_batcher(translate, policy)
                 )
                 translator.batcher.start()
             else:
                 embed: EmbedEngine = engine  # type: ignore[assignment]
-                self.embedder = Embedder(embed, DynamicBatcher(name, embed.embed, _embed_cost(embed), policy))
+                self.embedder = ServedEmbedder(
+                    embed, DynamicBatcher(name, embed.embed, _embed_cost(embed), policy)
+                )
                 self.embedder.batcher.start()
             MODEL_INFO.labels(
                 model=name,
@@ -256,9 +260,9 @@ async def load_engines(settings: Settings) -> list[Engine]:
     # stale: exported before the reference check; only the default ones can be re-exported here
     if missing or (settings.auto_export and any(n in _EXPORTED_BY_DEFAULT for n in stale)):
         await run_export(settings.artefact_root, variant, settings.export_timeout_s)
-    from service.engine.loader import (
-        load_engine,
-    )  # onnxruntime sessions: import only when serving real models
+    # onnxruntime sessions: import only when serving real models
+    from service.engine.loader import load_engine
+    from service.engine.session import SessionConfig
 
     engines: list[Engine] = []
     for task, name in wanted:
@@ -267,9 +271,7 @@ async def load_engines(settings: Settings) -> list[Engine]:
         engine = await asyncio.to_thread(
             load_engine,
             directory,
-            provider=provider,
-            intra_op_threads=settings.session_threads(),
-            inter_op_threads=settings.inter_op_threads,
+            SessionConfig(provider, settings.session_threads(), settings.inter_op_threads),
             max_batch_size=settings.max_batch_size,
             max_batch_tokens=settings.max_batch_tokens,
         )

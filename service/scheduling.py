@@ -34,15 +34,16 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from service.batching import BatcherClosed, BatchPolicy, DynamicBatcher, EngineFailure, Pending
+from service.batch_forming import BatchPolicy, Pending, round_robin
+from service.batching import BatcherClosed, DynamicBatcher, EngineFailure
 from service.engine.base import Abandoned, TranslateItem, Translation
-from service.engine.running import RunningDecode
-from service.engine.search import Hypothesis
+from service.engine.running import ContinuousEngine, RunningDecode
+from service.engine.search import TokenHypothesis
 from service.engine.tokenizer import Encoded
 from service.metrics import (
     ADMITTED_PER_STEP,
@@ -73,27 +74,6 @@ class DecodeBudget:
     memory_bytes: int  # worst-case cache + memory of the running rows
     max_rows: int  # sentences × beams at once
     admit_tokens: int  # source tokens encoded in one pause between two steps
-
-
-class ContinuousEngine(Protocol):
-    name: str
-    max_decode_rows: int  # sentences × beams at once
-
-    def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]: ...
-
-    def new_decode(self) -> RunningDecode: ...
-
-    def prepare(
-        self, items: Sequence[TranslateItem], results: list[Translation | Exception | None]
-    ) -> dict[int, Encoded]: ...
-
-    def finish(
-        self,
-        items: Sequence[TranslateItem],
-        todo: dict[int, Encoded],
-        hyps: dict[int, list[Hypothesis]],
-        results: list[Translation | Exception | None],
-    ) -> None: ...
 
 
 @dataclass
@@ -396,7 +376,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             room,
         )
 
-    def _answer(self, done: list[tuple[_Sentence, list[Hypothesis]]]) -> None:
+    def _answer(self, done: list[tuple[_Sentence, list[TokenHypothesis]]]) -> None:
         """Detokenize finished sentences and answer their requests."""
         items = [s.pending.item for s, _ in done]
         todo = {i: s.source for i, (s, _) in enumerate(done)}
@@ -434,12 +414,5 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
 
 
 def _fair(waiting: list[_Sentence]) -> list[_Sentence]:
-    """Admission order: every request's oldest waiting sentence first (oldest request first),
-    then every request's second, …; so a one-sentence request waits behind one sentence of each
-    document, not behind whole documents, and the oldest sentence always goes first."""
-    rank: dict[int, int] = {}
-    keyed = []
-    for s in sorted(waiting, key=lambda s: s.pending.enqueued):
-        r = rank[s.pending.request] = rank.get(s.pending.request, -1) + 1
-        keyed.append((r, s.pending.enqueued, s))
-    return [s for _, _, s in sorted(keyed, key=lambda x: (x[0], x[1]))]
+    """Admission order: ``round_robin`` over the requests, oldest first."""
+    return round_robin(sorted(waiting, key=lambda s: s.pending.enqueued), lambda s: s.pending.request)

@@ -15,19 +15,19 @@ from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_r
 from service.batching import off_the_loop_if_large
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import l2_normalize
-from service.lifecycle import Embedder, Runtime
+from service.lifecycle import Runtime, ServedEmbedder
 
 router = APIRouter(tags=["embed"])
 
 
-async def embedder(runtime: Annotated[Runtime, Depends(serving_runtime)]) -> Embedder:
+async def embedder(runtime: Annotated[Runtime, Depends(serving_runtime)]) -> ServedEmbedder:
     if runtime.embedder is None:
         raise ModelNotFound("no embedding model is loaded (TSERVE_EMBED_MODEL is empty)")
     return runtime.embedder
 
 
 async def embed_texts(
-    request: Request, runtime: Runtime, model: Embedder, texts: list[str], field: str, truncate: bool
+    request: Request, runtime: Runtime, model: ServedEmbedder, texts: list[str], field: str, truncate: bool
 ) -> list[Embedding]:
     """Check the configured limits, tokenize, then queue the texts; the request's error if any
     text fails. Each text is tokenized once, here: its encoding is the batcher's cost and the
@@ -46,7 +46,7 @@ async def embed_texts(
     return unpack_results(results, field)
 
 
-def _cost(encoded: Encoded, truncate: bool, model: Embedder) -> int:
+def _cost(encoded: Encoded, truncate: bool, model: ServedEmbedder) -> int:
     """Tokens the engine will compute: a truncated text costs at most the max length."""
     info = model.engine.manifest.embedding
     if truncate and info is not None:
@@ -60,7 +60,7 @@ def pooled_vectors(embeddings: list[Embedding], normalize: bool) -> np.ndarray:
     return l2_normalize(vectors) if normalize else vectors
 
 
-def default_normalize(model: Embedder) -> bool:
+def default_normalize(model: ServedEmbedder) -> bool:
     info = model.engine.manifest.embedding
     return info.normalize if info is not None else False
 
@@ -70,7 +70,7 @@ async def embed(
     body: EmbedRequest,
     request: Request,
     runtime: Annotated[Runtime, Depends(serving_runtime)],
-    model: Annotated[Embedder, Depends(embedder)],
+    model: Annotated[ServedEmbedder, Depends(embedder)],
 ) -> Response:
     """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
     embeddings = await embed_texts(request, runtime, model, body.texts, "texts", body.truncate)

@@ -34,7 +34,7 @@ from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.api.translate import translate_texts
 from service.batching import BatcherClosed, DeadlineExceeded, QueueFull
 from service.engine.base import TranslateOptions
-from service.lifecycle import Runtime, Translator
+from service.lifecycle import Runtime, ServedTranslator
 
 log = logging.getLogger(__name__)
 
@@ -258,13 +258,13 @@ def _check_key(runtime: Runtime, request: Request, body_key: str | None) -> None
         raise LibreTranslateError(403, "Invalid API key")
 
 
-def _translators(runtime: Runtime) -> list[Translator]:
+def _translators(runtime: Runtime) -> list[ServedTranslator]:
     if not runtime.translators:
         raise ModelNotFound("no translation model is loaded (TSERVE_TRANSLATE_MODELS is empty)")
     return list(runtime.translators.values())
 
 
-def _route(runtime: Runtime, source: str, target: str) -> tuple[Translator, str]:
+def _route(runtime: Runtime, source: str, target: str) -> tuple[ServedTranslator, str]:
     """The first configured model translating ``source`` into ``target``, and the source
     language; ``auto`` only when one model translates into ``target`` from one language."""
     translators = _translators(runtime)

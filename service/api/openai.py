@@ -27,7 +27,7 @@ from service.api.schemas import (
     json_response,
 )
 from service.engine.base import Engine
-from service.lifecycle import Embedder, Runtime
+from service.lifecycle import Runtime, ServedEmbedder
 
 router = APIRouter(tags=["openai"])
 
@@ -37,7 +37,7 @@ async def embeddings(
     body: OpenAIEmbeddingRequest,
     request: Request,
     runtime: Annotated[Runtime, Depends(serving_runtime)],
-    model: Annotated[Embedder, Depends(embedder)],
+    model: Annotated[ServedEmbedder, Depends(embedder)],
 ) -> Response:
     name = model.engine.manifest.name
     if body.model is not None and body.model != name:

@@ -22,14 +22,14 @@ from service.api.schemas import (
     json_response,
 )
 from service.engine.base import TranslateOptions, TranslationHypothesis
-from service.lifecycle import Runtime, Translator
+from service.lifecycle import Runtime, ServedTranslator
 from service.text.document import TextHypothesis, TextTranslation
 from service.text.pipeline import Format, prepare, translate_documents
 
 router = APIRouter(tags=["translate"])
 
 
-def route(runtime: Runtime, model: str | None, source: str | None, target: str | None) -> Translator:
+def route(runtime: Runtime, model: str | None, source: str | None, target: str | None) -> ServedTranslator:
     """The model a request names, else the one serving its languages (the default when it names
     none): 404 for a model not served, 422 for a pair nobody or several models serve."""
     if not runtime.translators:
@@ -130,7 +130,7 @@ async def translate(
 async def translate_texts(
     request: Request,
     runtime: Runtime,
-    translator: Translator,
+    translator: ServedTranslator,
     texts: list[str],
     field: str,
     fmt: Format,

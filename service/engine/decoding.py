@@ -31,7 +31,25 @@ from typing import Any, Protocol
 import numpy as np
 import onnxruntime as ort
 
-from service.artefacts import DecoderLayout
+from service.artefacts import (
+    CROSS_ATTENTION,
+    INPUT_IDS,
+    LOG_PROBS,
+    MEMORY_KEYS,
+    MEMORY_VALUES,
+    PAST_KEYS,
+    PAST_VALUES,
+    POSITIONS,
+    PRESENT_KEYS,
+    PRESENT_VALUES,
+    SOURCE_MASK,
+    TOP_K,
+    TOP_LOG_PROBS,
+    TOP_TOKENS,
+    DecoderLayout,
+    past_of,
+    per_layer,
+)
 from service.engine.search import Candidates
 from service.engine.session import DeviceGather
 
@@ -74,10 +92,10 @@ class HostBackend:
         self.encoder = encoder
         self.decoder = decoder
         self.layout = layout
-        self._presents = [o.name for o in decoder.get_outputs() if o.name.startswith("present_")]
+        self._presents = _present_outputs(decoder)
 
     def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:
-        keys, values = self.encoder.run(["memory_keys", "memory_values"], {"input_ids": input_ids})
+        keys, values = self.encoder.run([MEMORY_KEYS, MEMORY_VALUES], {INPUT_IDS: input_ids})
         return keys, values
 
     def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor:
@@ -90,9 +108,9 @@ class HostBackend:
         self, feeds: dict[str, Tensor], with_attention: bool
     ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
         scores = _score_outputs(feeds)
-        names = [*scores, *self._presents] + (["cross_attention"] if with_attention else [])
+        names = [*scores, *self._presents] + ([CROSS_ATTENTION] if with_attention else [])
         out = dict(zip(names, self.decoder.run(names, feeds), strict=True))
-        attn = np.asarray(out["cross_attention"], dtype=np.float32) if with_attention else None
+        attn = np.asarray(out[CROSS_ATTENTION], dtype=np.float32) if with_attention else None
         return _scores(out), attn, _next_past(out)
 
 
@@ -111,16 +129,16 @@ class DeviceBackend:
         self.encoder = encoder
         self.decoder = decoder
         self.layout = layout
-        self._presents = [o.name for o in decoder.get_outputs() if o.name.startswith("present_")]
+        self._presents = _present_outputs(decoder)
         self.gather = gather
         self.device = device
         self.device_id = device_id
 
     def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:
         binding = self.encoder.io_binding()
-        binding.bind_cpu_input("input_ids", input_ids)
-        binding.bind_output("memory_keys", self.device, self.device_id)
-        binding.bind_output("memory_values", self.device, self.device_id)
+        binding.bind_cpu_input(INPUT_IDS, input_ids)
+        binding.bind_output(MEMORY_KEYS, self.device, self.device_id)
+        binding.bind_output(MEMORY_VALUES, self.device, self.device_id)
         self.encoder.run_with_iobinding(binding)
         keys, values = binding.get_outputs()
         return keys, values
@@ -143,7 +161,7 @@ class DeviceBackend:
             else:
                 binding.bind_ortvalue_input(name, value)
         scores = _score_outputs(feeds)
-        on_host = [*scores, "cross_attention"] if with_attention else scores
+        on_host = [*scores, CROSS_ATTENTION] if with_attention else scores
         for name in on_host:
             binding.bind_output(name, "cpu")
         for name in self._presents:
@@ -151,7 +169,7 @@ class DeviceBackend:
         self.decoder.run_with_iobinding(binding)
         values = binding.get_outputs()  # in binding order
         host = {name: values[i].numpy() for i, name in enumerate(on_host)}
-        attn = np.asarray(host["cross_attention"], dtype=np.float32) if with_attention else None
+        attn = np.asarray(host[CROSS_ATTENTION], dtype=np.float32) if with_attention else None
         presents = dict(zip(self._presents, values[len(on_host) :], strict=True))
         return _scores(host), attn, _next_past(presents)
 
@@ -159,20 +177,25 @@ class DeviceBackend:
 def _score_outputs(feeds: dict[str, Tensor]) -> list[str]:
     """The decoder outputs the search reads: the candidates when ``top_k`` asks for some, else
     the full log-probs (``top_k`` 0: a step-by-step comparison with a reference)."""
-    return ["top_log_probs", "top_tokens"] if "top_k" in feeds and feeds["top_k"][0] > 0 else ["log_probs"]
+    return [TOP_LOG_PROBS, TOP_TOKENS] if TOP_K in feeds and feeds[TOP_K][0] > 0 else [LOG_PROBS]
 
 
 def _next_past(outputs: dict[str, Tensor]) -> dict[str, Tensor]:
     """``present_*`` outputs renamed to the ``past_*`` inputs they feed next step."""
-    return {
-        "past_" + name[len("present_") :]: x for name, x in outputs.items() if name.startswith("present_")
-    }
+    return {past_of(name): x for name, x in outputs.items() if name.startswith(_PRESENTS)}
+
+
+_PRESENTS = (PRESENT_KEYS, PRESENT_VALUES)
+
+
+def _present_outputs(decoder: ort.InferenceSession) -> list[str]:
+    return [o.name for o in decoder.get_outputs() if o.name.startswith(_PRESENTS)]
 
 
 def _scores(out: dict[str, Any]) -> np.ndarray | Candidates:
-    if "top_tokens" in out:
-        return Candidates(np.asarray(out["top_log_probs"], dtype=np.float32), np.asarray(out["top_tokens"]))
-    return np.asarray(out["log_probs"], dtype=np.float32)
+    if TOP_TOKENS in out:
+        return Candidates(np.asarray(out[TOP_LOG_PROBS], dtype=np.float32), np.asarray(out[TOP_TOKENS]))
+    return np.asarray(out[LOG_PROBS], dtype=np.float32)
 
 
 # --- the incremental decoder the search drives -----------------------------------------------------
@@ -298,12 +321,12 @@ class OnnxDecoder(Stepping):
 
     def _memory_feeds(self, memory: tuple[Tensor, Tensor]) -> dict[str, Tensor]:
         """The decoder's memory inputs: the stacked K/V, or each layer's (host: views)."""
-        names = ("memory_keys", "memory_values")
+        names = (MEMORY_KEYS, MEMORY_VALUES)
         if not self._per_layer:
             return dict(zip(names, memory, strict=True))
         layers = self._cache_shape[0]
         return {
-            f"{name}_{i}": self.backend.layer(x, i)
+            per_layer(name, i): self.backend.layer(x, i)
             for name, x in zip(names, memory, strict=True)
             for i in range(layers)
         }
@@ -312,21 +335,21 @@ class OnnxDecoder(Stepping):
         layers, heads, d_head = self._cache_shape
         if not self._per_layer:
             empty = np.zeros((layers, rows, heads, length, d_head), dtype=self._cache_dtype)
-            return {"past_keys": empty, "past_values": empty}
+            return {PAST_KEYS: empty, PAST_VALUES: empty}
         empty = np.zeros((rows, heads, length, d_head), dtype=self._cache_dtype)
-        return {f"{name}_{i}": empty for name in ("past_keys", "past_values") for i in range(layers)}
+        return {per_layer(name, i): empty for name in (PAST_KEYS, PAST_VALUES) for i in range(layers)}
 
     def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         feeds: dict[str, Tensor] = {
-            "input_ids": np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None],
-            "source_mask": self._mask,
+            INPUT_IDS: np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None],
+            SOURCE_MASK: self._mask,
             **self._memory,
             **self._past,
         }
         if self._takes_top_k:
-            feeds["top_k"] = np.array([top_k], dtype=np.int64)
+            feeds[TOP_K] = np.array([top_k], dtype=np.int64)
         if self._has_positions:
-            feeds["positions"] = self._positions
+            feeds[POSITIONS] = self._positions
         log_probs, attn, self._past = self.backend.step(feeds, self.with_attention)
         self._past_len += 1
         self._positions = self._positions + 1

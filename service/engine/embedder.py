@@ -28,7 +28,8 @@ from service.artefacts import (
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import pool
 from service.engine.session import (
-    ProviderPref,
+    DEFAULT_SESSION,
+    SessionConfig,
     check_io,
     create_session,
     used_provider,
@@ -41,21 +42,17 @@ from service.metrics import INPUT_TOKENS, labelled, observe_stage, timed
 class OnnxEmbedder:
     """``EmbedEngine`` over a verified embedding artefact directory.
 
-    threads: onnxruntime intra-op threads (0 = one per core). A batch is split into sub-batches
+    session: how its onnxruntime session runs. A batch is split into sub-batches
     of at most ``max_batch_size`` texts and ``max_batch_tokens`` padded tokens (rows × longest).
     """
 
     def __init__(
         self,
         directory: Path,
-        provider_pref: ProviderPref | str = "auto",
-        threads: int = 0,
+        session: SessionConfig = DEFAULT_SESSION,
         *,
-        inter_op_threads: int = 1,
-        allow_spinning: bool = True,
         max_batch_size: int = 64,
         max_batch_tokens: int = 16384,
-        device_id: int = 0,
     ) -> None:
         self.manifest: Manifest = load_and_verify(directory)
         self.info = _embedding_info(self.manifest, directory)
@@ -68,14 +65,7 @@ class OnnxEmbedder:
         if "encoder" not in self.manifest.graphs:
             raise ArtefactError(f"{directory / 'manifest.json'}: no encoder graph listed")
         spec = self.manifest.graphs["encoder"]
-        self.session: ort.InferenceSession = create_session(
-            directory / spec.file,
-            provider_pref,
-            threads,
-            inter_op_threads,
-            allow_spinning=allow_spinning,
-            device_id=device_id,
-        )
+        self.session: ort.InferenceSession = create_session(directory / spec.file, session)
         check_io(self.session, spec, directory / spec.file)
         self.provider: str = used_provider(self.session)
         self._inputs = {i.name for i in self.session.get_inputs()}

@@ -6,20 +6,16 @@ from pathlib import Path
 
 from service.artefacts import ArtefactError, read_manifest
 from service.engine.base import EmbedEngine, TranslateEngine
-from service.engine.session import ProviderPref
+from service.engine.session import DEFAULT_SESSION, SessionConfig
 
 
 def load_engine(
     directory: Path,
+    session: SessionConfig = DEFAULT_SESSION,
     *,
-    provider: ProviderPref | str = "auto",
-    intra_op_threads: int = 0,
-    inter_op_threads: int = 1,
-    allow_spinning: bool = True,
     max_batch_size: int = 64,
     max_batch_tokens: int = 16384,
     max_decode_rows: int = 512,
-    device_id: int = 0,
 ) -> EmbedEngine | TranslateEngine:
     """Verify (sha256 of every listed file) and load; ``ArtefactError`` names the bad file.
 
@@ -34,25 +30,10 @@ def load_engine(
         from service.engine.embedder import OnnxEmbedder  # each engine's imports only when served
 
         return OnnxEmbedder(
-            directory,
-            provider,
-            intra_op_threads,
-            inter_op_threads=inter_op_threads,
-            allow_spinning=allow_spinning,
-            max_batch_size=max_batch_size,
-            max_batch_tokens=max_batch_tokens,
-            device_id=device_id,
+            directory, session, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens
         )
     if task == "translate":
         from service.engine.translator import OnnxTranslator
 
-        return OnnxTranslator(
-            directory,
-            provider,
-            intra_op_threads,
-            inter_op_threads=inter_op_threads,
-            allow_spinning=allow_spinning,
-            max_decode_rows=max_decode_rows,
-            device_id=device_id,
-        )
+        return OnnxTranslator(directory, session, max_decode_rows=max_decode_rows)
     raise ArtefactError(f"{directory / 'manifest.json'}: unknown task {task!r}")

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from service.engine.base import TranslateOptions
+from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.decoding import Backend
-from service.engine.search import Search, SentenceSearch
+from service.engine.search import Search, SentenceSearch, TokenHypothesis
 from service.engine.slots import incremental_decoder
 from service.engine.tokenizer import Encoded, TextTokenizer
 
@@ -141,3 +141,26 @@ class RunningDecode:
         if removed:
             self.decoder.reorder(self.search.remove(gone))
         return removed
+
+
+class ContinuousEngine(Protocol):
+    """What the iteration-level scheduler needs of a translation engine (``OnnxTranslator``)."""
+
+    name: str
+    max_decode_rows: int  # sentences × beams at once
+
+    def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]: ...
+
+    def new_decode(self) -> RunningDecode: ...
+
+    def prepare(
+        self, items: Sequence[TranslateItem], results: list[Translation | Exception | None]
+    ) -> dict[int, Encoded]: ...
+
+    def finish(
+        self,
+        items: Sequence[TranslateItem],
+        todo: dict[int, Encoded],
+        hyps: dict[int, list[TokenHypothesis]],
+        results: list[Translation | Exception | None],
+    ) -> None: ...

@@ -43,7 +43,7 @@ class IncrementalDecoder(Protocol):
 
 
 @dataclass(frozen=True)
-class Hypothesis:
+class TokenHypothesis:
     tokens: list[int]  # generated ids, without <s> and </s>
     score: float  # sum of log-probs / length ** length_penalty
     alignment: np.ndarray | None  # (len(tokens), S) cross-attention of each target token
@@ -85,10 +85,10 @@ class SentenceSearch:
         self.scores = np.array([0.0] + [-np.inf] * (beam_size - 1))  # (k,) running log-probs
         self.history = np.zeros((beam_size, 0), dtype=np.int64)  # (k, steps) generated tokens
         self.attention: np.ndarray | None = None  # (k, steps, S) cross-attention per token
-        self.finished: list[Hypothesis] = []
+        self.finished: list[TokenHypothesis] = []
         self.done = max_len < 1
 
-    def results(self) -> list[Hypothesis]:
+    def results(self) -> list[TokenHypothesis]:
         return sorted(self.finished, key=lambda h: -h.score)[: self.n_best]
 
     def last_tokens(self, bos_id: int) -> np.ndarray:
@@ -129,10 +129,10 @@ class SentenceSearch:
         self.steps += 1
         return rows
 
-    def _finish(self, tokens: np.ndarray, row: int, logprob: float, ended_with_eos: bool) -> Hypothesis:
+    def _finish(self, tokens: np.ndarray, row: int, logprob: float, ended_with_eos: bool) -> TokenHypothesis:
         length = len(tokens) + int(ended_with_eos)
         alignment = None if self.attention is None else self.attention[row, : len(tokens)].copy()
-        return Hypothesis(
+        return TokenHypothesis(
             tokens=[int(x) for x in tokens],
             score=_normalise(logprob, length, self.length_penalty),
             alignment=alignment,
@@ -224,7 +224,7 @@ def beam_search(
     n_best: int = 1,
     length_penalty: float = 1.0,
     abandoned: Callable[[], Sequence[bool]] | None = None,
-) -> list[list[Hypothesis]]:
+) -> list[list[TokenHypothesis]]:
     """n_best hypotheses per sentence, best first. beam_size=1 is greedy decoding.
 
     Every sentence starts at once and stops at its own ``max_len`` (one limit for all, or one per

@@ -12,6 +12,7 @@ point of keeping it on the device.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,23 +81,35 @@ def session_options(
     return so
 
 
-def create_session(
-    path: Path,
-    provider_pref: ProviderPref | str = "auto",
-    intra_op_threads: int = 0,
-    inter_op_threads: int = 1,
-    *,
-    allow_spinning: bool = True,
-    device_id: int = 0,
-) -> ort.InferenceSession:
+@dataclass(frozen=True)
+class SessionConfig:
+    """How an engine's onnxruntime sessions run; one value from the settings to every graph.
+
+    intra_op_threads 0 is onnxruntime's default (one per core); ``provider`` as in
+    ``resolve_providers``; ``device_id`` the CUDA device.
+    """
+
+    provider: ProviderPref | str = "auto"
+    intra_op_threads: int = 0
+    inter_op_threads: int = 1
+    allow_spinning: bool = True
+    device_id: int = 0
+
+
+DEFAULT_SESSION = SessionConfig()
+
+
+def create_session(path: Path, config: SessionConfig = DEFAULT_SESSION) -> ort.InferenceSession:
     """Load one graph; an unloadable file is an ``ArtefactError`` naming it."""
-    providers = resolve_providers(provider_pref, device_id)
-    so = session_options(intra_op_threads, inter_op_threads, allow_spinning=allow_spinning)
+    providers = resolve_providers(config.provider, config.device_id)
+    so = session_options(
+        config.intra_op_threads, config.inter_op_threads, allow_spinning=config.allow_spinning
+    )
     try:
         session = ort.InferenceSession(str(path), sess_options=so, providers=providers)
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
         raise ArtefactError(f"{path}: onnxruntime cannot load it: {e}") from e
-    if provider_pref == "cuda" and used_provider(session) != CUDA:
+    if config.provider == "cuda" and used_provider(session) != CUDA:
         raise ProviderUnavailable(f"{path}: CUDA asked for but the session runs on {used_provider(session)}")
     return session
 

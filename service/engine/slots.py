@@ -22,6 +22,23 @@ from collections.abc import Sequence
 import numpy as np
 import onnxruntime as ort
 
+from service.artefacts import (
+    CACHE_KEYS,
+    CACHE_VALUES,
+    CROSS_ATTENTION,
+    INPUT_IDS,
+    LOG_PROBS,
+    MEMORY_KEYS,
+    MEMORY_VALUES,
+    POSITIONS,
+    PRESENT_KEYS,
+    PRESENT_VALUES,
+    SOURCE_MASK,
+    TOP_K,
+    TOP_LOG_PROBS,
+    TOP_TOKENS,
+    per_layer,
+)
 from service.engine.decoding import Backend, HostBackend, OnnxDecoder, Stepping, Tensor
 from service.engine.search import Candidates
 
@@ -127,29 +144,29 @@ class SlotDecoder(Stepping):
         n, layers = self._rows, self._layers
         self._reserve(n, 0, int(self._positions[:n].max()) + 1)
         binding = self.backend.decoder.io_binding()
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None])
-        binding.bind_cpu_input("positions", self._positions[:n])
-        binding.bind_cpu_input("source_mask", self._mask[:n])
-        binding.bind_cpu_input("top_k", np.array([top_k], dtype=np.int64))
-        for j, name in enumerate(("memory_keys", "memory_values")):
+        binding.bind_cpu_input(INPUT_IDS, np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None])
+        binding.bind_cpu_input(POSITIONS, self._positions[:n])
+        binding.bind_cpu_input(SOURCE_MASK, self._mask[:n])
+        binding.bind_cpu_input(TOP_K, np.array([top_k], dtype=np.int64))
+        for j, name in enumerate((MEMORY_KEYS, MEMORY_VALUES)):
             for i in range(layers):
-                binding.bind_cpu_input(f"{name}_{i}", self._memory[j * layers + i][:n])
-        scores = ["top_log_probs", "top_tokens"] if top_k else ["log_probs"]
-        wanted = [*scores, "cross_attention"] if self.with_attention else scores
+                binding.bind_cpu_input(per_layer(name, i), self._memory[j * layers + i][:n])
+        scores = [TOP_LOG_PROBS, TOP_TOKENS] if top_k else [LOG_PROBS]
+        wanted = [*scores, CROSS_ATTENTION] if self.with_attention else scores
         for name in wanted:  # bound first: get_outputs() lists outputs in binding order
             binding.bind_output(name, "cpu")
-        for j, kind in enumerate(("keys", "values")):
+        for j, (cache, present) in enumerate(((CACHE_KEYS, PRESENT_KEYS), (CACHE_VALUES, PRESENT_VALUES))):
             for i in range(layers):
                 slot = ort.OrtValue.ortvalue_from_numpy(self._cache[j * layers + i][:n])
-                binding.bind_ortvalue_input(f"cache_{kind}_{i}", slot)
-                binding.bind_ortvalue_output(f"present_{kind}_{i}", slot)  # the same memory: in place
+                binding.bind_ortvalue_input(per_layer(cache, i), slot)
+                binding.bind_ortvalue_output(per_layer(present, i), slot)  # the same memory: in place
         self.backend.decoder.run_with_iobinding(binding)
         out = dict(zip(wanted, (v.numpy() for v in binding.get_outputs()[: len(wanted)]), strict=True))
         self._positions[:n] += 1
-        attn = out["cross_attention"] if self.with_attention else None
+        attn = out[CROSS_ATTENTION] if self.with_attention else None
         if top_k:
-            return Candidates(out["top_log_probs"], out["top_tokens"]), attn
-        return out["log_probs"], attn
+            return Candidates(out[TOP_LOG_PROBS], out[TOP_TOKENS]), attn
+        return out[LOG_PROBS], attn
 
     def reorder(self, rows: np.ndarray) -> None:
         """Row i takes row ``rows[i]``'s history (and memory): only the rows that change move."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from service.artefacts import (
     CACHE_DTYPE_INPUTS,
+    CROSS_ATTENTION,
     ArtefactError,
     Manifest,
     TranslationInfo,
@@ -36,12 +37,13 @@ from service.engine.base import (
 )
 from service.engine.decoding import Backend, DeviceBackend, HostBackend
 from service.engine.running import DecodeShape, RunningDecode, output_limit
-from service.engine.search import Hypothesis
+from service.engine.search import TokenHypothesis
 from service.engine.session import (
     CUDA,
+    DEFAULT_SESSION,
     NUMPY_DTYPE,
     DeviceGather,
-    ProviderPref,
+    SessionConfig,
     check_io,
     create_session,
     device_type,
@@ -66,7 +68,7 @@ def check_options(options: TranslateOptions) -> None:
 class OnnxTranslator:
     """``TranslateEngine`` over a verified translation artefact directory.
 
-    threads: onnxruntime intra-op threads (0 = one per core). io_binding: keep the cache on the
+    session: how its onnxruntime sessions run. io_binding: keep the cache on the
     device (default: when running on CUDA). max_decode_rows: sentences × beam per search call,
     bounding cache memory for large batches. truncate_source: cut over-long sources (keeping
     </s>) instead of failing them with ``TextTooLong``.
@@ -75,15 +77,11 @@ class OnnxTranslator:
     def __init__(
         self,
         directory: Path,
-        provider_pref: ProviderPref | str = "auto",
-        threads: int = 0,
+        session: SessionConfig = DEFAULT_SESSION,
         *,
-        inter_op_threads: int = 1,
-        allow_spinning: bool = True,
         io_binding: bool | None = None,
         max_decode_rows: int = 512,
         truncate_source: bool = False,
-        device_id: int = 0,
     ) -> None:
         self.manifest: Manifest = load_and_verify(directory)
         self.info = _translation_info(self.manifest, directory)
@@ -103,21 +101,14 @@ class OnnxTranslator:
                 raise ArtefactError(f"{directory / 'manifest.json'}: no {graph} graph listed")
             spec = self.manifest.graphs[graph]
             path = directory / spec.file
-            sessions[graph] = create_session(
-                path,
-                provider_pref,
-                threads,
-                inter_op_threads,
-                allow_spinning=allow_spinning,
-                device_id=device_id,
-            )
+            sessions[graph] = create_session(path, session)
             check_io(sessions[graph], spec, path)
         self.provider: str = used_provider(sessions["decoder"])
         decoder_spec = self.manifest.graphs["decoder"]
         self.cache_dtype = NUMPY_DTYPE[
             next(t.dtype for t in decoder_spec.inputs if t.name in CACHE_DTYPE_INPUTS)
         ]
-        has_attention_output = any(t.name == "cross_attention" for t in decoder_spec.outputs)
+        has_attention_output = any(t.name == CROSS_ATTENTION for t in decoder_spec.outputs)
         self._can_align = self.info.has_alignments and has_attention_output
         layout = self.info.decoder_layout
         if layout != decoder_layout_of(t.name for t in decoder_spec.inputs):
@@ -130,8 +121,8 @@ class OnnxTranslator:
         on_device = io_binding if io_binding is not None else self.provider == CUDA
         if on_device and layout != "per_layer_kv_slots":
             device = device_type(self.provider)
-            gather = DeviceGather(provider_pref, device, device_id)
-            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, device_id, layout)
+            gather = DeviceGather(session.provider, device, session.device_id)
+            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, session.device_id, layout)
         else:
             self.backend = HostBackend(encoder, decoder, layout)
 
@@ -219,13 +210,13 @@ class OnnxTranslator:
         items: Sequence[TranslateItem],
         todo: dict[int, Encoded],
         results: list[Translation | Exception | None],
-    ) -> dict[int, list[Hypothesis]]:
+    ) -> dict[int, list[TokenHypothesis]]:
         """Every item's sentence through one running decode: sentences join as rows free up
         (at most ``max_decode_rows``: sentences × beam), leave when done or abandoned; a step that
         fails fails the sentences in it, not those still waiting."""
         waiting = list(todo)
         decode = self.new_decode()
-        hyps: dict[int, list[Hypothesis]] = {}
+        hyps: dict[int, list[TokenHypothesis]] = {}
         decoding = 0.0
         while waiting or decode.sentences:
             if waiting and decode.can_admit():
@@ -265,10 +256,10 @@ class OnnxTranslator:
             rows += k
         return batch
 
-    def _search(self, src_ids: list[list[int]], key: TranslateOptions) -> list[list[Hypothesis]]:
+    def _search(self, src_ids: list[list[int]], key: TranslateOptions) -> list[list[TokenHypothesis]]:
         """Encoder + search for raw ids, without metrics (warmup)."""
         decode = self.new_decode()
-        found: dict[int, list[Hypothesis]] = {}
+        found: dict[int, list[TokenHypothesis]] = {}
         sources = [Encoded(ids, [], False) for ids in src_ids]
         for s in decode.admit([(i, src, key) for i, src in enumerate(sources)]):
             found[s.key] = s.results()
@@ -282,7 +273,7 @@ class OnnxTranslator:
         self,
         items: Sequence[TranslateItem],
         todo: dict[int, Encoded],
-        hyps: dict[int, list[Hypothesis]],
+        hyps: dict[int, list[TokenHypothesis]],
         results: list[Translation | Exception | None],
     ) -> None:
         n_out = 0
@@ -300,7 +291,7 @@ class OnnxTranslator:
         labelled(OUTPUT_TOKENS, self.name).inc(n_out)
 
     def _translation(
-        self, options: TranslateOptions, source: Encoded, found: list[Hypothesis]
+        self, options: TranslateOptions, source: Encoded, found: list[TokenHypothesis]
     ) -> Translation:
         """n-best texts, scores, pieces and alignments; cut to max_length (a no-op safeguard:
         the search already stops each sentence at its own limit)."""
@@ -334,7 +325,7 @@ def _translation_info(manifest: Manifest, directory: Path) -> TranslationInfo:
     return manifest.translation
 
 
-def _alignment(h: Hypothesis, n_target: int, n_source: int) -> list[list[float]]:
+def _alignment(h: TokenHypothesis, n_target: int, n_source: int) -> list[list[float]]:
     """(target tokens, source tokens) cross-attention; the padded source columns dropped."""
     if h.alignment is None:
         return []

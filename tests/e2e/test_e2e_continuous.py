@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
+from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
 from tests.e2e.real_models import served_env, start_service
 from tests.servers import ServerProcess
@@ -53,7 +54,7 @@ async def _staggered(url: str, beam_size: int) -> list[str]:
 def test_sentences_joining_a_running_decode_translate_as_alone(
     continuous_service: ServerProcess, default_artefacts: Path, beam_size: int
 ) -> None:
-    engine = OnnxTranslator(default_artefacts / "transformer-en-de" / "int8", "cpu", 1)
+    engine = OnnxTranslator(default_artefacts / "transformer-en-de" / "int8", SessionConfig("cpu", 1))
     alone = []
     for text in SENTENCES:
         (result,) = engine.translate([TranslateItem(text, TranslateOptions(beam_size=beam_size))])

@@ -27,7 +27,7 @@ from export.onnx_tools import VerificationError
 from export.sources import bert
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest, write_manifest
 from service.engine.pooling import l2_normalize, mean_pool
-from service.engine.session import create_session
+from service.engine.session import SessionConfig, create_session
 
 REPO = Path(__file__).resolve().parents[2]
 _WORDS_TEXT = (
@@ -215,7 +215,7 @@ def test_served_path_matches_sentence_transformers(exported: Path, tiny_source: 
     for row, enc in enumerate(encodings):
         ids[row, : len(enc.ids)] = enc.ids
         mask[row, : len(enc.ids)] = 1
-    session = create_session(directory / "encoder.onnx", "cpu", 1, allow_spinning=False)
+    session = create_session(directory / "encoder.onnx", SessionConfig("cpu", 1, allow_spinning=False))
     feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
     ours = l2_normalize(mean_pool(session.run(None, feed)[0], mask))
     reference = SentenceTransformer(str(tiny_source), device="cpu").encode(texts, convert_to_numpy=True)

@@ -22,7 +22,7 @@ from export.onnx_tools import (
     to_fp16,
     unstack_layers,
 )
-from service.engine.session import create_session
+from service.engine.session import SessionConfig, create_session
 
 
 def _matmul_graph(path: Path, ir_version: int = 8) -> Path:
@@ -42,7 +42,9 @@ def _matmul_graph(path: Path, ir_version: int = 8) -> Path:
 
 
 def _run(path: Path, x: np.ndarray) -> np.ndarray:
-    return np.asarray(create_session(path, "cpu", 1, allow_spinning=False).run(None, {"x": x})[0])
+    return np.asarray(
+        create_session(path, SessionConfig("cpu", 1, allow_spinning=False)).run(None, {"x": x})[0]
+    )
 
 
 def test_graph_spec_and_versions(tmp_path: Path) -> None:
@@ -135,7 +137,9 @@ def test_export_onnx_dynamic_axes(tmp_path: Path) -> None:
     x = np.random.default_rng(0).normal(size=(5, 7, 4)).astype(np.float32)
     mask = np.ones((5, 7), np.int64)
     mask[1, 3:] = 0
-    out = create_session(path, "cpu", 1, allow_spinning=False).run(None, {"x": x, "mask": mask})[0]
+    out = create_session(path, SessionConfig("cpu", 1, allow_spinning=False)).run(
+        None, {"x": x, "mask": mask}
+    )[0]
     np.testing.assert_allclose(out, x * mask[..., None] * 2.0, rtol=1e-6)
 
 
@@ -169,8 +173,8 @@ def test_int8_rows_do_not_depend_on_the_batch(tmp_path: Path) -> None:
     ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node]
     assert ops.count("MatMulIntegerToFloat") == 2 and ops.count("QuantizeLinear") == 1  # x quantised once
     assert "MatMul" not in ops and "DynamicQuantizeLinear" not in ops
-    fp32 = create_session(tmp_path / "g.onnx", "cpu", 1, allow_spinning=False)
-    q = create_session(tmp_path / "q.onnx", "cpu", 1, allow_spinning=False)
+    fp32 = create_session(tmp_path / "g.onnx", SessionConfig("cpu", 1, allow_spinning=False))
+    q = create_session(tmp_path / "q.onnx", SessionConfig("cpu", 1, allow_spinning=False))
     rng = np.random.default_rng(1)
     x = rng.normal(size=(5, 7, 16)).astype(np.float32)
     x[3] *= 100.0  # a loud neighbour: a shared scale would crush the other rows' resolution

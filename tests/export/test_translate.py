@@ -14,7 +14,7 @@ from export.checkpoint import load_checkpoint, save_checkpoint
 from export.data import encode_source, pad, train_tokenizer
 from export.model import Transformer, TransformerConfig
 from export.translate import TorchDecoder, main, translate, translate_ids
-from service.engine.search import Hypothesis, beam_search
+from service.engine.search import TokenHypothesis, beam_search
 from tests.tiny_models import WORDS
 
 TEXTS = ["a man rides a bike.", "two dogs run.", "a small cat sits on the big red street."]
@@ -158,7 +158,7 @@ def test_torch_beam_search_is_independent_of_batching() -> None:
         model.embed.weight[cfg.eos_id] *= 3
     sources = [[5, 6, 7, 2], [8, 2], [9, 10, 11, 12, 13, 2]]
 
-    def run(batch: list[list[int]]) -> list[list[Hypothesis]]:
+    def run(batch: list[list[int]]) -> list[list[TokenHypothesis]]:
         with torch.no_grad():
             return beam_search(
                 TorchDecoder(model, pad(batch, cfg.pad_id)),

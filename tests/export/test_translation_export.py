@@ -248,7 +248,8 @@ def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
     import onnxruntime as ort
 
     from export.graphs import decoder_layout, export_raw
-    from export.translation_graphs import TOP_K_INPUT, TOP_K_OUTPUTS, example_inputs
+    from export.translation_graphs import TOP_K_OUTPUTS, example_inputs
+    from service.artefacts import TOP_K
 
     source = load_source(checkpoint)
     encoder, decoder = source.build_graphs(torch.float32, "stacked_kv")
@@ -258,14 +259,14 @@ def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
     assert decoder_layout(tmp_path / "top_k" / "decoder.onnx") == "stacked_kv_top_k"
     plain = ort.InferenceSession(str(tmp_path / "plain" / "decoder.onnx"), providers=["CPUExecutionProvider"])
     top_k = ort.InferenceSession(str(tmp_path / "top_k" / "decoder.onnx"), providers=["CPUExecutionProvider"])
-    assert [i.name for i in top_k.get_inputs()] == [*DECODER_INPUTS, TOP_K_INPUT]
+    assert [i.name for i in top_k.get_inputs()] == [*DECODER_INPUTS, TOP_K]
     assert [o.name for o in top_k.get_outputs()] == [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
     _, step = example_inputs(
         source.n_layers, source.n_heads, source.d_head, source.vocab_size, torch.float32, source.special.pad
     )
     feeds = {name: x.numpy() for name, x in zip(DECODER_INPUTS, step, strict=True)}
     want = plain.run(None, feeds)
-    got = top_k.run(None, {**feeds, TOP_K_INPUT: np.array([6], dtype=np.int64)})
+    got = top_k.run(None, {**feeds, TOP_K: np.array([6], dtype=np.int64)})
     for a, b in zip(got[: len(want)], want, strict=True):
         np.testing.assert_array_equal(a, b)
     values, tokens = got[len(want) :]

@@ -32,6 +32,7 @@ from service.app import create_app
 from service.engine.base import Embedding, EmbedItem, Encoded, Engine
 from service.engine.embedder import OnnxEmbedder
 from service.engine.loader import load_engine
+from service.engine.session import SessionConfig
 from tests.reliability.load import Outcome, Request, run_load, statuses
 from tests.servers import (
     ROOT,
@@ -189,7 +190,7 @@ async def test_an_onnxruntime_failure_fails_exactly_its_batch_and_the_service_go
     embedding_artefact: Path,
 ) -> None:
     batch = 4
-    engine = load_engine(embedding_artefact, provider="cpu", intra_op_threads=1, max_batch_size=batch)
+    engine = load_engine(embedding_artefact, SessionConfig("cpu", 1), max_batch_size=batch)
     assert isinstance(engine, OnnxEmbedder)
     faulty = FaultyEmbedder(engine, fail_batch=2)
     given: dict[str, Engine] = {"embed": faulty}

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import REGISTRY
 
+from service.batch_forming import BatchPolicy
 from service.batching import (
     BatcherClosed,
-    BatchPolicy,
     DeadlineExceeded,
     DynamicBatcher,
     EngineFailure,

@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.batching import BatchPolicy, EngineFailure, QueueFull
+from service.batch_forming import BatchPolicy
+from service.batching import EngineFailure, QueueFull
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.running import RunningDecode
 from service.engine.search import SentenceSearch
+from service.engine.session import SessionConfig
 from service.engine.slots import SlotDecoder
 from service.engine.translator import OnnxTranslator
 from service.scheduling import ContinuousBatcher, DecodeBudget, DecodeTooLarge
@@ -52,7 +54,7 @@ def endless(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def engine(translation_artefact: Path) -> OnnxTranslator:  # noqa: F811
-    translator = OnnxTranslator(translation_artefact, "cpu", 1)
+    translator = OnnxTranslator(translation_artefact, SessionConfig("cpu", 1))
     assert translator.joins_midway
     translator.warmup()
     return translator

@@ -32,6 +32,7 @@ from export.reference import load_reference
 from service.artefacts import read_manifest, write_manifest
 from service.engine.base import Embedding, EmbedEngine, EmbedItem, TranslateEngine
 from service.engine.loader import load_engine
+from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
 
 SENTENCES = load_reference().sentences
@@ -55,14 +56,14 @@ def embedding_int8(embedding_source: Path, embedding_artefact: Path) -> Path:
 
 
 def _translator(directory: Path) -> TranslateEngine:
-    engine = load_engine(directory, provider="cpu", intra_op_threads=1, allow_spinning=False)
+    engine = load_engine(directory, SessionConfig("cpu", 1, allow_spinning=False))
     assert isinstance(engine, OnnxTranslator)
     engine.truncate_source = True  # the tiny model takes 40 tokens; a few reference sentences are longer
     return engine
 
 
 def _embedder(directory: Path) -> EmbedEngine:
-    engine = load_engine(directory, provider="cpu", intra_op_threads=1, allow_spinning=False)
+    engine = load_engine(directory, SessionConfig("cpu", 1, allow_spinning=False))
     assert hasattr(engine, "embed")
     return engine  # type: ignore[return-value]
 

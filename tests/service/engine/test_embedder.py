@@ -12,6 +12,7 @@ from service.artefacts import ArtefactError, read_manifest, write_manifest
 from service.engine.base import Embedding, EmbedItem, TextTooLong
 from service.engine.embedder import OnnxEmbedder
 from service.engine.loader import load_engine
+from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
 from service.metrics import INPUT_TOKENS
 
@@ -26,7 +27,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def embedder(embedding_artefact: Path) -> OnnxEmbedder:
-    engine = OnnxEmbedder(embedding_artefact, "cpu", 1)
+    engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1))
     engine.warmup()
     return engine
 
@@ -81,7 +82,7 @@ def test_items_carrying_their_whole_encodings_embed_as_items_without(embedder: O
 
 def test_mixed_lengths_and_sub_batches_do_not_change_results(embedding_artefact: Path) -> None:
     """Length-sorted, padded sub-batches give each text what it gets alone, in request order."""
-    engine = OnnxEmbedder(embedding_artefact, "cpu", 1, max_batch_size=2, max_batch_tokens=24)
+    engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), max_batch_size=2, max_batch_tokens=24)
     together = engine.embed([EmbedItem(t) for t in TEXTS])
     for text, result in zip(TEXTS, together, strict=True):
         (alone,) = engine.embed([EmbedItem(text)])
@@ -126,22 +127,22 @@ def test_cls_pooling_takes_the_first_token(
     assert manifest.embedding is not None
     info = manifest.embedding.model_copy(update={"pooling": "cls"})
     write_manifest(directory, manifest.model_copy(update={"embedding": info}))
-    engine = OnnxEmbedder(directory, "cpu", 1)
+    engine = OnnxEmbedder(directory, SessionConfig("cpu", 1))
     hidden, _ = torch_hidden(embedding_source, TEXTS[:2])
     got = np.stack([ok(r).vector for r in engine.embed([EmbedItem(t) for t in TEXTS[:2]])])
     np.testing.assert_allclose(got, hidden[:, 0], atol=1e-5)
 
 
 def test_loader_and_task_checks(embedding_artefact: Path, translation_artefact: Path) -> None:
-    assert isinstance(load_engine(embedding_artefact, provider="cpu", intra_op_threads=1), OnnxEmbedder)
+    assert isinstance(load_engine(embedding_artefact, SessionConfig("cpu", 1)), OnnxEmbedder)
     with pytest.raises(ArtefactError, match="not an embedding"):
-        OnnxEmbedder(translation_artefact, "cpu")
+        OnnxEmbedder(translation_artefact, SessionConfig("cpu"))
     with pytest.raises(ArtefactError, match="not a translation"):
-        OnnxTranslator(embedding_artefact, "cpu")
+        OnnxTranslator(embedding_artefact, SessionConfig("cpu"))
 
 
 def test_sub_batches_are_length_sorted_within_both_budgets(embedding_artefact: Path) -> None:
-    engine = OnnxEmbedder(embedding_artefact, "cpu", 1, max_batch_size=2, max_batch_tokens=20)
+    engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), max_batch_size=2, max_batch_tokens=20)
     encoded = engine.tokenizer.encode_batch(TEXTS, [True] * len(TEXTS))
     todo = {i: e for i, e in enumerate(encoded) if not isinstance(e, Exception)}
     chunks = engine._sub_batches(todo)

@@ -15,6 +15,7 @@ from service.engine.session import (
     CUDA,
     DeviceGather,
     ProviderUnavailable,
+    SessionConfig,
     create_session,
     gather_model_bytes,
     resolve_providers,
@@ -51,7 +52,7 @@ def test_an_unloadable_graph_is_an_artefact_error_naming_it(tmp_path: Path) -> N
     bad = tmp_path / "encoder.onnx"
     bad.write_bytes(b"not a protobuf")
     with pytest.raises(ArtefactError, match=str(bad)):
-        create_session(bad, "cpu", 1)
+        create_session(bad, SessionConfig("cpu", 1))
 
 
 def test_gather_model_is_valid_onnx() -> None:
@@ -78,6 +79,6 @@ def test_device_gather_equals_np_take(dtype: type[np.generic]) -> None:
 def test_used_provider_reports_the_session_provider(tmp_path: Path) -> None:
     path = tmp_path / "g.onnx"
     path.write_bytes(gather_model_bytes("float32", 0, 1))
-    s = create_session(path, "auto", 1)
+    s = create_session(path, SessionConfig("auto", 1))
     assert sess.used_provider(s) in (CPU, CUDA)
     sess.warmup(s, {"data": np.ones(3, np.float32), "indices": np.array([0], np.int64)})

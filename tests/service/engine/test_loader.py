@@ -9,6 +9,7 @@ import pytest
 
 from service.artefacts import ArtefactError, file_entry, read_manifest, write_manifest
 from service.engine.loader import load_engine
+from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
 
 
@@ -18,7 +19,7 @@ def translation_copy(translation_artefact: Path, tmp_path: Path) -> Path:
 
 
 def test_dispatches_on_the_task(translation_artefact: Path) -> None:
-    engine = load_engine(translation_artefact, provider="cpu", intra_op_threads=1)
+    engine = load_engine(translation_artefact, SessionConfig("cpu", 1))
     assert isinstance(engine, OnnxTranslator)
     assert engine.manifest.task == "translate" and engine.provider == "CPUExecutionProvider"
 
@@ -30,16 +31,16 @@ def test_a_corrupted_file_is_named(translation_copy: Path, name: str) -> None:
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(ArtefactError, match=str(path)):
-        load_engine(translation_copy, provider="cpu")
+        load_engine(translation_copy, SessionConfig("cpu"))
 
 
 def test_a_missing_file_or_manifest_is_named(translation_copy: Path, tmp_path: Path) -> None:
     (translation_copy / "encoder.onnx").unlink()
     with pytest.raises(ArtefactError, match=str(translation_copy / "encoder.onnx")):
-        load_engine(translation_copy, provider="cpu")
+        load_engine(translation_copy, SessionConfig("cpu"))
     (translation_copy / "manifest.json").unlink()
     with pytest.raises(ArtefactError, match=str(translation_copy / "manifest.json")):
-        load_engine(translation_copy, provider="cpu")
+        load_engine(translation_copy, SessionConfig("cpu"))
     with pytest.raises(ArtefactError, match=str(tmp_path / "nowhere")):
         load_engine(tmp_path / "nowhere")
 
@@ -52,4 +53,4 @@ def test_a_listed_but_unloadable_graph_is_named(translation_copy: Path) -> None:
     files = [file_entry(translation_copy, f.path) for f in manifest.files]
     write_manifest(translation_copy, manifest.model_copy(update={"files": files}))
     with pytest.raises(ArtefactError, match=str(path)):
-        load_engine(translation_copy, provider="cpu")
+        load_engine(translation_copy, SessionConfig("cpu"))

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.search import Hypothesis, Search, SentenceSearch, beam_search
+from service.engine.search import Search, SentenceSearch, TokenHypothesis, beam_search
 
 PAD, BOS, EOS, A, B, C = range(6)
 V, S = 6, 3  # vocabulary, source length
@@ -79,7 +79,7 @@ def search(
     default: dict[int, float] | None = None,
     n_best: int = 1,
     length_penalty: float = 1.0,
-) -> tuple[list[list[Hypothesis]], ScriptedDecoder]:
+) -> tuple[list[list[TokenHypothesis]], ScriptedDecoder]:
     dec = ScriptedDecoder(tables, default)
     hyps = beam_search(
         dec, len(tables), beam_size=beam, max_len=max_len, bos_id=BOS, eos_id=EOS,

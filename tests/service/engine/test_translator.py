@@ -18,6 +18,7 @@ from service.engine.base import (
 )
 from service.engine.decoding import DeviceBackend, HostBackend
 from service.engine.running import RunningDecode
+from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
 from service.metrics import OUTPUT_TOKENS
 
@@ -33,7 +34,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def translator(translation_artefact: Path) -> OnnxTranslator:
-    engine = OnnxTranslator(translation_artefact, "cpu", 1)
+    engine = OnnxTranslator(translation_artefact, SessionConfig("cpu", 1))
     engine.warmup()
     return engine
 
@@ -86,10 +87,12 @@ def test_io_binding_backend_matches_the_host_backend(
     """The CUDA code path (IO binding, cache kept as OrtValues, on-device Gather reorder), on CPU,
     with the layout the GPU variant (fp16) is exported with; the slot layout keeps host buffers."""
     positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", "per_layer_kv_positions")
-    device = OnnxTranslator(positions, "cpu", 1, io_binding=True)
-    translator = OnnxTranslator(positions, "cpu", 1)
+    device = OnnxTranslator(positions, SessionConfig("cpu", 1), io_binding=True)
+    translator = OnnxTranslator(positions, SessionConfig("cpu", 1))
     assert isinstance(device.backend, DeviceBackend) and isinstance(translator.backend, HostBackend)
-    assert isinstance(OnnxTranslator(translation_artefact, "cpu", 1, io_binding=True).backend, HostBackend)
+    assert isinstance(
+        OnnxTranslator(translation_artefact, SessionConfig("cpu", 1), io_binding=True).backend, HostBackend
+    )
     batch = items(TEXTS, beam_size=3, n_best=2, max_length=10, alignments=True)
     for a, b in zip(device.translate(batch), translator.translate(batch), strict=True):
         assert [h.tokens for h in ok(a).hypotheses] == [h.tokens for h in ok(b).hypotheses]
@@ -194,7 +197,7 @@ def test_fp16_variant_keeps_a_float16_cache(
     translation_fp16: Path, translator: OnnxTranslator, io_binding: bool
 ) -> None:
     """The CUDA default variant: float16 memory/cache fed back as float16; tokens as fp32 here."""
-    engine = OnnxTranslator(translation_fp16, "cpu", 1, io_binding=io_binding)
+    engine = OnnxTranslator(translation_fp16, SessionConfig("cpu", 1), io_binding=io_binding)
     assert engine.manifest.variant == "fp16" and engine.cache_dtype == np.float16
     batch = items(TEXTS, beam_size=2, max_length=10, alignments=True)
     for half, full in zip(engine.translate(batch), translator.translate(batch), strict=True):
@@ -254,7 +257,9 @@ def test_every_decoder_layout_translates_exactly_as_the_default(
     the same tokens, and scores and alignments to float rounding (the slot layout's attention is
     onnxruntime's GroupQueryAttention kernel, the others' the traced MatMul/Softmax)."""
     assert translator.info.decoder_layout == "per_layer_kv_slots"
-    other = OnnxTranslator(artefact_with_layout(translation_checkpoint, tmp_path / layout, layout), "cpu", 1)
+    other = OnnxTranslator(
+        artefact_with_layout(translation_checkpoint, tmp_path / layout, layout), SessionConfig("cpu", 1)
+    )
     assert other.info.decoder_layout == layout
     options = TranslateOptions(beam_size=beam, n_best=beam, alignments=True)
     items = [TranslateItem(text=t, options=options) for t in TEXTS]
@@ -284,4 +289,4 @@ def test_a_layout_that_does_not_match_the_graph_is_refused(
     manifest["translation"]["decoder_layout"] = "stacked_kv"
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtefactError, match="decoder_layout"):
-        OnnxTranslator(copy, "cpu", 1)
+        OnnxTranslator(copy, SessionConfig("cpu", 1))

@@ -1,0 +1,112 @@
+"""Which queued items form the next batch: the policy, the queued item, and the choices.
+
+No state and no asyncio here: the batcher (``batching.py``) and the decode scheduler
+(``scheduling.py``) call these on their queues and mark what they take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+X = TypeVar("X")
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    max_batch_size: int = 32
+    max_batch_tokens: int = 8192
+    max_wait_s: float = 0.005
+    max_queue: int = 1024
+    workers: int = 1  # batches running at once
+    # One more worker for small requests (of at most this many tokens), while every regular
+    # worker is busy, so that a one-sentence request is not held behind a long batch. 0: none.
+    express_max_tokens: int = 0
+
+
+@dataclass(eq=False)
+class Pending(Generic[ItemT, ResultT]):
+    """One queued item of a request: its cost, deadline and future (the continuous scheduler
+    hands these to its decode thread too)."""
+
+    item: ItemT
+    cost: int
+    deadline: float  # loop.time()
+    enqueued: float  # time.perf_counter()
+    future: asyncio.Future[ResultT | Exception]
+    request: int  # which submit() it came from
+    small: bool  # its whole request fits the express worker
+    state: Literal["queued", "running", "dropped"] = "queued"
+
+
+def round_robin(items: Iterable[X], request_of: Callable[[X], int]) -> list[X]:
+    """``items`` (in arrival order) taken every request's first, then every request's second, …;
+    so a one-item request waits behind one item of each document, not behind whole documents,
+    and the oldest item stays first."""
+    rank: dict[int, int] = {}
+    keyed = []
+    for arrival, item in enumerate(items):
+        request = request_of(item)
+        rank[request] = rank.get(request, -1) + 1
+        keyed.append((rank[request], arrival, item))
+    keyed.sort(key=lambda k: k[:2])
+    return [item for _, _, item in keyed]
+
+
+Queue = Sequence[Pending[ItemT, ResultT]]
+
+
+def is_full(queue: Queue[ItemT, ResultT], policy: BatchPolicy) -> bool:
+    """Whether the queued items (all ``queued``) already make a whole batch."""
+    if len(queue) >= policy.max_batch_size:
+        return True
+    return max(p.cost for p in queue) * len(queue) >= policy.max_batch_tokens
+
+
+def choose_batch(
+    queue: Sequence[Pending[ItemT, ResultT]], policy: BatchPolicy
+) -> list[Pending[ItemT, ResultT]]:
+    """The oldest item, the oldest of every other request, then the nearest in length, within
+    ``max_batch_size`` items and ``max_batch_tokens`` padded tokens; sorted by cost."""
+    anchor = queue[0]
+    window = round_robin(queue[1:], _request)[: 4 * policy.max_batch_size]
+    firsts: list[Pending[ItemT, ResultT]] = []
+    others: list[Pending[ItemT, ResultT]] = []
+    seen = {anchor.request}
+    for pending in window:
+        (others if pending.request in seen else firsts).append(pending)
+        seen.add(pending.request)
+    candidates = firsts + sorted(others, key=lambda p: abs(p.cost - anchor.cost))
+    batch = [anchor]
+    longest = anchor.cost
+    for pending in candidates:
+        if len(batch) >= policy.max_batch_size:
+            break
+        if max(longest, pending.cost) * (len(batch) + 1) > policy.max_batch_tokens:
+            continue
+        batch.append(pending)
+        longest = max(longest, pending.cost)
+    return sorted(batch, key=lambda p: p.cost)
+
+
+def choose_small(
+    queue: Sequence[Pending[ItemT, ResultT]], policy: BatchPolicy
+) -> list[Pending[ItemT, ResultT]]:
+    """The oldest queued items of small requests, within the express worker's token budget."""
+    budget = policy.express_max_tokens
+    batch: list[Pending[ItemT, ResultT]] = []
+    for pending in queue:
+        if len(batch) == policy.max_batch_size or budget < 1:
+            break
+        if pending.small and pending.cost <= budget:
+            batch.append(pending)
+            budget -= pending.cost
+    return batch
+
+
+def _request(pending: Pending[ItemT, ResultT]) -> int:
+    return pending.request
