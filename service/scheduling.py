@@ -4,26 +4,27 @@ decode between any two decoder steps.
 ``DynamicBatcher`` forms a batch, decodes it to the end and only then starts the next, so a short
 sentence that arrives while long ones decode waits for all of them. ``ContinuousBatcher`` keeps
 the batcher's request side (queue bound → 429, deadlines → 504, disconnects, fair order, drain)
-and replaces its execution: one decode thread per model drives a ``RunningDecode``
-(``service/engine/running.py``). Between two steps it
+and replaces its execution: a ``RunningDecode`` (``service/engine/running.py``) per lane, each
+driven by its own thread: the main lane, and with ``BatchPolicy.express_max_tokens`` an express
+lane with a quarter of the budget for small requests only, so a one-word request is never held
+behind long ones. Between two steps of its decode a lane thread
 
+* prepares (tokenizes) what the event loop handed over, answering at once what fails or could
+  never fit, even alone (``DecodeTooLarge`` → 422);
 * admits waiting sentences, oldest first (each request's oldest before any request's second:
-  ``_fair``), while the decode's worst-case memory (every row at its own length limit and the
+  ``_fair``), while its decode's worst-case memory (every row at its own length limit and the
   longest source: ``RunningDecode.worst_bytes``) stays within its share of
-  ``DecodeBudget.memory_bytes`` and the sentences encoded in one pause stay within
-  ``admit_tokens`` (so encoding never stalls the running decode for long); a sentence that could
-  never fit, even alone, fails with ``DecodeTooLarge`` (→ 422) instead of waiting forever. Small
-  requests (``BatchPolicy.express_max_tokens``) may also use an express decode with a quarter of
-  the budget, so a one-word request is never held behind long ones (``_lanes``);
+  ``DecodeBudget.memory_bytes``, the rows of both lanes within ``max_rows`` and the sentences
+  encoded in one pause within ``admit_tokens`` (so encoding never stalls the decode for long);
+  a small sentence goes to the less busy lane;
 * takes out the sentences nobody waits for any more (client gone, deadline passed: the request
   side sets ``TranslateItem.abandoned``), freeing their rows at once;
-* runs one step over every running row of each decode, the two decodes at once (the second on a
-  helper thread, so one's Python search overlaps the other's onnxruntime step; small requests go
-  to the less busy decode with room), and answers the step's finished sentences at once.
+* runs one step over every running row and answers the step's finished sentences at once.
 
-A step that raises fails the sentences in it (``EngineFailure`` → 500); the sentences still
-waiting go on in a fresh decode. Results do not depend on what else runs: each sentence's search
-reads only its own rows (``search.py``). This module knows nothing of HTTP.
+The lanes run side by side, like the batcher's workers: one's Python search overlaps the other's
+onnxruntime step. A step that raises fails the sentences in it (``EngineFailure`` → 500); the
+sentences still waiting go on in a fresh decode. Results do not depend on what else runs: each
+sentence's search reads only its own rows (``search.py``). This module knows nothing of HTTP.
 """
 
 from __future__ import annotations
@@ -34,9 +35,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.batch_forming import BatchPolicy, Pending, round_robin
@@ -80,19 +80,30 @@ class DecodeBudget:
 class _Sentence:
     pending: SentencePending
     source: Encoded
+    alone: int  # bytes its beams take at its length limit: what it needs of a decode's share
 
 
 @dataclass
 class _Lane:
-    """A running decode and the share of the memory budget it may take."""
+    """A running decode, driven by its own thread, and the share of the memory budget it may take.
+
+    ``rows`` and ``free`` are what the other lane may read of it (published by its own thread;
+    the decode itself is touched by its thread only)."""
 
     decode: RunningDecode
     share: int  # bytes
     express: bool = False  # only for sentences of small requests
+    running: dict[int, _Sentence] = field(default_factory=dict)  # by search key
+    rows: int = 0
+    free: int = 0  # more rows of the widest kind that would fit its share
+
+    def takes(self, sentence: _Sentence) -> bool:
+        """Whether the sentence is of this lane's class and could run here, alone at least."""
+        return (sentence.pending.small or not self.express) and sentence.alone <= self.share
 
 
 class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]):
-    """A translation model's queue with iteration-level decoding on its own thread."""
+    """A translation model's queue with iteration-level decoding, a thread per decode."""
 
     def __init__(
         self,
@@ -106,13 +117,15 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         )
         self._engine = engine
         self.budget = budget
-        self._inbox: list[SentencePending] = []  # handed over by the event loop, not yet seen by the thread
         self._lock = threading.Lock()
-        self._work = threading.Event()  # the inbox has items, or the thread must stop
+        self._work = threading.Condition(self._lock)  # the inbox or the waiting sentences changed
+        self._inbox: list[SentencePending] = []  # handed over by the event loop, not yet prepared
+        self._waiting: list[_Sentence] = []  # prepared, not admitted yet, in ``_fair`` order
         self._closing = False
         self._staged = 0  # items handed over and not yet admitted (event-loop side)
+        self._keys = itertools.count()
+        self._lanes: list[_Lane] = []
         self._event_loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._running_gauge = DECODE_RUNNING.labels(model=self.model)
         self._free_gauge = DECODE_FREE_ROWS.labels(model=self.model)
         self._step_time = DECODE_STEP.labels(model=self.model)
@@ -123,8 +136,11 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
 
     async def _loop(self) -> None:
         loop = self._event_loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._decode_loop, name=f"decode-{self.model}", daemon=True)
-        self._thread.start()
+        self._lanes = self._new_lanes()
+        for lane in self._lanes:
+            self._show(lane)
+            name = f"decode-{self.model}" + ("-express" if lane.express else "")
+            threading.Thread(target=self._drive, args=(lane,), name=name, daemon=True).start()
         try:
             while True:
                 self._purge(loop.time())
@@ -137,7 +153,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
                 self._wakeup.clear()
                 await self._wakeup.wait()
         finally:
-            self._stop_thread()
+            self._stop_threads()
 
     def _hand_over(self, batch: list[SentencePending]) -> None:
         cost = sum(p.cost for p in batch)
@@ -147,9 +163,9 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         now = time.perf_counter()
         for pending in batch:
             observe_stage(self.model, "queue", now - pending.enqueued)
-        with self._lock:
+        with self._work:
             self._inbox.extend(batch)
-        self._work.set()
+            self._work.notify_all()
 
     def _deliver(self, pending: SentencePending, result: Translation | Exception) -> None:
         """On the event loop: one sentence's result (or error) to its request."""
@@ -172,22 +188,23 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         self._wakeup.set()
 
     def _post(self, callback: Any, *args: Any) -> None:
-        """Run ``callback`` on the event loop (from the decode thread)."""
+        """Run ``callback`` on the event loop (from a decode thread)."""
         assert self._event_loop is not None
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
             self._event_loop.call_soon_threadsafe(callback, *args)
 
     async def close(self) -> None:
-        self._stop_thread()
+        self._stop_threads()
         await super().close()
 
-    def _stop_thread(self) -> None:
-        self._closing = True
-        self._work.set()
+    def _stop_threads(self) -> None:
+        with self._work:
+            self._closing = True
+            self._work.notify_all()
 
-    # ---- the decode thread --------------------------------------------------------------------
+    # ---- the decode threads -------------------------------------------------------------------
 
-    def _lanes(self) -> list[_Lane]:
+    def _new_lanes(self) -> list[_Lane]:
         """The main decode, and with express requests on (``BatchPolicy.express_max_tokens``) an
         express decode with ``EXPRESS_SHARE`` of the budget, for small requests only: a one-word
         request then finds room within a step or two however long the main decode's sentences
@@ -201,79 +218,45 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             _Lane(self._engine.new_decode(), express, True),
         ]
 
-    def _decode_loop(self) -> None:
-        with ThreadPoolExecutor(1, thread_name_prefix=f"decode-{self.model}-lane") as pool:
-            self._decode_until_closed(pool)
-
-    def _decode_until_closed(self, pool: ThreadPoolExecutor) -> None:
-        lanes = self._lanes()
-        waiting: list[_Sentence] = []  # prepared, not admitted yet
-        running: dict[int, _Sentence] = {}
-        keys = itertools.count()
-        busy = False
+    def _drive(self, lane: _Lane) -> None:
+        """A lane's thread: between two steps of its decode, prepare what was handed over, admit
+        what fits, drop what nobody waits for; then step. The lanes run side by side (one's
+        Python search overlaps the other's onnxruntime step, which releases the GIL)."""
         while True:
-            if not busy:
-                self._work.wait()
-            if self._closing:
-                self._fail_all(
-                    BatcherClosed(f"{self.model}: shutting down"), waiting, running, self._take_inbox()
-                )
-                return
-            waiting += self._prepare(self._take_inbox())
+            with self._work:
+                while not (self._closing or lane.running or self._inbox or self._work_for(lane)):
+                    self._work.wait()
+                if self._closing:
+                    break
+                batch, self._inbox = self._inbox, []
+            held: list[_Sentence] = []  # prepared here, not yet among the waiting
             try:
-                waiting[:] = _fair(waiting)
-                self._admit_waiting(lanes, waiting, running, keys)
-                self._drop_abandoned(lanes, running)
-                self._show(lanes)
-                busy = any(lane.decode.sentences for lane in lanes)
-                self._step_lanes([lane for lane in lanes if lane.decode.sentences], running, pool)
+                held = self._prepare(batch)
+                self._admit_waiting(lane, held)
+                held = []
+                self._drop_abandoned(lane)
+                if lane.running:
+                    self._step(lane)
+                self._show(lane)
             except Exception:  # a bug, not a model failure: fail what is in flight, serve on
                 log.exception("%s: the decode loop failed", self.model)
-                failure = EngineFailure(f"{self.model}: decoding failed")
-                self._fail_all(failure, waiting, running, [])
-                waiting, running, lanes, busy = [], {}, self._lanes(), False
+                self._fail(EngineFailure(f"{self.model}: decoding failed"), [*held, *lane.running.values()])
+                self._post(self._admitted_from_inbox, len(held))
+                self._reset(lane)
+        with self._work:
+            self._fail(BatcherClosed(f"{self.model}: shutting down"), [*lane.running.values()])
+            self._fail(BatcherClosed(f"{self.model}: shutting down"), self._waiting)
+            for pending in self._inbox:
+                self._post(self._deliver, pending, BatcherClosed(f"{self.model}: shutting down"))
+            self._post(self._admitted_from_inbox, len(self._waiting) + len(self._inbox))
+            self._waiting, self._inbox = [], []
 
-    def _step_lanes(self, busy: list[_Lane], running: dict[int, _Sentence], pool: ThreadPoolExecutor) -> None:
-        """One step of every busy lane, the others on ``pool`` while this thread steps the first
-        (their decodes share nothing but the onnxruntime session, whose ``run`` is thread-safe)."""
-        others = [pool.submit(self._step, lane, running) for lane in busy[1:]]
-        try:
-            if busy:
-                self._step(busy[0], running)
-        finally:
-            for future in others:
-                future.result()  # a bug raised in a lane's step reaches the loop's containment
-
-    def _drop_abandoned(self, lanes: list[_Lane], running: dict[int, _Sentence]) -> None:
-        """Sentences nobody waits for any more (client gone, deadline passed) leave now."""
-        for lane in lanes:
-            for s in lane.decode.remove(lambda s: running[s.key].pending.item.abandoned.is_set()):
-                self._post(self._deliver, running.pop(s.key).pending, Abandoned("nobody waits any more"))
-
-    def _step(self, lane: _Lane, running: dict[int, _Sentence]) -> None:
-        start = time.perf_counter()
-        try:
-            finished = lane.decode.step()
-        except Exception as e:
-            log.exception("%s: decoder step failed for %d sentences", self.model, len(lane.decode.sentences))
-            failure = EngineFailure(f"{self.model}: decoder step failed: {type(e).__name__}")
-            for s in lane.decode.sentences:
-                self._post(self._deliver, running.pop(s.key).pending, failure)
-            lane.decode = self._engine.new_decode()
-            return
-        self._step_time.observe(time.perf_counter() - start)
-        if finished:
-            self._answer([(running.pop(s.key), s.results()) for s in finished])
-
-    def _take_inbox(self) -> list[SentencePending]:
-        with self._lock:
-            taken, self._inbox = self._inbox, []
-            self._work.clear()
-        return taken
+    def _work_for(self, lane: _Lane) -> bool:
+        return any(lane.takes(s) or s.pending.item.abandoned.is_set() for s in self._waiting)
 
     def _prepare(self, batch: list[SentencePending]) -> list[_Sentence]:
-        """Tokenize and check the handed-over items; those that fail (or need no decoding: an
-        empty text) are answered at once."""
+        """Tokenize and check the handed-over items; those that fail, need no decoding (an empty
+        text) or could never fit any decode's share are answered at once."""
         if not batch:
             return []
         items = [p.item for p in batch]
@@ -282,99 +265,111 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             todo = self._engine.prepare(items, results)
         except Exception as e:
             todo, results = {}, [e] * len(batch)
+        prepared = []
+        shape, limit = self._lanes[0].decode.shape, self._lanes[0].decode.limit
         for i, (pending, result) in enumerate(zip(batch, results, strict=True)):
             if i not in todo:
                 assert result is not None
                 self._post(self._deliver, pending, result)
-        self._post(self._admitted_from_inbox, len(batch) - len(todo))
-        return [_Sentence(batch[i], source) for i, source in todo.items()]
+                continue
+            options, n = pending.item.options, todo[i].n_tokens
+            sentence = _Sentence(pending, todo[i], options.beam_size * shape.row_bytes(limit(options), n))
+            room = max(lane.share for lane in self._lanes if pending.small or not lane.express)
+            if sentence.alone > room:
+                self._post(self._deliver, pending, _too_large(pending.item, sentence.alone, room))
+                continue
+            prepared.append(sentence)
+        self._post(self._admitted_from_inbox, len(batch) - len(prepared))
+        return prepared
 
-    def _admit_waiting(
-        self, lanes: list[_Lane], waiting: list[_Sentence], running: dict[int, _Sentence], keys: Iterator[int]
-    ) -> None:
-        """Move the waiting sentences that fit into a decode, in ``_fair`` order, none overtaking
-        an earlier one of its class (small or not). A sentence goes to the least busy of its lanes
-        with room: the main one, or for small requests also the express one."""
-        budget = self.budget
-        chosen: dict[int, list[_Sentence]] = {i: [] for i in range(len(lanes))}
+    def _admit_waiting(self, lane: _Lane, prepared: list[_Sentence]) -> None:
+        """Join ``prepared`` to the waiting sentences, then move those this lane takes into its
+        decode, in ``_fair`` order, none overtaking an earlier one of its class (small or not).
+        A small sentence goes to the less busy lane: this one takes it while it runs no more
+        rows than the other, or the other has no room for it."""
+        with self._work:
+            self._waiting = _fair(self._waiting + prepared)
+            if prepared:
+                self._work.notify_all()  # the other lane may take some
+            chosen = self._choose(lane)
+        if chosen:
+            self._post(self._admitted_from_inbox, len(chosen))
+            self._admitted.observe(len(chosen))
+            self._admit_into(lane, chosen)
+
+    def _choose(self, lane: _Lane) -> list[_Sentence]:
+        """Under the lock: take out of the waiting sentences those ``lane`` admits now."""
+        others = [other for other in self._lanes if other is not lane]
+        chosen: list[_Sentence] = []
+        rows = sum(other.rows for other in others) + lane.decode.rows
         tokens = 0
-        blocked = {True: False, False: False}  # a small / large sentence already waits for room
-        for sentence in list(waiting):
-            item, n, small = sentence.pending.item, sentence.source.n_tokens, sentence.pending.small
-            mine = [i for i, lane in enumerate(lanes) if small or not lane.express]
-            alone = item.options.beam_size * lanes[0].decode.shape.row_bytes(
-                lanes[0].decode.limit(item.options), n
-            )
-            room = max(lanes[i].share for i in mine)
-            if item.abandoned.is_set() or alone > room:
-                waiting.remove(sentence)
+        blocked: set[bool] = set()  # classes (small or not) whose earlier sentence waits for room
+        for sentence in list(self._waiting):
+            item, small = sentence.pending.item, sentence.pending.small
+            if item.abandoned.is_set():
+                self._waiting.remove(sentence)
                 self._post(self._admitted_from_inbox, 1)
-                self._post(self._deliver, sentence.pending, self._refusal(item, alone, room))
+                self._post(self._deliver, sentence.pending, Abandoned("nobody waits any more"))
                 continue
-            if blocked[small]:
+            if not lane.takes(sentence) or small in blocked:
                 continue
-            rows = sum(lane.decode.rows for lane in lanes) + sum(
-                s.pending.item.options.beam_size for c in chosen.values() for s in c
-            )
-            # The least busy lane with room: the lanes step on two threads (``_step_lanes``), so
-            # one's Python search overlaps the other's onnxruntime step.
-            fitting = [i for i in mine if self._fits(lanes[i], chosen[i], sentence)]
-            lane_at = min(fitting, key=lambda i: lanes[i].decode.rows + len(chosen[i]), default=None)
-            if lane_at is None or rows + item.options.beam_size > budget.max_rows:
-                if any(lanes[i].decode.sentences or chosen[i] for i in mine):  # it waits for rows to free
-                    blocked[small] = True
+            k, n = item.options.beam_size, sentence.source.n_tokens
+            if lane.running or chosen:
+                mine = lane.rows + sum(s.pending.item.options.beam_size for s in chosen)
+                if any(o.takes(sentence) and o.rows < mine and o.free >= k for o in others):
+                    continue  # the less busy lane takes it
+                fits = lane.decode.can_admit() and self._fits(lane, chosen, sentence)
+                if not fits or rows + k > self.budget.max_rows:
+                    blocked.add(small)  # it waits for rows to free; none of its class overtakes
                     continue
-                lane_at = mine[0]  # an idle lane takes its first sentence whatever the row cap
-            if tokens and tokens + n > budget.admit_tokens:
+            if tokens and tokens + n > self.budget.admit_tokens:
                 break
-            chosen[lane_at].append(sentence)
+            self._waiting.remove(sentence)
+            chosen.append(sentence)
+            rows += k
             tokens += n
-        taken = sum(len(c) for c in chosen.values())
-        if not taken:
-            return
-        self._post(self._admitted_from_inbox, taken)
-        self._admitted.observe(taken)
-        for i, sentences in chosen.items():
-            for sentence in sentences:
-                waiting.remove(sentence)
-            if sentences:
-                self._admit_into(lanes[i], sentences, running, keys)
+        return chosen
 
     @staticmethod
     def _fits(lane: _Lane, chosen: list[_Sentence], sentence: _Sentence) -> bool:
         extra = [(s.pending.item.options, s.source.n_tokens) for s in [*chosen, sentence]]
-        return lane.decode.can_admit() and lane.decode.worst_bytes(extra) <= lane.share
+        return lane.decode.worst_bytes(extra) <= lane.share
 
-    def _admit_into(
-        self, lane: _Lane, sentences: list[_Sentence], running: dict[int, _Sentence], keys: Iterator[int]
-    ) -> None:
+    def _admit_into(self, lane: _Lane, sentences: list[_Sentence]) -> None:
         entries = []
         for sentence in sentences:
-            key = next(keys)
-            running[key] = sentence
+            key = next(self._keys)
+            lane.running[key] = sentence
             entries.append((key, sentence.source, sentence.pending.item.options))
         try:
             done = lane.decode.admit(entries)
         except Exception as e:  # the encoder failed for these: they fail, the running ones go on
             log.exception("%s: encoder failed for %d sentences", self.model, len(sentences))
             failure = EngineFailure(f"{self.model}: encoder failed: {type(e).__name__}")
-            for key, _, _ in entries:
-                self._post(self._deliver, running.pop(key).pending, failure)
+            self._fail(failure, [lane.running.pop(key) for key, _, _ in entries])
             return
         if done:
-            self._answer([(running.pop(s.key), s.results()) for s in done])
+            self._answer([(lane.running.pop(s.key), s.results()) for s in done])
 
-    @staticmethod
-    def _refusal(item: TranslateItem, need: int, room: int) -> Exception:
-        if item.abandoned.is_set():
-            return Abandoned("nobody waits any more")
-        o = item.options
-        return DecodeTooLarge(
-            f"beam_size {o.beam_size} × max_length {o.max_length} needs {need / 2**20:.1f} MiB of decoder "
-            f"cache, more than the {room / 2**20:.1f} MiB a sentence may use (TSERVE_DECODE_MEMORY_MB): "
-            "lower beam_size or max_length",
-            room,
-        )
+    def _drop_abandoned(self, lane: _Lane) -> None:
+        """Sentences nobody waits for any more (client gone, deadline passed) leave now."""
+        gone = lane.decode.remove(lambda s: lane.running[s.key].pending.item.abandoned.is_set())
+        self._fail(Abandoned("nobody waits any more"), [lane.running.pop(s.key) for s in gone])
+
+    def _step(self, lane: _Lane) -> None:
+        start = time.perf_counter()
+        try:
+            finished = lane.decode.step()
+        except Exception as e:
+            log.exception("%s: decoder step failed for %d sentences", self.model, len(lane.running))
+            self._fail(
+                EngineFailure(f"{self.model}: decoder step failed: {type(e).__name__}"), lane.running.values()
+            )
+            self._reset(lane)
+            return
+        self._step_time.observe(time.perf_counter() - start)
+        if finished:
+            self._answer([(lane.running.pop(s.key), s.results()) for s in finished])
 
     def _answer(self, done: list[tuple[_Sentence, list[TokenHypothesis]]]) -> None:
         """Detokenize finished sentences and answer their requests."""
@@ -392,25 +387,33 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             answers.append((sentence.pending, result))
         self._post(self._deliver_all, answers)
 
-    def _show(self, lanes: list[_Lane]) -> None:
-        self._running_gauge.set(sum(len(lane.decode.sentences) for lane in lanes))
-        free = 0
-        for lane in lanes:
-            d = lane.decode
-            widest = d.shape.row_bytes(d.shape.max_target_len, max(d.decoder.source_len, 1))
-            free += max(0, lane.share - d.worst_bytes()) // widest
-        self._free_gauge.set(min(free, self.budget.max_rows - sum(lane.decode.rows for lane in lanes)))
+    def _fail(self, error: Exception, sentences: Iterable[_Sentence]) -> None:
+        for sentence in list(sentences):
+            self._post(self._deliver, sentence.pending, error)
 
-    def _fail_all(
-        self,
-        error: Exception,
-        waiting: list[_Sentence],
-        running: dict[int, _Sentence],
-        pending: list[SentencePending],
-    ) -> None:
-        for p in [*(s.pending for s in waiting), *(s.pending for s in running.values()), *pending]:
-            self._post(self._deliver, p, error)
-        self._post(self._admitted_from_inbox, len(waiting) + len(pending))
+    def _reset(self, lane: _Lane) -> None:
+        lane.decode, lane.running = self._engine.new_decode(), {}
+        self._show(lane)
+
+    def _show(self, lane: _Lane) -> None:
+        """Publish the lane's rows and room (for the other lane and the gauges)."""
+        d = lane.decode
+        lane.rows = d.rows
+        widest = d.shape.row_bytes(d.shape.max_target_len, max(d.decoder.source_len, 1))
+        lane.free = max(0, lane.share - d.worst_bytes()) // widest
+        self._running_gauge.set(sum(len(other.running) for other in self._lanes))
+        free = sum(other.free for other in self._lanes)
+        self._free_gauge.set(min(free, self.budget.max_rows - sum(other.rows for other in self._lanes)))
+
+
+def _too_large(item: TranslateItem, need: int, room: int) -> DecodeTooLarge:
+    o = item.options
+    return DecodeTooLarge(
+        f"beam_size {o.beam_size} × max_length {o.max_length} needs {need / 2**20:.1f} MiB of decoder "
+        f"cache, more than the {room / 2**20:.1f} MiB a sentence may use (TSERVE_DECODE_MEMORY_MB): "
+        "lower beam_size or max_length",
+        room,
+    )
 
 
 def _fair(waiting: list[_Sentence]) -> list[_Sentence]:

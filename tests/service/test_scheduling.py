@@ -323,7 +323,7 @@ async def test_small_sentences_spread_over_both_decodes_which_step_at_once(
     finally:
         await b.close()
     threads = {name for name, _, _ in spans}
-    assert len(threads) == 2  # the loop's thread and the lane thread
+    assert len(threads) == 2  # the main and the express decode, each on its own thread
     overlapping = [(a, b2) for a in spans for b2 in spans if a[0] != b2[0] and a[1] < b2[2] and b2[1] < a[2]]
     assert overlapping
     monkeypatch.setattr(RunningDecode, "step", real)  # alone, below: unrecorded
