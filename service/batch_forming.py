@@ -7,9 +7,10 @@ No state and no asyncio here: the batcher (``batching.py``) and the decode sched
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
@@ -43,18 +44,23 @@ class Pending(Generic[ItemT, ResultT]):
     state: Literal["queued", "running", "dropped"] = "queued"
 
 
-def round_robin(items: Iterable[X], request_of: Callable[[X], int]) -> list[X]:
-    """``items`` (in arrival order) taken every request's first, then every request's second, …;
-    so a one-item request waits behind one item of each document, not behind whole documents,
-    and the oldest item stays first."""
-    rank: dict[int, int] = {}
-    keyed = []
-    for arrival, item in enumerate(items):
-        request = request_of(item)
-        rank[request] = rank.get(request, -1) + 1
-        keyed.append((rank[request], arrival, item))
-    keyed.sort(key=lambda k: k[:2])
-    return [item for _, _, item in keyed]
+def round_robin(items: Iterable[X], request_of: Callable[[X], int], limit: int | None = None) -> list[X]:
+    """``items`` (in arrival order) taken every request's first, then every request's second, …
+    (requests in order of their first item), at most ``limit`` of them; so a one-item request
+    waits behind one item of each document, not behind whole documents, and the oldest item
+    stays first."""
+    by_request: dict[int, list[X]] = {}
+    for item in items:
+        by_request.setdefault(request_of(item), []).append(item)
+    taken: list[X] = []
+    for round_ in itertools.zip_longest(*by_request.values(), fillvalue=_NONE):
+        taken += [item for item in round_ if item is not _NONE]
+        if limit is not None and len(taken) >= limit:
+            return taken[:limit]
+    return taken
+
+
+_NONE: Any = object()  # zip_longest's filler: no item of that request in this round
 
 
 Queue = Sequence[Pending[ItemT, ResultT]]
@@ -67,13 +73,11 @@ def is_full(queue: Queue[ItemT, ResultT], policy: BatchPolicy) -> bool:
     return max(p.cost for p in queue) * len(queue) >= policy.max_batch_tokens
 
 
-def choose_batch(
-    queue: Sequence[Pending[ItemT, ResultT]], policy: BatchPolicy
-) -> list[Pending[ItemT, ResultT]]:
+def choose_batch(queue: Queue[ItemT, ResultT], policy: BatchPolicy) -> list[Pending[ItemT, ResultT]]:
     """The oldest item, the oldest of every other request, then the nearest in length, within
     ``max_batch_size`` items and ``max_batch_tokens`` padded tokens; sorted by cost."""
     anchor = queue[0]
-    window = round_robin(queue[1:], _request)[: 4 * policy.max_batch_size]
+    window = round_robin(queue[1:], _request, 4 * policy.max_batch_size)
     firsts: list[Pending[ItemT, ResultT]] = []
     others: list[Pending[ItemT, ResultT]] = []
     seen = {anchor.request}
@@ -93,9 +97,7 @@ def choose_batch(
     return sorted(batch, key=lambda p: p.cost)
 
 
-def choose_small(
-    queue: Sequence[Pending[ItemT, ResultT]], policy: BatchPolicy
-) -> list[Pending[ItemT, ResultT]]:
+def choose_small(queue: Queue[ItemT, ResultT], policy: BatchPolicy) -> list[Pending[ItemT, ResultT]]:
     """The oldest queued items of small requests, within the express worker's token budget."""
     budget = policy.express_max_tokens
     batch: list[Pending[ItemT, ResultT]] = []
