@@ -37,7 +37,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check service export tests benchmarks
 	$(VENV)/bin/mypy
 
-## Export both default models in every variant (fp32, int8, fp16) into .artefacts/.
+## Export the default models in every variant (fp32, int8, fp16) into .artefacts/.
 export: $(STAMP)
 	$(PY) -m export default --out .artefacts --variant all
 

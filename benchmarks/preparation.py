@@ -28,7 +28,7 @@ BASE_MAX_POSITIONS = 128
 BASE_REFERENCE_SENTENCES = 24
 
 
-def export_translation(bench: Bench, source: Path, key: str, reference: Path = REFERENCE_FILE) -> None:
+def export_translation(bench: Bench, source: Path, key: str, reference: Path | None = None) -> None:
     """fp32 and int8 in one export (int8 reuses fp32's graphs and baselines, checked once); if
     that fails, each variant alone, so that one variant's failure is noted and the other measured."""
     from export.translation import export_translation

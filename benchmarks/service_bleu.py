@@ -1,12 +1,15 @@
 """sacreBLEU of a running service's translations against the PyTorch checkpoint's own.
 
 python -m benchmarks.service_bleu --url http://localhost:8000 --data-dir ../shared/data/multi30k \\
-    [--split test_2016_flickr] [--beam 4] [--checkpoint PATH.safetensors] [--documents 50]
+    [--model transformer-de-en] [--split test_2016_flickr] [--beam 4] [--checkpoint PATH.safetensors] \\
+    [--documents 50]
 
-The test split goes through ``POST /v1/translate`` in batched requests, several in flight; the
-checkpoint translates it in PyTorch with ``export.translate.translate``, as ``export.evaluate``
-(the model card's figure) does. Both are scored with ``sacrebleu.BLEU()``'s defaults (cased,
-13a, detokenised text). Exit status 1 when they differ by more than ``--tolerance`` BLEU: the
+``--model`` picks one of the served translators (default: the service's default); its card's
+languages pick the data files and its name the repository checkpoint. The test split goes
+through ``POST /v1/translate`` in batched requests, several in flight; the checkpoint
+translates it in PyTorch with ``export.translate.translate``, as ``export.evaluate`` (the model
+card's figure) does. Both are scored with ``sacrebleu.BLEU()``'s defaults (cased, 13a,
+detokenised text). Exit status 1 when they differ by more than ``--tolerance`` BLEU: the
 served artefact (export, variant, search) does not translate like its checkpoint. Point it at
 the service of the same checkpoint; the service's batching and the PyTorch run take a while,
 so give the service a long ``TSERVE_REQUEST_TIMEOUT_S`` on a busy machine.
@@ -50,7 +53,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--beam", type=int, default=4, help="beam size for both (1 = greedy)")
     p.add_argument("--length-penalty", type=float, default=1.0)
-    p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="the PyTorch reference")
+    p.add_argument("--model", help="the served translation model (default: the service's default)")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="the PyTorch reference (default: export/checkpoints/<model>/model.safetensors)",
+    )
     p.add_argument("--tokenizer", type=Path, help="default: tokenizer.json next to the checkpoint")
     p.add_argument("--batch", type=int, default=32, help="sentences per request")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
@@ -61,19 +69,27 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def served_translator(client: httpx.Client) -> dict[str, Any]:
-    """The translation model's card from ``GET /v1/models``."""
+def served_translator(client: httpx.Client, model: str | None) -> dict[str, Any]:
+    """The card of translation model ``model`` (None: the default, listed first) from ``GET /v1/models``."""
     response = client.get("/v1/models")
     response.raise_for_status()
-    cards = [c for c in response.json()["data"] if c["task"] == "translate"]
+    cards = [c for c in response.json()["data"] if c["task"] == "translate" and model in (None, c["id"])]
     if not cards:
-        raise RuntimeError(f"{client.base_url} serves no translation model")
+        raise RuntimeError(f"{client.base_url} serves no translation model {model or ''}")
     card: dict[str, Any] = cards[0]
     return card
 
 
-def translate_batch(client: httpx.Client, texts: list[str], beam: int, length_penalty: float) -> list[str]:
-    body = {"text": texts, "beam_size": beam, "length_penalty": length_penalty}
+def checkpoint_of(args: argparse.Namespace, model: str) -> Path:
+    """``--checkpoint``, else the repository's checkpoint of that name, else the default one."""
+    ours = DEFAULT_CHECKPOINT.parent.parent / model / DEFAULT_CHECKPOINT.name
+    return Path(args.checkpoint or (ours if ours.is_file() else DEFAULT_CHECKPOINT))
+
+
+def translate_batch(
+    client: httpx.Client, texts: list[str], beam: int, length_penalty: float, model: str
+) -> list[str]:
+    body = {"text": texts, "beam_size": beam, "length_penalty": length_penalty, "model": model}
     for _ in range(RETRIES_ON_429):
         response = client.post("/v1/translate", json=body)
         if response.status_code == 429:  # the queue is full: wait as told, then again
@@ -89,7 +105,9 @@ def service_translations(client: httpx.Client, sources: list[str], args: argpars
     """Every source through the service, in order: ``--batch`` per request, ``--concurrency`` at once."""
     batches = [sources[i : i + args.batch] for i in range(0, len(sources), args.batch)]
     with ThreadPoolExecutor(args.concurrency) as pool:
-        done = pool.map(lambda texts: translate_batch(client, texts, args.beam, args.length_penalty), batches)
+        done = pool.map(
+            lambda texts: translate_batch(client, texts, args.beam, args.length_penalty, args.model), batches
+        )
         return [text for batch in done for text in batch]
 
 
@@ -98,7 +116,8 @@ def document_translations(client: httpx.Client, sources: list[str], args: argpar
     documents = ["\n".join(sources[i : i + args.documents]) for i in range(0, len(sources), args.documents)]
     with ThreadPoolExecutor(args.concurrency) as pool:
         done = pool.map(
-            lambda text: translate_batch(client, [text], args.beam, args.length_penalty), documents
+            lambda text: translate_batch(client, [text], args.beam, args.length_penalty, args.model),
+            documents,
         )
         lines = [line for (text,) in done for line in text.split("\n")]
     if len(lines) != len(sources):
@@ -109,19 +128,23 @@ def document_translations(client: httpx.Client, sources: list[str], args: argpar
 def pytorch_translations(sources: list[str], args: argparse.Namespace) -> list[str]:
     """``export.evaluate``'s translations: the checkpoint in PyTorch, same beam and penalty."""
     torch.set_num_threads(args.threads)
-    model = load_checkpoint(args.checkpoint)
-    tokenizer = Tokenizer.from_file(str(args.tokenizer or args.checkpoint.parent / "tokenizer.json"))
+    checkpoint = checkpoint_of(args, args.model)
+    model = load_checkpoint(checkpoint)
+    tokenizer = Tokenizer.from_file(str(args.tokenizer or checkpoint.parent / "tokenizer.json"))
     return translate(model, tokenizer, sources, beam_size=args.beam, length_penalty=args.length_penalty)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    sources, references = read_parallel(args.data_dir, args.split)
     bleu = sacrebleu.BLEU()
 
     with httpx.Client(base_url=args.url, timeout=args.timeout_s) as client:
-        card = served_translator(client)
-        print(f"service {args.url}: {card['id']} ({card['variant']}, {card['provider']})", flush=True)
+        card = served_translator(client, args.model)
+        args.model = card["id"]
+        pair = card["source_languages"][0], card["target_languages"][0]
+        sources, references = read_parallel(args.data_dir, args.split, *pair)
+        served_as = f"{card['id']} ({card['variant']}, {card['provider']}), {'→'.join(pair)}"
+        print(f"service {args.url}: {served_as}", flush=True)
         start = time.perf_counter()
         served = service_translations(client, sources, args)
     service_s = time.perf_counter() - start
@@ -134,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with httpx.Client(base_url=args.url, timeout=args.timeout_s) as client:
             reference = document_translations(client, sources, args)
     else:
-        print(f"PyTorch {args.checkpoint}", flush=True)
+        print(f"PyTorch {checkpoint_of(args, args.model)}", flush=True)
         reference = pytorch_translations(sources, args)
     reference_s = time.perf_counter() - start
     reference_bleu = bleu.corpus_score(reference, [references]).score

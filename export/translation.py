@@ -38,7 +38,7 @@ from export.publish import (
     still_to_export,
     tool_fields,
 )
-from export.reference import REFERENCE_FILE, load_reference
+from export.reference import load_reference, reference_for
 from export.sources import TranslationSource
 from export.translation_graphs import load_ours
 from export.translation_verify import TranslationVerifier
@@ -139,21 +139,22 @@ def export_translation(
     variants: list[str],
     eval_dir: Path | None = None,
     name: str | None = None,
-    reference: Path = REFERENCE_FILE,
+    reference: Path | None = None,
 ) -> list[Path]:
     """Export ``source`` (a checkpoint of ours or a Marian directory) to
     ``<out_root>/<name>/<variant>/`` for each variant (``all``: every one, export/publish.py);
     returns those directories. ``name`` overrides the artefact name (default: the checkpoint
-    directory's); ``reference`` is the sentence file every variant is measured on
-    (export/reference.py). Raises VerificationError when a variant is out of tolerance (nothing
-    published for it, an earlier artefact kept), ValueError for what it cannot export.
+    directory's); ``reference`` is the sentence file every variant is measured on (default:
+    the committed one in the source language, export/reference.py). Raises VerificationError
+    when a variant is out of tolerance (nothing published for it, an earlier artefact kept),
+    ValueError for what it cannot export.
     """
     wanted = parse_variants(variants)
     progress(f"loading {source}")
     src = load_source(source, name)
     sha = sha256_of_files(src.weight_files)
     root = out_root / src.name
-    reference_set = load_reference(reference)
+    reference_set = load_reference(reference or reference_for(src.source_languages[0]))
     todo = still_to_export(wanted, root, lambda v: up_to_date(root / v, src, sha, v, reference_set.sha256))
     if todo:
         root.mkdir(parents=True, exist_ok=True)

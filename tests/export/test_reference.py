@@ -14,6 +14,7 @@ from export.reference import (
     REFERENCE_FILE,
     embedding_check,
     load_reference,
+    reference_for,
     translation_check,
 )
 from service.artefacts import Manifest
@@ -36,6 +37,15 @@ def test_reference_file_is_committed_and_hashed() -> None:
     assert REFERENCE.path == "export/reference/sentences.en.txt"
     assert REFERENCE.sha256 == hashlib.sha256(REFERENCE_FILE.read_bytes()).hexdigest()
     assert len(REFERENCE.sentences) >= 200 and all(s == s.strip() and s for s in REFERENCE.sentences)
+
+
+def test_each_source_language_has_its_own_sentences_and_others_fall_back_to_english() -> None:
+    german = load_reference(reference_for("de"))
+    assert german.path == "export/reference/sentences.de.txt"
+    assert len(german.sentences) == len(REFERENCE.sentences)  # written line by line to match
+    assert not set(german.sentences) & set(REFERENCE.sentences)  # not the English copied
+    assert sum("ä" in s or "ö" in s or "ü" in s or "ß" in s for s in german.sentences) > 30
+    assert reference_for("en") == REFERENCE_FILE and reference_for("fr") == REFERENCE_FILE
 
 
 def test_translation_bounds() -> None:

@@ -22,7 +22,8 @@ def test_defaults() -> None:
     s = Settings()
     assert (s.host, s.port) == ("0.0.0.0", 8000)
     assert s.artefact_root == Path(".artefacts")
-    assert (s.translation_models, s.embed_model) == (["transformer-en-de"], "all-MiniLM-L6-v2")
+    assert s.translation_models == ["transformer-en-de", "transformer-de-en"]
+    assert s.embed_model == "all-MiniLM-L6-v2"
     assert s.api_keys == [] and s.cors_origins == []
     assert s.auto_export is True
 
@@ -111,7 +112,7 @@ def test_auto_provider_is_cuda_exactly_when_onnxruntime_offers_it(
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        ({}, ["transformer-en-de"]),  # DEFAULT_TRANSLATE_MODELS
+        ({}, ["transformer-en-de", "transformer-de-en"]),  # DEFAULT_TRANSLATE_MODELS
         (
             {"TSERVE_TRANSLATE_MODELS": "transformer-en-de,transformer-de-en"},
             ["transformer-en-de", "transformer-de-en"],
