@@ -23,7 +23,6 @@ This module knows nothing of HTTP.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import math
 import time
@@ -128,7 +127,7 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
         self._running: set[asyncio.Task[None]] = set()
         self._queue_depth = QUEUE_DEPTH.labels(model=model)
         self._queue_depth.set(0)
-        self._requests = itertools.count()
+        self.submitted = 0  # requests ever submitted (each its own round-robin key)
         # Whether requests have lately come together (so a batch is worth waiting for); True
         # until a batch shows otherwise.
         self._company = True
@@ -148,6 +147,11 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
     @property
     def queued(self) -> int:
         return self._queued
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, nothing being computed."""
+        return not (self._queued or self._stats.running)
 
     def stop_accepting(self) -> None:
         """New submits raise ``BatcherClosed``; queued and running items still complete."""
@@ -203,7 +207,8 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             costs = await self._costs(items)
             self._admit(len(items))  # again: the queue may have filled while a thread counted tokens
         now = time.perf_counter()
-        request = next(self._requests)
+        request = self.submitted
+        self.submitted += 1
         small = sum(max(1, c) for c in costs) <= self.policy.express_max_tokens
         entries: list[Pending[ItemT, ResultT]] = [
             Pending(item, max(1, cost), deadline, now, loop.create_future(), request, small)

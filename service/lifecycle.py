@@ -25,6 +25,7 @@ from service.batch_forming import BatchPolicy
 from service.batching import DynamicBatcher
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.running import ContinuousEngine
+from service.memory import trim_when_idle
 from service.metrics import MODEL_INFO, READY
 from service.scheduling import ContinuousBatcher, DecodeBudget
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
@@ -80,6 +81,7 @@ class Runtime:
     embedder: ServedEmbedder | None = None
     on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
     limits: RequestLimits = field(init=False)
+    _trimmer: asyncio.Task[None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.limits = RequestLimits.from_settings(self.settings)
@@ -140,6 +142,10 @@ class Runtime:
                 variant=engine.manifest.variant,
                 provider=engine.provider,
             ).set(1)
+        if s.memory_trim_interval_s and self._trimmer is None:
+            self._trimmer = asyncio.get_running_loop().create_task(
+                trim_when_idle(lambda: self.batchers, s.memory_trim_interval_s), name="memory-trim"
+            )
         if self.state == "loading":
             self.state = "ready"
             READY.set(1)
@@ -184,6 +190,9 @@ class Runtime:
     async def close(self, timeout_s: float) -> None:
         self.begin_drain()
         await asyncio.gather(*(b.drain(timeout_s) for b in self.batchers))
+        if self._trimmer is not None:
+            self._trimmer.cancel()
+            await asyncio.gather(self._trimmer, return_exceptions=True)
         await asyncio.gather(*(b.close() for b in self.batchers))
 
 

@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     # translation models and the embedder stay within k8s/base's 4 GiB limit even at worst case.
     decode_memory_mb: int = Field(default=1024, ge=1)
     decode_admit_tokens: int = Field(default=2048, ge=1)  # source tokens encoded between two steps
+    # Once every model is idle after requests, give freed memory back to the OS (glibc's
+    # malloc_trim; service/memory.py), checked this often; 0: never.
+    memory_trim_interval_s: float = Field(default=2.0, ge=0)
 
     # Threads
     # onnxruntime threads per session; 0: the cores shared among the runs one model may have in

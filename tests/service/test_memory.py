@@ -1,0 +1,102 @@
+"""Freed memory back to the OS once the service is idle (service/memory.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from service import memory
+from tests.service.api.conftest import serving, small_settings
+
+pytestmark = pytest.mark.anyio
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+@pytest.mark.skipif(memory._MALLOC_TRIM is None, reason="not glibc: nothing to trim")
+def test_freed_heap_pages_go_back_to_the_os() -> None:
+    blocks = [bytearray(64 * 1024) for _ in range(1600)]  # 100 MiB on the heap, below mmap's threshold
+    for block in blocks:
+        block[::4096] = b"\1" * len(block[::4096])  # touched: resident
+    pin = bytearray(64 * 1024)  # above them: glibc's own trim at free() cannot reach them
+    del blocks
+    kept = _resident_mib()
+    assert memory.release_free_memory()
+    assert _resident_mib() < kept - 80, (kept, _resident_mib())
+    del pin
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The trims made from now on (none really made)."""
+    trims: list[bool] = []
+
+    def release() -> bool:
+        trims.append(True)
+        return True
+
+    monkeypatch.setattr(memory, "release_free_memory", release)
+    return trims
+
+
+@dataclass
+class FakeBatcher:
+    submitted: int = 0
+    idle: bool = True
+
+
+async def test_trims_once_after_requests_when_every_batcher_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    main, other = FakeBatcher(), FakeBatcher()
+
+    def release() -> bool:
+        trims.append(main.submitted)
+        return True
+
+    monkeypatch.setattr(memory, "release_free_memory", release)
+    task = asyncio.create_task(memory.trim_when_idle(lambda: [main, other], 0.01))
+
+    async def settle() -> None:
+        await asyncio.sleep(0.06)
+
+    try:
+        await settle()
+        assert trims == [0]  # once after start-up (loading leaves garbage too), not again
+        main.submitted, main.idle = 1, False
+        await settle()
+        assert trims == [0]  # never while a batcher works
+        main.idle, other.idle = True, False
+        await settle()
+        assert trims == [0]  # nor while another does
+        other.idle = True
+        await settle()
+        assert trims == [0, 1]  # the load is over: once
+        main.submitted = 2  # a request came and went between two looks
+        await settle()
+        assert trims == [0, 1, 2]
+    finally:
+        task.cancel()
+
+
+async def test_the_service_trims_after_its_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims = _counted(monkeypatch)
+    async with serving(small_settings(memory_trim_interval_s=0.01)) as served:
+        await asyncio.sleep(0.05)
+        before = len(trims)
+        assert before >= 1
+        response = await served.client.post("/v1/translate", json={"text": "a b c"})
+        assert response.status_code == 200
+        await asyncio.sleep(0.05)
+        assert len(trims) == before + 1
+
+
+async def test_zero_turns_trimming_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims = _counted(monkeypatch)
+    async with serving(small_settings(memory_trim_interval_s=0)) as served:
+        assert (await served.client.post("/v1/translate", json={"text": "a b c"})).status_code == 200
+        await asyncio.sleep(0.05)
+    assert trims == []
