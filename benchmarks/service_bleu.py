@@ -52,7 +52,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--data-dir", type=Path, required=True, help="Multi30k: {split}.en[.gz], {split}.de[.gz]")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--beam", type=int, default=4, help="beam size for both (1 = greedy)")
-    p.add_argument("--length-penalty", type=float, default=1.0)
+    p.add_argument(
+        "--length-penalty", type=float, help="for both (default: the served model's, GET /v1/models)"
+    )
     p.add_argument("--model", help="the served translation model (default: the service's default)")
     p.add_argument(
         "--checkpoint",
@@ -141,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with httpx.Client(base_url=args.url, timeout=args.timeout_s) as client:
         card = served_translator(client, args.model)
         args.model = card["id"]
+        if args.length_penalty is None:
+            args.length_penalty = card.get("length_penalty") or 1.0
         pair = card["source_languages"][0], card["target_languages"][0]
         sources, references = read_parallel(args.data_dir, args.split, *pair)
         served_as = f"{card['id']} ({card['variant']}, {card['provider']}), {'→'.join(pair)}"
@@ -172,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             {
                 "split": args.split,
                 "beam": args.beam,
+                "length_penalty": args.length_penalty,
                 "model": card["id"],
                 "variant": card["variant"],
                 "provider": card["provider"],

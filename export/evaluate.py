@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 
 from export.checkpoint import load_checkpoint
 from export.data import read_parallel
-from export.translate import DEFAULT_CHECKPOINT, translate
+from export.translate import DEFAULT_CHECKPOINT, checkpoint_length_penalty, translate
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -32,14 +32,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--src-lang", default="en")
     p.add_argument("--tgt-lang", default="de")
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--length-penalty", type=float, default=1.0)
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        help="score = log-prob / length ** penalty "
+        "(default: the checkpoint's generation_config.json, else 1.0)",
+    )
     args = p.parse_args(argv)
 
     model = load_checkpoint(args.checkpoint)
     tokenizer = Tokenizer.from_file(str(args.tokenizer or args.checkpoint.parent / "tokenizer.json"))
     sources, references = read_parallel(args.data_dir, args.split, args.src_lang, args.tgt_lang)
     start = time.time()
-    hyps = translate(model, tokenizer, sources, beam_size=args.beam, length_penalty=args.length_penalty)
+    penalty = checkpoint_length_penalty(args.checkpoint, args.length_penalty)
+    hyps = translate(model, tokenizer, sources, beam_size=args.beam, length_penalty=penalty)
     bleu = sacrebleu.BLEU()
     score = bleu.corpus_score(hyps, [references])
     print(
@@ -47,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             {
                 "split": args.split,
                 "beam": args.beam,
+                "length_penalty": penalty,
                 "bleu": round(score.score, 2),
                 "signature": str(bleu.get_signature()),
                 "seconds": round(time.time() - start, 1),

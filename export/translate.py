@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from export.checkpoint import load_checkpoint
 from export.data import encode_source, length_sorted_batches, output_limits, pad
 from export.model import KeyValue, Transformer, padding_mask
+from export.sources import generation_length_penalty
 from service.engine.search import TokenHypothesis, beam_search
 
 DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "transformer-en-de" / "model.safetensors"
@@ -98,7 +99,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--tokenizer", type=Path, help="default: tokenizer.json next to the checkpoint")
     p.add_argument("--input", type=Path, help="a file with one sentence per line")
     p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
-    p.add_argument("--length-penalty", type=float, default=1.0)
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        help="score = log-prob / length ** penalty "
+        "(default: the checkpoint's generation_config.json, else 1.0)",
+    )
     p.add_argument("--batch-size", type=int, default=64)
     args = p.parse_args(argv)
 
@@ -115,10 +121,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         tokenizer,
         texts,
         beam_size=args.beam,
-        length_penalty=args.length_penalty,
+        length_penalty=checkpoint_length_penalty(args.checkpoint, args.length_penalty),
         batch_size=args.batch_size,
     ):
         print(line)
+
+
+def checkpoint_length_penalty(checkpoint: Path, given: float | None) -> float:
+    """``given``, else the length penalty of the checkpoint's generation config."""
+    return given if given is not None else generation_length_penalty(checkpoint.parent)
 
 
 if __name__ == "__main__":

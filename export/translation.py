@@ -101,6 +101,7 @@ def build_manifest(
             max_target_len=source.max_target_len,
             has_alignments=True,
             decoder_layout=decoder_layout(directory / "decoder.onnx"),
+            length_penalty=source.length_penalty,
         ),
         parity={k: round(float(v), 8) for k, v in parity_figures.items()},
         fusions=fusions,
@@ -126,6 +127,8 @@ def up_to_date(
     if manifest is None or manifest.translation is None:
         return False
     if manifest.translation.decoder_layout != variant_layout(variant):
+        return False
+    if manifest.translation.length_penalty != source.length_penalty:  # a retuned default
         return False
     if source.tokenizer_file is not None:
         listed = {f.path: f.sha256 for f in manifest.files}

@@ -77,13 +77,14 @@ def translate_ids(
 ) -> list[list[int]]:
     """Best hypothesis ids per text through ``engine.translate``, in length-sorted batches (as the
     service's batcher sends them), each sentence stopped at ``limits`` (default: its
-    ``output_limits``)."""
+    ``output_limits``), with the source's length penalty (what requests get by default)."""
     src_ids = encode_sources(source, texts)
     limits = limits or output_limits(src_ids, source.max_target_len)
     out: list[list[int]] = [[] for _ in texts]
     for chunk in length_sorted_batches([len(s) for s in src_ids], batch_size):
+        penalty = source.length_penalty
         items = [
-            TranslateItem(texts[i], TranslateOptions(beam_size=beam_size, max_length=limits[i]))
+            TranslateItem(texts[i], TranslateOptions(beam_size, max_length=limits[i], length_penalty=penalty))
             for i in chunk
         ]
         for i, result in zip(chunk, engine.translate(items), strict=True):

@@ -58,7 +58,12 @@ from export.checkpoint import load_checkpoint, read_config
 from export.data import pad
 from export.model import DecoderLayer, Transformer
 from export.onnx_tools import append_top_k, export_onnx, unstack_layers
-from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
+from export.sources import (
+    IncrementalDecoder,
+    TranslationSource,
+    generation_length_penalty,
+    languages_from_name,
+)
 from export.translate import TorchDecoder
 from service.artefacts import (
     CACHE_KEYS,
@@ -334,6 +339,7 @@ def load_ours(source: Path, name: str | None = None) -> TranslationSource:
         build_graphs=build,
         reference=OursReference(model),
         tokenizer_file=tokenizer_path,
+        length_penalty=generation_length_penalty(path.parent),
     )
 
 

@@ -124,6 +124,9 @@ class TranslationInfo(_Strict):
     # The decoder graph's I/O (export/translation_graphs.py); artefacts from before the field
     # have the plain stacked layout.
     decoder_layout: DecoderLayout = "stacked_kv"
+    # Requests that name none decode with it (score = log-prob / length ** penalty): the source's
+    # generation_config.json, tuned on the model's validation set; 1.0 for artefacts without.
+    length_penalty: float = 1.0
 
 
 class EmbeddingInfo(_Strict):

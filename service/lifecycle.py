@@ -58,6 +58,12 @@ class ServedTranslator:
         info = self.engine.manifest.translation
         return info.target_languages if info else []
 
+    @property
+    def length_penalty(self) -> float:
+        """The default of requests that name none (the model's, tuned on its validation set)."""
+        info = self.engine.manifest.translation
+        return info.length_penalty if info else 1.0
+
     def pairs(self) -> list[str]:
         return [f"{s}→{t}" for s in self.sources for t in self.targets if s != t]
 

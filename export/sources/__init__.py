@@ -8,6 +8,7 @@ reference (the source framework's own code) the exported graphs are verified aga
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,26 @@ class TranslationSource:
     # The source framework's own tokenizer, when it is not ``tokenizer`` (e.g. a converted one):
     # the export checks both give the same ids.
     reference_encode: Callable[[Sequence[str]], list[list[int]]] | None = None
+    # Requests' default (score = log-prob / length ** penalty): the source's generation config.
+    length_penalty: float = 1.0
+
+
+GENERATION_CONFIG = "generation_config.json"  # Hugging Face's name; ours keep theirs beside them
+
+
+def generation_length_penalty(directory: Path) -> float:
+    """``length_penalty`` of ``directory/generation_config.json`` (tuned on the model's
+    validation set, Hugging Face's meaning: log-prob / length ** penalty); 1.0 without one."""
+    path = directory / GENERATION_CONFIG
+    if not path.is_file():
+        return 1.0
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("length_penalty", 1.0)
+    except (ValueError, AttributeError) as e:
+        raise ValueError(f"{path}: unreadable generation config ({e})") from e
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0.0 <= value <= 2.0:
+        raise ValueError(f"{path}: length_penalty must be a number in [0, 2], not {value!r}")
+    return float(value)
 
 
 def languages_from_name(name: str, default: tuple[str, str] = ("en", "de")) -> tuple[list[str], list[str]]:

@@ -28,7 +28,12 @@ from tokenizers.processors import TemplateProcessing
 from torch import Tensor, nn
 
 from export.cached_attention import cache_lengths, fused_qkv, slot_self_attention
-from export.sources import IncrementalDecoder, TranslationSource, languages_from_name
+from export.sources import (
+    IncrementalDecoder,
+    TranslationSource,
+    generation_length_penalty,
+    languages_from_name,
+)
 from export.translation_graphs import stack_kv, step_outputs, step_positions
 from service.artefacts import DecoderLayout, SpecialIds
 
@@ -398,6 +403,7 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
         reference=MarianReference(model, pad_id, eos_id, suppressed),
         reference_encode=_reference_encoder(directory),
         tokenizer_file=tokenizer_file if tokenizer_file.is_file() else None,
+        length_penalty=generation_length_penalty(directory),
     )
 
 

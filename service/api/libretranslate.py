@@ -126,6 +126,7 @@ async def translate(request: Request, runtime: Annotated[Runtime, Depends(get_ru
             beam_size=max(4, n),
             n_best=n,
             max_length=info.max_target_len if info else TranslateOptions.max_length,
+            length_penalty=translator.length_penalty,
         )
         try:
             done = await translate_texts(

@@ -100,6 +100,7 @@ def _card(engine: Engine) -> ModelCard:
     if m.translation is not None:
         card.max_input_tokens = m.translation.max_source_len
         card.max_output_tokens = m.translation.max_target_len
+        card.length_penalty = m.translation.length_penalty
         card.source_languages = m.translation.source_languages
         card.target_languages = m.translation.target_languages
     if m.embedding is not None:

@@ -191,8 +191,12 @@ class TranslateRequest(_Request):
         le=MAX_OUTPUT_TOKENS,
         description="Output tokens per sentence, at most the model's max_output_tokens (its default)",
     )
-    length_penalty: float = Field(
-        default=1.0, ge=0.0, le=2.0, description="score = log-prob / length ** penalty"
+    length_penalty: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=2.0,
+        description="score = log-prob / length ** penalty; default: the model's length_penalty "
+        "(GET /v1/models: tuned on its validation set, else 1.0)",
     )
     alignments: bool = Field(
         default=False, description="Return tokens and source-target attention per hypothesis"
@@ -343,6 +347,7 @@ class ModelCard(_Response):
     provider: str
     max_input_tokens: int = Field(description="Tokens per sentence (translation) or text (embeddings)")
     max_output_tokens: int | None = Field(default=None, description="Translation: the most max_length")
+    length_penalty: float | None = Field(default=None, description="Translation: the default length_penalty")
     source_languages: list[str] | None = None
     target_languages: list[str] | None = None
     dim: int | None = None

@@ -106,7 +106,7 @@ async def translate(
         beam_size=body.beam_size,
         n_best=body.n_best,
         max_length=body.max_length or (info.max_target_len if info else TranslateOptions.max_length),
-        length_penalty=body.length_penalty,
+        length_penalty=body.length_penalty if body.length_penalty is not None else translator.length_penalty,
         alignments=body.alignments,
     )
     source_language = body.source_language or (sources[0] if sources else "")

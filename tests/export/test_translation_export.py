@@ -21,6 +21,7 @@ from export.determinism import translation_determinism
 from export.model import padding_mask
 from export.onnx_tools import VerificationError
 from export.reference import MIN_CHRF_VS_FP32, load_reference
+from export.sources import GENERATION_CONFIG
 from export.translate import translate_ids as torch_translate_ids
 from export.translation import export_translation, load_source
 from export.translation_checks import BUILTIN_SENTENCES, engine_decoder, open_engine, translate_ids
@@ -197,6 +198,32 @@ def test_an_artefact_of_an_older_decoder_layout_is_re_exported(
     assert (fp32 / "manifest.json").stat().st_mtime_ns == before[fp32]
     rebuilt = load_and_verify(int8)
     assert rebuilt.translation is not None and rebuilt.translation.decoder_layout == DEFAULT_DECODER_LAYOUT
+
+
+def test_the_generation_configs_length_penalty_goes_into_the_manifest(
+    checkpoint: Path, exported: Path, tmp_path: Path
+) -> None:
+    """generation_config.json beside the checkpoint sets the artefact's default length penalty;
+    a changed one re-exports (the weights are the same), none means 1.0, a bad one is refused."""
+    assert _length_penalty(exported / "transformer-en-de" / "fp32") == 1.0
+    source = tmp_path / "transformer-en-de"
+    shutil.copytree(checkpoint.parent if checkpoint.is_file() else checkpoint, source)
+    out = tmp_path / "artefacts"
+    shutil.copytree(exported, out)
+    fp32 = out / "transformer-en-de" / "fp32"
+    (source / GENERATION_CONFIG).write_text('{"length_penalty": 1.3, "num_beams": 4}')
+    export_translation(source, out, ["fp32"])
+    assert _length_penalty(fp32) == 1.3
+    (source / GENERATION_CONFIG).write_text('{"length_penalty": 2.5}')
+    with pytest.raises(ValueError, match=r"length_penalty must be a number in \[0, 2\]"):
+        export_translation(source, out, ["fp32"])
+    assert _length_penalty(fp32) == 1.3  # the earlier artefact is kept
+
+
+def _length_penalty(directory: Path) -> float:
+    info = load_and_verify(directory).translation
+    assert info is not None
+    return info.length_penalty
 
 
 def test_failed_verification_writes_no_manifest(

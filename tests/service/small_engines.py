@@ -154,6 +154,7 @@ class ReverseTranslator:
         *,
         source_languages: tuple[str, ...] = ("en",),
         target_languages: tuple[str, ...] = ("de",),
+        length_penalty: float = 1.0,
         delay_s: float = 0.0,
         warmup_s: float = 0.0,
         gate: threading.Event | None = None,
@@ -170,6 +171,7 @@ class ReverseTranslator:
                 max_source_len=max_len,
                 max_target_len=max_len,
                 has_alignments=True,
+                length_penalty=length_penalty,
             ),
         )
         self.max_len = max_len

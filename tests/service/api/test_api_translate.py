@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from tests.service.api.conftest import Served, error_of
+from service.engine.base import TranslateItem, Translation
+from tests.service.api.conftest import Served, error_of, serving
+from tests.service.small_engines import ReverseTranslator
 
 pytestmark = pytest.mark.anyio
 
@@ -111,3 +113,30 @@ async def test_an_item_failing_in_the_engine_is_a_500_with_a_request_id(served: 
     assert error["type"] == "internal_error"
     assert "text[1]" in error["message"]
     assert error["request_id"] == r.headers["X-Request-ID"]
+
+
+async def test_a_request_without_length_penalty_gets_the_models() -> None:
+    """The artefact's length penalty (its generation config, tuned on the model's validation
+    set) is the default of /v1/translate and LibreTranslate's /translate; a request's own wins."""
+    translator = ReverseTranslator(name="tuned-en-de", length_penalty=1.5)
+    seen: list[float] = []
+    original = translator.translate
+
+    def spy(items: list[TranslateItem]) -> list[Translation | Exception]:
+        seen.extend(item.options.length_penalty for item in items)
+        return original(items)
+
+    translator.translate = spy  # type: ignore[method-assign]
+    async with serving(given=[translator]) as served:
+        client = served.client
+        assert (await client.post("/v1/translate", json={"text": "a b", "beam_size": 4})).status_code == 200
+        assert seen == [1.5]
+        body = {"text": "a b", "beam_size": 4, "length_penalty": 0.5}
+        assert (await client.post("/v1/translate", json=body)).status_code == 200
+        assert seen == [1.5, 0.5]
+        assert (
+            await client.post("/translate", json={"q": "a b", "source": "en", "target": "de"})
+        ).status_code == 200
+        assert seen == [1.5, 0.5, 1.5]
+        (card,) = (await client.get("/v1/models")).json()["data"]
+        assert card["length_penalty"] == 1.5
