@@ -170,9 +170,8 @@ class OursHTTP:
     def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
         if w.forced:
             raise NotImplementedError("the service has no option to suppress </s>")
-        r = self.client.post(
-            "/v1/translate", json={"text": list(texts), "beam_size": w.beam, "max_length": w.max_len}
-        )
+        body = {"text": list(texts), "beam_size": w.beam, "max_length": w.max_len, "length_penalty": 1.0}
+        r = self.client.post("/v1/translate", json=body)  # the penalty every system here decodes with
         r.raise_for_status()
         return parse_translate_response(r.json())
 
