@@ -55,9 +55,11 @@ def test_sentences_joining_a_running_decode_translate_as_alone(
     continuous_service: ServerProcess, default_artefacts: Path, beam_size: int
 ) -> None:
     engine = OnnxTranslator(default_artefacts / "transformer-en-de" / "int8", SessionConfig("cpu", 1))
+    assert engine.manifest.translation is not None
+    options = TranslateOptions(beam_size, length_penalty=engine.manifest.translation.length_penalty)
     alone = []
-    for text in SENTENCES:
-        (result,) = engine.translate([TranslateItem(text, TranslateOptions(beam_size=beam_size))])
+    for text in SENTENCES:  # as the service decodes a request that names no length penalty
+        (result,) = engine.translate([TranslateItem(text, options)])
         assert isinstance(result, Translation)
         alone.append(result.hypotheses[0].text)
     served = asyncio.run(_staggered(continuous_service.url, beam_size))

@@ -110,6 +110,7 @@ def test_libretranslatepy_translates_and_lists_languages(service: ServerProcess)
     assert "hund" in german.lower()
     assert lt.languages() == [
         {"code": "en", "name": "English", "targets": ["de"]},
-        {"code": "de", "name": "German", "targets": []},
+        {"code": "de", "name": "German", "targets": ["en"]},
     ]
     assert "mann" in lt.translate("A man is riding a bicycle.", source="auto", target="de").lower()
+    assert "dog" in lt.translate("Ein Hund läuft im Schnee.", source="de", target="en").lower()
