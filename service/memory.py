@@ -5,7 +5,7 @@ request and response objects — but glibc keeps freed pages in its heaps and re
 only what lies at the top of one, so the resident size stays at the period's peak. glibc's
 ``malloc_trim(0)`` releases every free page of every heap. Measured on the default service
 (three models, one onnxruntime thread) after translating test2016 (1,000 sentences, beam 4)
-with each translator: 582 MB resident kept, 361 MB when trimmed once idle, the load as fast;
+with each translator: 582 MB resident kept, 354 MB when trimmed once idle, the load as fast;
 lowering glibc's mmap threshold instead (each large buffer its own mapping, unmapped when
 freed) gave 330 MB but ran the same load 40 % slower (page faults on every fresh buffer).
 """
