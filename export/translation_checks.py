@@ -81,8 +81,8 @@ def translate_ids(
     src_ids = encode_sources(source, texts)
     limits = limits or output_limits(src_ids, source.max_target_len)
     out: list[list[int]] = [[] for _ in texts]
+    penalty = source.length_penalty
     for chunk in length_sorted_batches([len(s) for s in src_ids], batch_size):
-        penalty = source.length_penalty
         items = [
             TranslateItem(texts[i], TranslateOptions(beam_size, max_length=limits[i], length_penalty=penalty))
             for i in chunk

@@ -28,8 +28,8 @@ ProviderSetting = Literal["auto", "cuda", "cpu"]
 VariantSetting = Literal["auto", "fp32", "int8", "fp16"]
 CUDA_PROVIDER = "CUDAExecutionProvider"
 
-# What `python -m export default` exports (export/__main__.py's DEFAULT_TRANSLATIONS) and the
-# service serves unless told otherwise; the first translator answers requests that name no pair.
+# What `python -m export default` exports (export/__main__.py reads these) and the service serves
+# unless told otherwise; the first translator answers requests that name no pair.
 DEFAULT_TRANSLATE_MODELS = ("transformer-en-de", "transformer-de-en")
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 
