@@ -3,27 +3,34 @@
 onnxruntime's dynamic quantisation (``DynamicQuantizeLinear`` → ``MatMulInteger``, fused into
 ``DynamicQuantizeMatMul``) picks **one** scale for the whole activation tensor, i.e. for every
 token of every sentence in the batch, so a sentence's numbers (and, near a tie, its translation)
-change with whatever shares its batch. This rewrite gives each row of the flattened activation
-(one token of one sentence) its own symmetric scale:
+change with whatever shares its batch. This rewrite gives each row of the activation (one token
+of one sentence, the last axis) its own symmetric scale:
 
-    A (…, K) ──Reshape(-1, K)──▶ a (M, K)
-    s = max(|a|, axis=1) / 127                                   (M,)   per-row scale
-    q = QuantizeLinear(a, s, zero_point=128, axis=0)             (M, K) uint8, per row
-    Y = MatMulIntegerToFloat(q, W_int8, s[:, None], w_scale, 128)  ──Reshape──▶ (…, N)
+    A (…, K)
+    s = max(|A|, axis=-1) / 127                                  (…, 1)  per-row scale
+    q = QuantizeLinear(A, s, 128, axis=-1, block_size=K)         (…, K)  uint8, one block a row
+    Y = MatMulIntegerToFloat(q, W_int8, s, w_scale, 128)         (…, N)
 
 (``MatMulIntegerToFloat`` is ``(q - 128) @ W_int8`` in exact int32, times the broadcast product
 of the two scales. Its documentation names only a scalar or per-column ``a_scale``; the CPU kernel
-broadcasts an (M, 1) one over the output rows, which is what makes one fused kernel per MatMul
+broadcasts a (…, 1) one over the output rows, which is what makes one fused kernel per MatMul
 possible. tests/export/test_onnx_tools.py and every export's alone-vs-batched and parity checks
 guard that for the onnxruntime in use, which the manifest records. The int8 variant is for the
 CPU; GPUs serve fp16. Bias Adds stay separate: with a non-scalar ``a_scale`` the kernel
 multiplies its ``bias`` input by the row scale too. Q/K/V projections share one quantised
 activation.)
 
-``W_int8`` is symmetric per output column (QInt8, what the u8×s8 VNNI kernels want); the row
-scale is the only thing computed from the activation, and it depends on that row alone. The
-integer product is exact and the scaling element-wise, so a row's result is bit-identical
-whatever the number of rows: tested by ``export.determinism``.
+One row is one block of opset 21's blocked ``QuantizeLinear``, so the activation keeps its shape:
+7 nodes per quantised activation and 1 per MatMul, where opset 17's per-axis form needed a
+reshape to (M, K), a flattened scale and a reshape back (11 + 3); the transformer's decoder step
+went from 393 to 280 nodes and one beam-4 request from 14.9–15.9 to 13.4–14.2 ms (in-process,
+one thread, interleaved runs). The rewrite converts the graph to opset 21 first (onnx's version
+converter; the fp32 and fp16 variants stay at 17). The zero point 128 is a uint8 tensor of the
+scale's shape (a blocked zero point must match it): int8 activations with no zero point ran
+12× slower, onnxruntime having no fast s8×s8 kernel for this CPU. With the MatMul's output no
+longer behind a Reshape, onnxruntime's CPU session would fuse the bias Add with Gelu and the
+residual Add with LayerNormalization into kernels slower than the nodes they replace (int8
+MiniLM at batch 64: 15 % slower); ``service/engine/session.py`` turns those two fusions off.
 
 Why this and not the alternatives (measured in-process on the shared 2-core AVX-512 VNNI box,
 onnxruntime 1.32; rough, see the module docstring of export/onnx_tools.py for the table):
@@ -43,12 +50,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper, version_converter
 
 INT8_MAX = 127.0
 ZERO_POINT = 128  # uint8 offset that makes a symmetric int8 value unsigned (u8×s8 kernels)
 MIN_SCALE = 1e-12  # an all-zero row (e.g. a padded position) quantises to zeros, not NaN
 MS_DOMAIN = "com.microsoft"
+BLOCKED_QUANTIZE_OPSET = 21  # QuantizeLinear's block_size
+BLOCKED_QUANTIZE_IR = 10
 
 
 def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +78,7 @@ class _Rewriter:
                 self.consumers[name] = self.consumers.get(name, 0) + 1
         self.new_initializers: list[onnx.TensorProto] = []
         self.shared: dict[str, str] = {}
-        self.quantized: dict[str, tuple[str, str, str]] = {}
+        self.quantized: dict[str, tuple[str, str]] = {}
 
     def constant(self, name: str, value: np.ndarray) -> str:
         if name not in self.shared:
@@ -83,55 +92,47 @@ class _Rewriter:
             return None
         return numpy_helper.to_array(tensor)
 
-    def quantized_input(self, x: str, k: int) -> tuple[list[onnx.NodeProto], str, str, str]:
-        """Nodes quantising activation ``x`` per row, once however many MatMuls read it
-        (Q/K/V projections share theirs); returns (nodes, q (M, K) uint8, scale (M, 1), lead dims)."""
-        p = f"rowq_in{len(self.quantized)}"
+    def quantized_input(self, x: str, k: int) -> tuple[list[onnx.NodeProto], str, str]:
+        """Nodes quantising activation ``x`` (…, K) per row, once however many MatMuls read it
+        (Q/K/V projections share theirs); returns (nodes, q (…, K) uint8, scale (…, 1))."""
         if x in self.quantized:
-            q, s, lead = self.quantized[x]
-            return [], q, s, lead
-        flat_shape = self.constant("rowq_flat", np.array([-1], dtype=np.int64))
-        keep_last = self.constant(f"rowq_rows_k{k}", np.array([-1, k], dtype=np.int64))
+            q, s = self.quantized[x]
+            return [], q, s
+        p = f"rowq_in{len(self.quantized)}"
+        last_axis = self.constant("rowq_last_axis", np.array([-1], dtype=np.int64))
         inv_max = self.constant("rowq_inv_int8_max", np.array(1.0 / INT8_MAX, dtype=np.float32))
         min_scale = self.constant("rowq_min_scale", np.array(MIN_SCALE, dtype=np.float32))
         zero_point = self.constant("rowq_zero_point", np.array(ZERO_POINT, dtype=np.uint8))
-        start = self.constant("rowq_zero", np.array([0], dtype=np.int64))
         nodes = [
-            helper.make_node("Shape", [x], [f"{p}_shape"]),
-            helper.make_node("Slice", [f"{p}_shape", start, flat_shape], [f"{p}_lead"]),
-            helper.make_node("Reshape", [x, keep_last], [f"{p}_a"]),  # (M, K)
-            helper.make_node("Abs", [f"{p}_a"], [f"{p}_abs"]),
-            helper.make_node("ReduceMax", [f"{p}_abs"], [f"{p}_absmax"], axes=[1], keepdims=1),
+            helper.make_node("Abs", [x], [f"{p}_abs"]),
+            helper.make_node("ReduceMax", [f"{p}_abs", last_axis], [f"{p}_absmax"], keepdims=1),
             helper.make_node("Mul", [f"{p}_absmax", inv_max], [f"{p}_s_raw"]),
-            helper.make_node("Max", [f"{p}_s_raw", min_scale], [f"{p}_s"]),  # (M, 1)
-            helper.make_node("Reshape", [f"{p}_s", flat_shape], [f"{p}_s_flat"]),  # (M,)
-            helper.make_node("Shape", [f"{p}_s_flat"], [f"{p}_m"]),
-            helper.make_node("Expand", [zero_point, f"{p}_m"], [f"{p}_zp"]),
-            helper.make_node("QuantizeLinear", [f"{p}_a", f"{p}_s_flat", f"{p}_zp"], [f"{p}_q"], axis=0),
+            helper.make_node("Max", [f"{p}_s_raw", min_scale], [f"{p}_s"]),  # (…, 1)
+            # a blocked zero point has the scale's shape
+            helper.make_node("Shape", [f"{p}_s"], [f"{p}_s_shape"]),
+            helper.make_node("Expand", [zero_point, f"{p}_s_shape"], [f"{p}_zp"]),
+            # one block = one whole row: a scale per row, no reshape to (M, K) and back
+            helper.make_node("QuantizeLinear", [x, f"{p}_s", f"{p}_zp"], [f"{p}_q"], axis=-1, block_size=k),
         ]
-        self.quantized[x] = (f"{p}_q", f"{p}_s", f"{p}_lead")
-        return nodes, f"{p}_q", f"{p}_s", f"{p}_lead"
+        self.quantized[x] = (f"{p}_q", f"{p}_s")
+        return nodes, f"{p}_q", f"{p}_s"
 
     def rewrite(self, node: onnx.NodeProto, weight: np.ndarray, index: int) -> list[onnx.NodeProto]:
         """``node`` (MatMul of an activation by ``weight``) as per-row int8 nodes, same output name."""
         p = f"rowq{index}"
-        n = weight.shape[1]
         q_w, w_scale = quantize_weight(weight)
         w_name = self.constant(f"{p}_w_int8", q_w)
         w_scale_name = self.constant(f"{p}_w_scale", w_scale)
         zero_point = self.constant("rowq_zero_point", np.array(ZERO_POINT, dtype=np.uint8))
-        tail = self.constant(f"rowq_n{n}", np.array([n], dtype=np.int64))
-        nodes, q, s, lead = self.quantized_input(node.input[0], weight.shape[0])
-        nodes += [
+        nodes, q, s = self.quantized_input(node.input[0], weight.shape[0])
+        nodes.append(
             helper.make_node(
                 "MatMulIntegerToFloat",
                 [q, w_name, s, w_scale_name, zero_point],
-                [f"{p}_y"],
+                [node.output[0]],
                 domain=MS_DOMAIN,
-            ),
-            helper.make_node("Concat", [lead, tail], [f"{p}_out_shape"], axis=0),
-            helper.make_node("Reshape", [f"{p}_y", f"{p}_out_shape"], [node.output[0]]),
-        ]
+            )
+        )
         for new in nodes:
             new.name = f"{node.name or p}/{new.op_type}_{new.output[0]}"
         return nodes
@@ -156,9 +157,16 @@ class _Rewriter:
         return rewritten
 
 
+def _opset(model: onnx.ModelProto) -> int:
+    return int(next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")))
+
+
 def quantize_rowwise(in_path: Path, out_path: Path, exclude_nodes: set[str] | None = None) -> int:
     """Rewrite every MatMul with a constant 2-D float weight as per-row int8; return how many."""
     model = onnx.load(str(in_path))
+    if _opset(model) < BLOCKED_QUANTIZE_OPSET:
+        model = version_converter.convert_version(model, BLOCKED_QUANTIZE_OPSET)
+        model.ir_version = max(model.ir_version, BLOCKED_QUANTIZE_IR)
     count = _Rewriter(model).run(exclude_nodes or set())
     if count and not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))

@@ -1,7 +1,8 @@
 """ONNX helpers shared by the embedding and translation exports (torch → ONNX → variants).
 
-Compatibility target: every graph written here uses **ONNX opset 17** (default domain) and
-**IR version ≤ 10**, which onnxruntime 1.20+ loads (1.20 reads IR ≤ 10 and opsets ≤ 21); the
+Compatibility target: every graph written here uses **ONNX opset 17** (default domain; int8
+graphs 21, for the blocked ``QuantizeLinear`` of export/int8_rowwise.py) and **IR version
+≤ 10**, which onnxruntime 1.20+ loads (1.20 reads IR ≤ 10 and opsets ≤ 21); the
 contrib ops the optimizer and quantizer add live in the ``com.microsoft`` domain, version 1.
 Graphs are single files (no external data): our models are far below protobuf's 2 GiB limit
 and one file is one sha256 in the manifest. If the legacy TorchScript exporter ever disappears

@@ -99,6 +99,16 @@ class SessionConfig:
 DEFAULT_SESSION = SessionConfig()
 
 
+# onnxruntime fusions whose CPU kernels run slower than the nodes they replace (int8 MiniLM at
+# batch 64: BiasGelu 17.7 ms against Add + Gelu 11, SkipLayerNormalization 15.7 against Add +
+# LayerNormalization 7; benchmarks/README.md). They stay on for CUDA.
+CPU_SLOWER_FUSIONS = ["BiasGeluFusion", "SkipLayerNormFusion"]
+
+
+def _slower_on(providers: list[Any]) -> list[str]:
+    return CPU_SLOWER_FUSIONS if providers == [CPU] else []
+
+
 def create_session(path: Path, config: SessionConfig = DEFAULT_SESSION) -> ort.InferenceSession:
     """Load one graph; an unloadable file is an ``ArtefactError`` naming it."""
     providers = resolve_providers(config.provider, config.device_id)
@@ -106,7 +116,9 @@ def create_session(path: Path, config: SessionConfig = DEFAULT_SESSION) -> ort.I
         config.intra_op_threads, config.inter_op_threads, allow_spinning=config.allow_spinning
     )
     try:
-        session = ort.InferenceSession(str(path), sess_options=so, providers=providers)
+        session = ort.InferenceSession(
+            str(path), sess_options=so, providers=providers, disabled_optimizers=_slower_on(providers)
+        )
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
         raise ArtefactError(f"{path}: onnxruntime cannot load it: {e}") from e
     if config.provider == "cuda" and used_provider(session) != CUDA:

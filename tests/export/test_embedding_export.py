@@ -23,7 +23,9 @@ pytest.importorskip("sentence_transformers")
 from export import __main__ as cli
 from export.embedding import export_embedding
 from export.embedding_checks import Tolerances, read_sts
-from export.onnx_tools import VerificationError
+from export.int8_rowwise import BLOCKED_QUANTIZE_OPSET
+from export.onnx_tools import OPSET, VerificationError
+from export.publish import published_manifest
 from export.sources import bert
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest, write_manifest
 from service.engine.pooling import l2_normalize, mean_pool
@@ -173,7 +175,9 @@ def test_layout_and_manifest(exported: Path) -> None:
         assert [(t.name, t.dtype, t.shape) for t in graph.outputs] == [
             ("last_hidden_state", "float32", ["batch", "sequence", 32])
         ]
-        assert manifest.opset == 17 and manifest.ir_version <= 10
+        # int8's per-row QuantizeLinear is blocked (opset 21); the others stay at the export's 17
+        assert manifest.opset == (BLOCKED_QUANTIZE_OPSET if variant == "int8" else OPSET)
+        assert manifest.ir_version <= 10
         assert manifest.special_ids.pad == 0 and manifest.special_ids.unk == 1
         assert not list((exported / "tiny").glob(".*")), "staging/work directories left behind"
 
@@ -394,3 +398,21 @@ def test_every_variant_carries_its_reference_check(exported: Path) -> None:
             assert check.figures["min_cosine_vs_fp32"] >= MIN_COSINE_VS_FP32
     ops = {n.op_type for n in onnx.load(str(exported / "tiny" / "int8" / "encoder.onnx")).graph.node}
     assert "MatMulIntegerToFloat" in ops and "DynamicQuantizeLinear" not in ops
+
+
+def test_an_int8_artefact_of_the_older_form_is_exported_again(exported: Path, tmp_path: Path) -> None:
+    """int8 graphs of the per-axis form (opset 17) still load, but the next export replaces them."""
+    directory = tmp_path / "int8"
+    shutil.copytree(exported / "tiny" / "int8", directory)
+    manifest = read_manifest(directory)
+    assert manifest.reference_check is not None
+    key = {
+        "task": "embed",
+        "name": "tiny",
+        "variant": "int8",
+        "source_sha256": manifest.source.sha256,
+        "reference_sha256": manifest.reference_check.sha256,
+    }
+    assert published_manifest(directory, **key) is not None
+    write_manifest(directory, manifest.model_copy(update={"opset": OPSET}))
+    assert published_manifest(directory, **key) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,64 @@ def test_used_provider_reports_the_session_provider(tmp_path: Path) -> None:
     s = create_session(path, SessionConfig("auto", 1))
     assert sess.used_provider(s) in (CPU, CUDA)
     sess.warmup(s, {"data": np.ones(3, np.float32), "indices": np.array([0], np.int64)})
+
+
+def _fusable_graph(path: Path) -> Path:
+    """x → MatMul → Add(bias) → Gelu → Add(x) → LayerNormalization: what an int8 encoder layer
+    looks like to onnxruntime once its MatMuls write (…, N) directly."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "w": rng.normal(size=(8, 8)).astype(np.float32),
+        "b": rng.normal(size=8).astype(np.float32),
+        "gamma": np.ones(8, np.float32),
+        "beta": np.zeros(8, np.float32),
+    }
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Add", ["m", "b"], ["a"]),
+            helper.make_node("Gelu", ["a"], ["g"], domain="com.microsoft"),
+            helper.make_node("Add", ["g", "x"], ["r"]),
+            helper.make_node("LayerNormalization", ["r", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5),
+        ],
+        "layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_cpu_sessions_leave_out_the_fusions_slower_on_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BiasGelu and SkipLayerNormalization run slower on the CPU than the nodes they fuse; a CPU
+    session keeps the nodes (a plain onnxruntime session fuses them, so the graph is fusable)."""
+    onnx = pytest.importorskip("onnx")
+    path = _fusable_graph(tmp_path / "g.onnx")
+
+    def optimized_ops(make_session: Callable[[ort.SessionOptions], object]) -> list[str]:
+        out = tmp_path / "optimized.onnx"
+        out.unlink(missing_ok=True)
+        options = session_options(1, 1)
+        options.optimized_model_filepath = str(out)
+        make_session(options)
+        return [n.op_type for n in onnx.load(str(out)).graph.node]
+
+    def ours(options: ort.SessionOptions) -> object:
+        monkeypatch.setattr(sess, "session_options", lambda *a, **k: options)
+        return create_session(path, SessionConfig("cpu", 1))
+
+    plain = optimized_ops(lambda options: ort.InferenceSession(str(path), options, providers=[CPU]))
+    assert "BiasGelu" in plain and "SkipLayerNormalization" in plain
+    kept = optimized_ops(ours)
+    assert "BiasGelu" not in kept and "SkipLayerNormalization" not in kept
+    assert "Gelu" in kept and "LayerNormalization" in kept
