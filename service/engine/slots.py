@@ -66,6 +66,9 @@ class SlotDecoder(Stepping):
         self._dtype = cache_dtype
         self._rows = 0
         self._next_sentence = 0
+        self._version = 0  # bumped whenever a buffer is replaced: the binding must follow
+        self._binding: ort.IOBinding | None = None  # kept while rows and buffers stay the same
+        self._bound: tuple[int, int, bool] | None = None  # (rows, version, top-k outputs) it holds
         self._release()
         if memory is not None and source_mask is not None:
             self.admit(memory, source_mask, [1] * source_mask.shape[0])
@@ -85,6 +88,8 @@ class SlotDecoder(Stepping):
 
     def _release(self) -> None:
         """Empty buffers: an idle decode holds no memory."""
+        self._version += 1
+        self._binding = self._bound = None
         self._cache = self._buffers(0, 0)  # keys then values, per layer
         self._memory = self._buffers(0, 0)
         self._mask = np.zeros((0, 0), dtype=np.int64)
@@ -101,6 +106,9 @@ class SlotDecoder(Stepping):
         have_rows, have_cache = self._positions.shape[0], self._cache[0].shape[2]
         grow_rows = rows > have_rows
         new_rows = max(rows, have_rows * 3 // 2) if grow_rows else have_rows
+        if grow_rows or cache_len > have_cache or source_len > self.source_len:
+            self._version += 1
+            self._binding = None  # let the old buffers go now, not at the next step
         if grow_rows or cache_len > have_cache:
             length = (
                 max(cache_len, 2 * have_cache, _FIRST_CACHE_LEN) if cache_len > have_cache else have_cache
@@ -141,25 +149,14 @@ class SlotDecoder(Stepping):
         self._rows = new.stop
 
     def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
-        n, layers = self._rows, self._layers
+        n = self._rows
         self._reserve(n, 0, int(self._positions[:n].max()) + 1)
-        binding = self.backend.decoder.io_binding()
+        wanted = self._wanted(bool(top_k))
+        binding = self._binding_for(n, bool(top_k))
         binding.bind_cpu_input(INPUT_IDS, np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None])
-        binding.bind_cpu_input(POSITIONS, self._positions[:n])
-        binding.bind_cpu_input(SOURCE_MASK, self._mask[:n])
         binding.bind_cpu_input(TOP_K, np.array([top_k], dtype=np.int64))
-        for j, name in enumerate((MEMORY_KEYS, MEMORY_VALUES)):
-            for i in range(layers):
-                binding.bind_cpu_input(per_layer(name, i), self._memory[j * layers + i][:n])
-        scores = [TOP_LOG_PROBS, TOP_TOKENS] if top_k else [LOG_PROBS]
-        wanted = [*scores, CROSS_ATTENTION] if self.with_attention else scores
-        for name in wanted:  # bound first: get_outputs() lists outputs in binding order
+        for name in wanted:  # fresh each step: a bound output would be overwritten by the next run
             binding.bind_output(name, "cpu")
-        for j, (cache, present) in enumerate(((CACHE_KEYS, PRESENT_KEYS), (CACHE_VALUES, PRESENT_VALUES))):
-            for i in range(layers):
-                slot = ort.OrtValue.ortvalue_from_numpy(self._cache[j * layers + i][:n])
-                binding.bind_ortvalue_input(per_layer(cache, i), slot)
-                binding.bind_ortvalue_output(per_layer(present, i), slot)  # the same memory: in place
         self.backend.decoder.run_with_iobinding(binding)
         out = dict(zip(wanted, (v.numpy() for v in binding.get_outputs()[: len(wanted)]), strict=True))
         self._positions[:n] += 1
@@ -167,6 +164,33 @@ class SlotDecoder(Stepping):
         if top_k:
             return Candidates(out[TOP_LOG_PROBS], out[TOP_TOKENS]), attn
         return out[LOG_PROBS], attn
+
+    def _wanted(self, top_k: bool) -> list[str]:
+        scores = [TOP_LOG_PROBS, TOP_TOKENS] if top_k else [LOG_PROBS]
+        return [*scores, CROSS_ATTENTION] if self.with_attention else scores
+
+    def _binding_for(self, n: int, top_k: bool) -> ort.IOBinding:
+        """The step's IO binding. Positions, mask, memory and cache are bound as views of the
+        slot buffers, which the steps and ``reorder`` change in place, so one binding serves
+        every step until the rows or a buffer change (about 0.2 ms of binding a step saved)."""
+        if self._binding is not None and self._bound == (n, self._version, top_k):
+            return self._binding
+        layers = self._layers
+        binding = self.backend.decoder.io_binding()
+        binding.bind_cpu_input(POSITIONS, self._positions[:n])
+        binding.bind_cpu_input(SOURCE_MASK, self._mask[:n])
+        for j, name in enumerate((MEMORY_KEYS, MEMORY_VALUES)):
+            for i in range(layers):
+                binding.bind_cpu_input(per_layer(name, i), self._memory[j * layers + i][:n])
+        for name in self._wanted(top_k):  # bound first: get_outputs() lists outputs in binding order
+            binding.bind_output(name, "cpu")  # (rebinding a name keeps its place)
+        for j, (cache, present) in enumerate(((CACHE_KEYS, PRESENT_KEYS), (CACHE_VALUES, PRESENT_VALUES))):
+            for i in range(layers):
+                slot = ort.OrtValue.ortvalue_from_numpy(self._cache[j * layers + i][:n])
+                binding.bind_ortvalue_input(per_layer(cache, i), slot)
+                binding.bind_ortvalue_output(per_layer(present, i), slot)  # the same memory: in place
+        self._binding, self._bound = binding, (n, self._version, top_k)
+        return binding
 
     def reorder(self, rows: np.ndarray) -> None:
         """Row i takes row ``rows[i]``'s history (and memory): only the rows that change move."""

@@ -152,6 +152,33 @@ def test_first_step_with_empty_history(checkpoint: Path, exported: Path) -> None
     assert np.all(attn[mask == 0] == 0)
 
 
+def test_steps_over_the_same_rows_share_one_binding_not_their_outputs(
+    checkpoint: Path, exported: Path
+) -> None:
+    """Steps over unchanged rows reuse one IO binding (the slot buffers change in place), yet
+    each step's outputs are its own arrays and equal those of a binding made afresh."""
+    bos = load_checkpoint(checkpoint / "model.safetensors").cfg.bos_id
+    engine = open_engine(exported / "transformer-en-de" / "fp32", threads=1)
+    src = pad(encode_source(load_source(checkpoint).tokenizer, TEXTS[:2], 48), 0).numpy()
+    kept, fresh = engine_decoder(engine, src, 0)[0], engine_decoder(engine, src, 0)[0]
+    assert isinstance(kept, SlotDecoder) and isinstance(fresh, SlotDecoder)
+    tokens, earlier, bindings = np.full(2, bos, dtype=np.int64), [], set()
+    for _ in range(3):
+        got, attn = kept.step_candidates(tokens, 4)
+        bindings.add(id(kept._binding))
+        fresh._bound = None  # a new binding for every step, as before
+        want, want_attn = fresh.step_candidates(tokens, 4)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_array_equal(got.log_probs, want.log_probs)
+        np.testing.assert_array_equal(attn, want_attn)
+        earlier.append((got, attn, got.log_probs.copy(), np.array(attn, copy=True)))
+        tokens = got.tokens[:, 0]
+    assert len(bindings) == 1
+    for got, attn, log_probs, attn_copy in earlier:  # not overwritten by the later runs
+        np.testing.assert_array_equal(got.log_probs, log_probs)
+        np.testing.assert_array_equal(attn, attn_copy)
+
+
 def test_manifest_round_trip(exported: Path) -> None:
     directory = exported / "transformer-en-de" / "int8"
     manifest = read_manifest(directory)
