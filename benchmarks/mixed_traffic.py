@@ -7,7 +7,11 @@ The same server (``python -m service``, the default int8 translator) is started 
   Multi30k test sentence), 20 % long inputs (half a paragraph of five captions, half one
   sentence of 40+ tokens: three captions joined by ", and"). Reported: p50/p99 latency of the
   short requests, and output tokens per second (the server's own ``tserve_output_tokens`` counter).
-* **uniform**: 16 clients sending one short caption each, for the same time: requests per second.
+* **uniform**: 16 clients sending one short caption each, for half the time: requests per second.
+
+Each mode runs ``--rounds`` times (2 in quick mode), the order alternating, a fresh server each
+time; the rounds' latencies, tokens and requests are pooled per mode (the short requests' p99 of
+whole-batch decoding moved by 2× between single runs), and each round's p99 is reported too.
 * **hostile** (continuous only): 8 clients each sending 64 texts of ~600 characters with beam 8,
   n-best 8 and max_length 128, twice (issue 17's max_length 512 is now refused at once: over the
   model's 256, and over the per-request decode cost cap), while a prober sends a one-word request
@@ -149,49 +153,97 @@ def ms(xs: list[float], q: float) -> float:
 
 
 def run(bench: Bench) -> None:
-    """Both modes under mixed and uniform traffic, then the hostile load on continuous."""
-    results = bench.results
+    """Both modes under mixed and uniform traffic, in ``bench.rounds`` rounds that alternate the
+    modes' order (batch, continuous; continuous, batch; …) on a fresh server each, so a slow
+    period of the shared machine weighs on both alike; the rounds' samples are pooled per mode.
+    The hostile load runs once, on continuous decoding."""
     pool = bench.test_set(1000)[0]
-    duration = bench.duration
+    pooled = {mode: Pooled() for mode in MODES}
+    loaded: Hostile | None = None
+    for r in range(bench.rounds):
+        for mode in MODES if r % 2 == 0 else MODES[::-1]:
+            env = {"TSERVE_TRANSLATE_BATCHING": mode, "TSERVE_REQUEST_TIMEOUT_S": "30"}
+            service = bench.start_service(env, f" ({mode} decoding, round {r + 1} of {bench.rounds})")
+            if service is None:
+                return
+            try:
+                pooled[mode].add(measure_round(service.base, pool, bench.duration, seed=r))
+                if mode == "continuous" and loaded is None:
+                    loaded = asyncio.run(hostile(service.base, pool, service.pid))
+            finally:
+                service.stop()
     for mode in MODES:
-        env = {"TSERVE_TRANSLATE_BATCHING": mode, "TSERVE_REQUEST_TIMEOUT_S": "30"}
-        service = bench.start_service(env, f" ({mode} decoding)")
-        if service is None:
-            return
-        try:
-            measure(results, service.base, service.pid, pool, mode, duration)
-        finally:
-            service.stop()
+        report(bench.results, mode, pooled[mode])
+    if loaded is not None:
+        report_hostile(bench.results, loaded)
 
 
-def measure(results: Results, url: str, pid: int, pool: list[str], mode: str, duration_s: float) -> None:
+@dataclass
+class Round:
+    mixed: Mix
+    tokens: float  # output tokens the server counted during the mixed load
+    uniform: Mix
+
+
+@dataclass
+class Pooled:
+    """One mode's rounds, samples pooled."""
+
+    mixed: Mix = field(default_factory=Mix)
+    tokens: float = 0.0
+    uniform: Mix = field(default_factory=Mix)
+    round_p99_ms: list[float] = field(default_factory=list)
+
+    def add(self, one: Round) -> None:
+        for into, part in ((self.mixed, one.mixed), (self.uniform, one.uniform)):
+            into.short_latencies_s += part.short_latencies_s
+            into.long_latencies_s += part.long_latencies_s
+            into.statuses.update(part.statuses)
+            into.seconds += part.seconds
+        self.tokens += one.tokens
+        self.round_p99_ms.append(round(ms(one.mixed.short_latencies_s, 99), 1))
+
+
+def measure_round(url: str, pool: list[str], duration_s: float, seed: int) -> Round:
+    """One server's mixed then uniform load; ``seed`` picks the round's request sequence (the
+    same for both modes in a round)."""
     asyncio.run(drive(url, pool, 4, 3.0, 0.2, seed=0))  # warm-up
     before = output_tokens(url)
-    mix = asyncio.run(drive(url, pool, 16, duration_s, 0.2, seed=1))
-    tokens_per_s = (output_tokens(url) - before) / mix.seconds
-    uniform = asyncio.run(drive(url, pool, 16, duration_s / 2, 0.0, seed=2))
+    mixed = asyncio.run(drive(url, pool, 16, duration_s, 0.2, seed=1 + 10 * seed))
+    tokens = output_tokens(url) - before
+    uniform = asyncio.run(drive(url, pool, 16, duration_s / 2, 0.0, seed=2 + 10 * seed))
+    return Round(mixed, tokens, uniform)
+
+
+def report(results: Results, mode: str, p: Pooled) -> None:
     baseline = mode == "batch"
-    extra = {"requests": sum(mix.statuses.values()), "statuses": dict(mix.statuses)}
+    mix = p.mixed
+    extra = {
+        "requests": sum(mix.statuses.values()),
+        "statuses": dict(mix.statuses),
+        "rounds_p99_ms": p.round_p99_ms,
+    }
     results.add(Row(SECTION_SHORT_P99, mode, ms(mix.short_latencies_s, 99), "ms", baseline, False, extra))
     results.add(Row(SECTION_SHORT_P50, mode, ms(mix.short_latencies_s, 50), "ms", baseline, False))
     long_p50 = {"long_p50_ms": ms(mix.long_latencies_s, 50)}
-    results.add(Row(SECTION_TOKENS, mode, tokens_per_s, "tok/s", baseline, True, long_p50))
-    rate = sum(uniform.statuses.values()) / uniform.seconds
-    extra = {"p50_ms": ms(uniform.short_latencies_s, 50), "statuses": dict(uniform.statuses)}
+    results.add(Row(SECTION_TOKENS, mode, p.tokens / mix.seconds, "tok/s", baseline, True, long_p50))
+    rate = sum(p.uniform.statuses.values()) / p.uniform.seconds
+    extra = {"p50_ms": ms(p.uniform.short_latencies_s, 50), "statuses": dict(p.uniform.statuses)}
     results.add(Row(SECTION_UNIFORM, mode, rate, "req/s", baseline, True, extra))
-    if mode == "continuous":
-        h = asyncio.run(hostile(url, pool, pid))
-        extra = {
-            "after_p99_ms": ms(h.after_s, 99),
-            "rss_before_mb": h.rss_before_mb,
-            "rss_peak_mb": h.rss_peak_mb,
-            "rss_after_mb": h.rss_after_mb,
-            "statuses": dict(h.statuses),
-            "probe_statuses": dict(h.probe_statuses),
-        }
-        results.add(
-            Row(SECTION_HOSTILE, "continuous: during the load", ms(h.during_s, 99), "ms", True, False, extra)
-        )
+
+
+def report_hostile(results: Results, h: Hostile) -> None:
+    extra = {
+        "after_p99_ms": ms(h.after_s, 99),
+        "rss_before_mb": h.rss_before_mb,
+        "rss_peak_mb": h.rss_peak_mb,
+        "rss_after_mb": h.rss_after_mb,
+        "statuses": dict(h.statuses),
+        "probe_statuses": dict(h.probe_statuses),
+    }
+    results.add(
+        Row(SECTION_HOSTILE, "continuous: during the load", ms(h.during_s, 99), "ms", True, False, extra)
+    )
 
 
 STAGE = Stage(

@@ -1,0 +1,25 @@
+"""The mixed-traffic stage pools its rounds per mode."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from benchmarks.mixed_traffic import Mix, Pooled, Round, ms
+
+
+def _round(short_ms: list[float], tokens: float, seconds: float) -> Round:
+    mixed = Mix([x / 1000 for x in short_ms], [0.5], Counter({200: len(short_ms) + 1}), seconds)
+    return Round(mixed, tokens, Mix([0.1], [], Counter({200: 1}), seconds / 2))
+
+
+def test_rounds_are_pooled_not_averaged() -> None:
+    pooled = Pooled()
+    pooled.add(_round([100.0] * 99 + [900.0], tokens=1000, seconds=10))
+    pooled.add(_round([100.0] * 100, tokens=3000, seconds=20))
+    assert len(pooled.mixed.short_latencies_s) == 200 and pooled.mixed.statuses[200] == 202
+    assert pooled.tokens / pooled.mixed.seconds == pytest.approx(4000 / 30)  # not the mean of 100 and 150
+    assert pooled.uniform.seconds == 15 and sum(pooled.uniform.statuses.values()) == 2
+    assert pooled.round_p99_ms[1] == 100.0 and pooled.round_p99_ms[0] > 100.0
+    assert ms(pooled.mixed.short_latencies_s, 50) == pytest.approx(100.0)
