@@ -1,6 +1,6 @@
 """Translation over HTTP under mixed traffic: iteration-level ("continuous") vs whole-batch decoding.
 
-The same server (``python -m service``, the default int8 translator) is started twice, with
+The same server (``python -m service``, the default int8 translator) is started with
 ``TSERVE_TRANSLATE_BATCHING=batch`` and ``=continuous``, and driven the same way:
 
 * **mixed**: 16 clients for a fixed time, each request beam 4; 80 % are one short caption (a
@@ -8,16 +8,16 @@ The same server (``python -m service``, the default int8 translator) is started 
   sentence of 40+ tokens: three captions joined by ", and"). Reported: p50/p99 latency of the
   short requests, and output tokens per second (the server's own ``tserve_output_tokens`` counter).
 * **uniform**: 16 clients sending one short caption each, for half the time: requests per second.
-
-Each mode runs ``--rounds`` times (2 in quick mode), the order alternating, a fresh server each
-time; the rounds' latencies, tokens and requests are pooled per mode (the short requests' p99 of
-whole-batch decoding moved by 2× between single runs), and each round's p99 is reported too.
 * **hostile** (continuous only): 8 clients each sending 64 texts of ~600 characters with beam 8,
   n-best 8 and max_length 128, twice (issue 17's max_length 512 is now refused at once: over the
   model's 256, and over the per-request decode cost cap), while a prober sends a one-word request
   every 0.2 s and the server's resident memory is sampled. Reported: peak RSS against the budget,
   the one-word p99 during and after, and every status code seen (504 for requests whose own
   deadline passed is the only 5xx allowed).
+
+Each mode runs ``--rounds`` times (2 in quick mode), the order alternating, a fresh server each
+time; the rounds' latencies, tokens and requests are pooled per mode (the short requests' p99 of
+whole-batch decoding moved by 2× between single runs), and each round's p99 is reported too.
 
 Run: ``python -m benchmarks --data-dir ../shared/data --only mixed_traffic`` (a stage).
 """
