@@ -52,6 +52,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper, version_converter
 
+from export.onnx_tools import default_opset
+
 INT8_MAX = 127.0
 ZERO_POINT = 128  # uint8 offset that makes a symmetric int8 value unsigned (u8×s8 kernels)
 MIN_SCALE = 1e-12  # an all-zero row (e.g. a padded position) quantises to zeros, not NaN
@@ -157,14 +159,10 @@ class _Rewriter:
         return rewritten
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    return int(next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")))
-
-
 def quantize_rowwise(in_path: Path, out_path: Path, exclude_nodes: set[str] | None = None) -> int:
     """Rewrite every MatMul with a constant 2-D float weight as per-row int8; return how many."""
     model = onnx.load(str(in_path))
-    if _opset(model) < BLOCKED_QUANTIZE_OPSET:
+    if default_opset(model) < BLOCKED_QUANTIZE_OPSET:
         model = version_converter.convert_version(model, BLOCKED_QUANTIZE_OPSET)
         model.ir_version = max(model.ir_version, BLOCKED_QUANTIZE_IR)
     count = _Rewriter(model).run(exclude_nodes or set())

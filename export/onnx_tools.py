@@ -357,11 +357,15 @@ def graph_spec(path: Path, file: str | None = None) -> GraphSpec:
     return GraphSpec(file=file or onnx_path.name, inputs=inputs, outputs=outputs)
 
 
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's opset of the default (``ai.onnx``) domain; 0 when it imports none."""
+    return int(next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0))
+
+
 def opset_and_ir(path: Path) -> tuple[int, int]:
     """(default-domain opset, IR version) of an ONNX file, for Manifest.opset/ir_version."""
     model = onnx.load(str(path), load_external_data=False)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    return int(opset), int(model.ir_version)
+    return default_opset(model), int(model.ir_version)
 
 
 def file_entries(directory: Path, names: Iterable[str] | None = None) -> list[FileEntry]:
