@@ -20,10 +20,15 @@ CPU; GPUs serve fp16. Bias Adds stay separate: with a non-scalar ``a_scale`` the
 multiplies its ``bias`` input by the row scale too. Q/K/V projections share one quantised
 activation.)
 
+``W_int8`` is symmetric per output column (QInt8, what the u8×s8 VNNI kernels want); the row
+scale is the only thing computed from the activation, and it depends on that row alone. The
+integer product is exact and the scaling element-wise, so a row's result is bit-identical
+whatever the number of rows: tested by ``export.determinism``.
+
 One row is one block of opset 21's blocked ``QuantizeLinear``, so the activation keeps its shape:
 7 nodes per quantised activation and 1 per MatMul, where opset 17's per-axis form needed a
 reshape to (M, K), a flattened scale and a reshape back (11 + 3); the transformer's decoder step
-went from 393 to 280 nodes and one beam-4 request from 14.9–15.9 to 13.4–14.2 ms (in-process,
+went from 393 to 280 nodes and one beam-4 request from 12.0–15.9 to 11.0–14.2 ms (in-process,
 one thread, interleaved runs). The rewrite converts the graph to opset 21 first (onnx's version
 converter; the fp32 and fp16 variants stay at 17). The zero point 128 is a uint8 tensor of the
 scale's shape (a blocked zero point must match it): int8 activations with no zero point ran

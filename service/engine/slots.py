@@ -66,9 +66,8 @@ class SlotDecoder(Stepping):
         self._dtype = cache_dtype
         self._rows = 0
         self._next_sentence = 0
-        self._version = 0  # bumped whenever a buffer is replaced: the binding must follow
-        self._binding: ort.IOBinding | None = None  # kept while rows and buffers stay the same
-        self._bound: tuple[int, int, bool] | None = None  # (rows, version, top-k outputs) it holds
+        self._binding: ort.IOBinding | None = None  # dropped whenever a buffer is replaced
+        self._bound: tuple[int, bool] | None = None  # (rows, top-k outputs) it was made for
         self._release()
         if memory is not None and source_mask is not None:
             self.admit(memory, source_mask, [1] * source_mask.shape[0])
@@ -88,8 +87,7 @@ class SlotDecoder(Stepping):
 
     def _release(self) -> None:
         """Empty buffers: an idle decode holds no memory."""
-        self._version += 1
-        self._binding = self._bound = None
+        self._binding = None
         self._cache = self._buffers(0, 0)  # keys then values, per layer
         self._memory = self._buffers(0, 0)
         self._mask = np.zeros((0, 0), dtype=np.int64)
@@ -107,8 +105,7 @@ class SlotDecoder(Stepping):
         grow_rows = rows > have_rows
         new_rows = max(rows, have_rows * 3 // 2) if grow_rows else have_rows
         if grow_rows or cache_len > have_cache or source_len > self.source_len:
-            self._version += 1
-            self._binding = None  # let the old buffers go now, not at the next step
+            self._binding = None  # it holds the buffers replaced below: let them go now
         if grow_rows or cache_len > have_cache:
             length = (
                 max(cache_len, 2 * have_cache, _FIRST_CACHE_LEN) if cache_len > have_cache else have_cache
@@ -152,7 +149,7 @@ class SlotDecoder(Stepping):
         n = self._rows
         self._reserve(n, 0, int(self._positions[:n].max()) + 1)
         wanted = self._wanted(bool(top_k))
-        binding = self._binding_for(n, bool(top_k))
+        binding = self._binding_for(n, bool(top_k), wanted)
         binding.bind_cpu_input(INPUT_IDS, np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None])
         binding.bind_cpu_input(TOP_K, np.array([top_k], dtype=np.int64))
         for name in wanted:  # fresh each step: a bound output would be overwritten by the next run
@@ -169,11 +166,11 @@ class SlotDecoder(Stepping):
         scores = [TOP_LOG_PROBS, TOP_TOKENS] if top_k else [LOG_PROBS]
         return [*scores, CROSS_ATTENTION] if self.with_attention else scores
 
-    def _binding_for(self, n: int, top_k: bool) -> ort.IOBinding:
+    def _binding_for(self, n: int, top_k: bool, wanted: list[str]) -> ort.IOBinding:
         """The step's IO binding. Positions, mask, memory and cache are bound as views of the
         slot buffers, which the steps and ``reorder`` change in place, so one binding serves
         every step until the rows or a buffer change (about 0.2 ms of binding a step saved)."""
-        if self._binding is not None and self._bound == (n, self._version, top_k):
+        if self._binding is not None and self._bound == (n, top_k):
             return self._binding
         layers = self._layers
         binding = self.backend.decoder.io_binding()
@@ -182,14 +179,14 @@ class SlotDecoder(Stepping):
         for j, name in enumerate((MEMORY_KEYS, MEMORY_VALUES)):
             for i in range(layers):
                 binding.bind_cpu_input(per_layer(name, i), self._memory[j * layers + i][:n])
-        for name in self._wanted(top_k):  # bound first: get_outputs() lists outputs in binding order
+        for name in wanted:  # bound first: get_outputs() lists outputs in binding order
             binding.bind_output(name, "cpu")  # (rebinding a name keeps its place)
         for j, (cache, present) in enumerate(((CACHE_KEYS, PRESENT_KEYS), (CACHE_VALUES, PRESENT_VALUES))):
             for i in range(layers):
                 slot = ort.OrtValue.ortvalue_from_numpy(self._cache[j * layers + i][:n])
                 binding.bind_ortvalue_input(per_layer(cache, i), slot)
                 binding.bind_ortvalue_output(per_layer(present, i), slot)  # the same memory: in place
-        self._binding, self._bound = binding, (n, self._version, top_k)
+        self._binding, self._bound = binding, (n, top_k)
         return binding
 
     def reorder(self, rows: np.ndarray) -> None:
