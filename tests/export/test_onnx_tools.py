@@ -197,6 +197,64 @@ def test_int8_excluded_nodes_stay_fp32(tmp_path: Path) -> None:
     assert ops.count("MatMul") == 1 and ops.count("MatMulIntegerToFloat") == 1
 
 
+def _chain_graph(path: Path) -> Path:
+    """h = relu(x @ W1) @ W2 on (batch, seq, ·), then its mean over seq @ W3 on (batch, ·): two
+    activations of one leading shape and one of another."""
+    rng = np.random.default_rng(2)
+    weights = {"w1": (16, 32), "w2": (32, 16), "w3": (16, 8)}
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["a"], name="up"),
+            helper.make_node("Relu", ["a"], ["r"]),
+            helper.make_node("MatMul", ["r", "w2"], ["h"], name="down"),
+            helper.make_node("ReduceMean", ["h"], ["m"], axes=[1], keepdims=0),
+            helper.make_node("MatMul", ["m", "w3"], ["y"], name="head"),
+        ],
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [
+            helper.make_tensor(n, TensorProto.FLOAT, list(shape), rng.normal(size=shape).ravel().tolist())
+            for n, shape in weights.items()
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_int8_zero_point_made_once_per_activation_shape(tmp_path: Path) -> None:
+    """The blocked zero point has the scale's shape: activations whose leading dimensions are the
+    same symbols share one (Shape + Expand), the rest get their own; the result is unchanged."""
+    quantize_int8(_chain_graph(tmp_path / "g.onnx"), tmp_path / "q.onnx")
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node]
+    assert ops.count("QuantizeLinear") == 3
+    assert ops.count("Expand") == ops.count("Shape") == 2  # (batch, seq, 1) and (batch, 1)
+    x = np.random.default_rng(3).normal(size=(3, 5, 16)).astype(np.float32)
+    got, want = _run(tmp_path / "q.onnx", x), _run(tmp_path / "g.onnx", x)
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+    alone, batched = _run(tmp_path / "q.onnx", x[1:2, :3]), _run(tmp_path / "q.onnx", x[:, :3])
+    np.testing.assert_array_equal(alone, batched[1:2])
+
+
+def test_int8_zero_point_per_activation_without_shapes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the shapes cannot be inferred, every activation gets a zero point of its own."""
+    from export import int8_rowwise
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("unknown op")
+
+    monkeypatch.setattr(int8_rowwise.SymbolicShapeInference, "infer_shapes", fail)
+    quantize_int8(_chain_graph(tmp_path / "g.onnx"), tmp_path / "q.onnx")
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node]
+    assert ops.count("QuantizeLinear") == ops.count("Expand") == 3
+    x = np.random.default_rng(3).normal(size=(2, 4, 16)).astype(np.float32)
+    assert np.all(np.isfinite(_run(tmp_path / "q.onnx", x)))
+
+
 def _stacked_graph(path: Path, whole_read: bool) -> Path:
     """y = stack(x[0] + 1, x[1] + 1), plus, when ``whole_read``, an output reading x as a whole."""
     nodes, layers = [], []
