@@ -1,5 +1,9 @@
 """What the routes share: the runtime (``service/lifecycle.py``) and the dependencies that gate a
 request (API key, readiness, client disconnect). HTTP only: no model is loaded or batched here.
+
+FastAPI solves every node of a route's dependency tree on every request — a cached one too, with
+its own extraction of path, query, header and cookie parameters — so the tree is kept flat: the
+runtime is read with ``runtime_of``, a plain function, and a route's gate is one dependency.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from service.lifecycle import Runtime
 T = TypeVar("T")
 
 
-async def get_runtime(request: Request) -> Runtime:
+def runtime_of(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
 
-def ready_runtime(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Runtime:
+def ready_runtime(runtime: Runtime) -> Runtime:
     """503 unless every model is loaded and warmed up and the service is not shutting down."""
     if runtime.state == "ready":
         return runtime
@@ -33,21 +37,21 @@ def ready_runtime(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Runtime:
     raise NotReady(f"not ready ({runtime.state}{detail})", headers={"Retry-After": "5"})
 
 
-async def serving_runtime(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Runtime:
+async def serving_runtime(request: Request) -> Runtime:
     """``ready_runtime`` as a route dependency: async, as FastAPI runs a sync dependency on a
     worker thread (a thread hop per request)."""
-    return ready_runtime(runtime)
+    return ready_runtime(runtime_of(request))
 
 
 _bearer = HTTPBearer(auto_error=False, description="One of TSERVE_API_KEYS (when set)")
 
 
 async def require_api_key(
-    runtime: Annotated[Runtime, Depends(get_runtime)],
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
     """401 without a bearer key, 403 with a wrong one; nothing to check when no keys are set."""
-    keys = runtime.settings.api_keys
+    keys = runtime_of(request).settings.api_keys
     if not keys:
         return
     if credentials is None:

@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from service.api.dependencies import serving_runtime, until_disconnect
+from service.api.dependencies import ready_runtime, runtime_of, until_disconnect
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
 from service.api.middleware import timed_stage
 from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_response
@@ -20,7 +20,9 @@ from service.lifecycle import Runtime, ServedEmbedder
 router = APIRouter(tags=["embed"])
 
 
-async def embedder(runtime: Annotated[Runtime, Depends(serving_runtime)]) -> ServedEmbedder:
+async def embedder(request: Request) -> ServedEmbedder:
+    """The embedding model, once the service is ready: the embedding routes' one gate."""
+    runtime = ready_runtime(runtime_of(request))
     if runtime.embedder is None:
         raise ModelNotFound("no embedding model is loaded (TSERVE_EMBED_MODEL is empty)")
     return runtime.embedder
@@ -69,11 +71,10 @@ def default_normalize(model: ServedEmbedder) -> bool:
 async def embed(
     body: EmbedRequest,
     request: Request,
-    runtime: Annotated[Runtime, Depends(serving_runtime)],
     model: Annotated[ServedEmbedder, Depends(embedder)],
 ) -> Response:
     """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
-    embeddings = await embed_texts(request, runtime, model, body.texts, "texts", body.truncate)
+    embeddings = await embed_texts(request, runtime_of(request), model, body.texts, "texts", body.truncate)
     normalize = default_normalize(model) if body.normalize is None else body.normalize
     vectors = pooled_vectors(embeddings, normalize)
     n_tokens = [e.n_tokens for e in embeddings]

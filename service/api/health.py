@@ -6,15 +6,12 @@ verified and warmed up, and not shutting down (send traffic only then).
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.responses import Response
 
-from service.api.dependencies import get_runtime
+from service.api.dependencies import runtime_of
 from service.api.schemas import HealthResponse, json_response
-from service.lifecycle import Runtime
 
 router = APIRouter(tags=["health"])
 
@@ -25,7 +22,8 @@ async def live() -> Response:
 
 
 @router.get("/health/ready", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
-async def ready(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
+async def ready(request: Request) -> Response:
+    runtime = runtime_of(request)
     body = HealthResponse(
         status=runtime.state, detail=runtime.detail, models=[e.manifest.name for e in runtime.engines] or None
     )

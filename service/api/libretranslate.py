@@ -18,17 +18,17 @@ import json
 import logging
 import secrets
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import langcodes
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
-from service.api.dependencies import get_runtime, ready_runtime
+from service.api.dependencies import ready_runtime, runtime_of
 from service.api.errors import InternalError, ModelNotFound, ServiceError, documented
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.api.translate import translate_texts
@@ -114,8 +114,9 @@ _BODY_SCHEMA = LibreTranslateRequest.model_json_schema()  # parsed by hand: JSON
         }
     },
 )
-async def translate(request: Request, runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
+async def translate(request: Request) -> Response:
     """Translate ``q`` (a string or a list) from ``source`` to ``target``; LibreTranslate's shape."""
+    runtime = runtime_of(request)
     try:
         body, single = await _parse(request)
         _check_key(runtime, request, body.api_key)
@@ -150,8 +151,9 @@ async def translate(request: Request, runtime: Annotated[Runtime, Depends(get_ru
 
 
 @router.get("/languages", response_model=list[Language], responses={s: _ERRORS[s] for s in (403, 503)})
-async def languages(request: Request, runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
+async def languages(request: Request) -> Response:
     """Every language the service reads or writes, with every target some model translates it into."""
+    runtime = runtime_of(request)
     try:
         _check_key(runtime, request, None)
         translators = _translators(ready_runtime(runtime))
@@ -175,8 +177,9 @@ async def languages(request: Request, runtime: Annotated[Runtime, Depends(get_ru
 
 
 @router.get("/frontend/settings")
-async def frontend_settings(runtime: Annotated[Runtime, Depends(get_runtime)]) -> Response:
+async def frontend_settings(request: Request) -> Response:
     """What LibreTranslate's web clients ask first: limits, whether a key is needed, the languages."""
+    runtime = runtime_of(request)
     translator = runtime.default_translator
     info = translator.engine.manifest.translation if translator else None
     source = info.source_languages[0] if info and info.source_languages else "auto"
