@@ -2,8 +2,10 @@
 quantised or converted (the export's second stage; export/onnx_tools.py has the tools).
 
 * Translation (a ``TranslationSource``, graphs with the I/O of ``export.translation_graphs``):
-  fp32 traced and optimised with onnxruntime's encoder-decoder fusions; int8 the fp32 graphs'
-  per-row rewrite (export/int8_rowwise.py); fp16 traced in float16 and optimised.
+  fp32 the plain traced graphs (onnxruntime's CPU ``SkipLayerNormalization``, the one fusion
+  the optimiser made in them, ran slower than the Add + LayerNormalization it replaces: see
+  ``build_fp32``); int8 the fp32 graphs' per-row rewrite (export/int8_rowwise.py); fp16 traced
+  in float16 and optimised with onnxruntime's encoder-decoder fusions.
 * Embedding (an ``EmbeddingSource``, ``encoder.onnx``): fp32 the plain torch export
   (onnxruntime's CPU kernels run it faster than the offline-fused graph, see
   export/onnx_tools.py), int8 its per-row rewrite, fp16 built from the fused graph.
@@ -72,19 +74,23 @@ def export_raw(
     export_graphs(encoder, decoder, src, step, out_dir, layout)
 
 
-def _traced_and_optimised(
-    source: TranslationSource, dtype: torch.dtype, out_dir: Path, layout: DecoderLayout
-) -> dict[str, int]:
+def _traced(source: TranslationSource, dtype: torch.dtype, out_dir: Path, layout: DecoderLayout) -> None:
     encoder, decoder = source.build_graphs(dtype, layout)
     export_raw(source, encoder, decoder, dtype, out_dir, layout)
-    return merge_fusions(*(optimize_graph(out_dir / f, source) for f in TRANSLATION_GRAPHS))
 
 
 def build_fp32(
     source: TranslationSource, out_dir: Path, layout: DecoderLayout = DEFAULT_DECODER_LAYOUT
 ) -> dict[str, int]:
-    """Traced, then optimised fp32 graphs in ``out_dir``; returns the fusion counts."""
-    return _traced_and_optimised(source, torch.float32, out_dir, layout)
+    """The traced fp32 graphs in ``out_dir``, unfused; returns the fusion counts ({}).
+
+    They are the CPU variants' (fp32, and int8 made from them). Fused, the residual Add and
+    LayerNormalization become onnxruntime's ``SkipLayerNormalization``, whose CPU kernel ran
+    slower than the two nodes (en→de int8, in-process, one thread, five alternating runs: beam 4
+    / batch 32 275/367/285/275/268 → 242/271/246/278/242 ms, one request 11.6/11.6/11.1/12.9/10.5
+    → 12.9/10.3/10.3/11.4/9.8 ms), as it did in the MiniLM encoder (export/onnx_tools.py)."""
+    _traced(source, torch.float32, out_dir, layout)
+    return {}
 
 
 def build_int8(fp32_dir: Path, out_dir: Path) -> dict[str, int]:
@@ -97,7 +103,9 @@ def build_int8(fp32_dir: Path, out_dir: Path) -> dict[str, int]:
 def build_fp16(source: TranslationSource, out_dir: Path) -> dict[str, int]:
     """The model traced in float16: K/V and hidden states in float16; log_probs and alignments stay
     float32 (the wrappers cast before log-softmax), so scores keep full precision."""
-    return _traced_and_optimised(source, torch.float16, out_dir, variant_layout("fp16"))
+    layout = variant_layout("fp16")
+    _traced(source, torch.float16, out_dir, layout)
+    return merge_fusions(*(optimize_graph(out_dir / f, source) for f in TRANSLATION_GRAPHS))
 
 
 def variant_layout(variant: Variant) -> DecoderLayout:

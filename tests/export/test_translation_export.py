@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -94,6 +95,12 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
     assert fp32.parity["greedy_val_sentences"] == 6
     assert int8.parity["bleu_drop"] <= 0.5
     assert int8.fusions["MatMulIntegerToFloat"] > 0  # per-row int8, no per-tensor DynamicQuantize
+    # the CPU variants keep the plain graph: SkipLayerNormalization's CPU kernel is the slower one
+    assert fp32.fusions == {} and "SkipLayerNormalization" not in int8.fusions
+    for variant in ("fp32", "int8"):
+        for graph in ("encoder.onnx", "decoder.onnx"):
+            nodes = onnx.load(str(exported / "transformer-en-de" / variant / graph)).graph.node
+            assert "SkipLayerNormalization" not in {n.op_type for n in nodes}
     for m in (fp32, int8):  # measured on the committed reference sentences, bounds included
         check = m.reference_check
         assert check is not None and check.sha256 == load_reference().sha256 and check.sentences >= 200
