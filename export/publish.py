@@ -90,8 +90,11 @@ def published_manifest(
     check = manifest.reference_check
     measured = check is not None and check.sha256 == reference_sha256
     unverifiable = manifest.parity.get("cpu_verified") == 0.0  # fp16 the CPU provider cannot run
-    # an int8 graph of the per-axis form (before opset 21) still loads, but the blocked one is faster
-    current_form = manifest.variant != "int8" or manifest.opset >= BLOCKED_QUANTIZE_OPSET
+    # Older forms still load, but the current one is faster: an int8 graph of the per-axis form
+    # (before opset 21), a CPU graph with SkipLayerNormalization (export/graphs.py: build_fp32).
+    current_form = (manifest.variant != "int8" or manifest.opset >= BLOCKED_QUANTIZE_OPSET) and (
+        manifest.variant == "fp16" or "SkipLayerNormalization" not in manifest.fusions
+    )
     return manifest if same and current_form and (measured or unverifiable) else None
 
 

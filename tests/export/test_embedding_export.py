@@ -400,8 +400,9 @@ def test_every_variant_carries_its_reference_check(exported: Path) -> None:
     assert "MatMulIntegerToFloat" in ops and "DynamicQuantizeLinear" not in ops
 
 
-def test_an_int8_artefact_of_the_older_form_is_exported_again(exported: Path, tmp_path: Path) -> None:
-    """int8 graphs of the per-axis form (opset 17) still load, but the next export replaces them."""
+def test_an_artefact_of_an_older_form_is_exported_again(exported: Path, tmp_path: Path) -> None:
+    """int8 graphs of the per-axis form (opset 17) and CPU graphs with SkipLayerNormalization still
+    load, but the next export replaces them."""
     directory = tmp_path / "int8"
     shutil.copytree(exported / "tiny" / "int8", directory)
     manifest = read_manifest(directory)
@@ -416,3 +417,8 @@ def test_an_int8_artefact_of_the_older_form_is_exported_again(exported: Path, tm
     assert published_manifest(directory, **key) is not None
     write_manifest(directory, manifest.model_copy(update={"opset": OPSET}))
     assert published_manifest(directory, **key) is None
+    # a CPU graph with the fused SkipLayerNormalization, slower on the CPU than the plain one
+    write_manifest(directory, manifest.model_copy(update={"fusions": {"SkipLayerNormalization": 2}}))
+    assert published_manifest(directory, **key) is None
+    write_manifest(directory, manifest)
+    assert published_manifest(directory, **key) is not None
