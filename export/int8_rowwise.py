@@ -35,7 +35,7 @@ scale's shape (a blocked zero point must match it): int8 activations with no zer
 12× slower, onnxruntime having no fast s8×s8 kernel for this CPU. It is made (Shape + Expand)
 once per activation shape, not once per activation: onnxruntime's symbolic shape inference names
 every activation's leading dimensions, and the decoder step's all read (rows, 1), the encoders'
-(batch, length). That took the decoder step from 280 to 246 nodes (one beam-4 request 8–11 %
+(batch, length). That took the fused decoder step from 280 to 246 nodes (one beam-4 request 8–11 %
 faster, batch 32 5–9 %; MiniLM 684 → 638 nodes, no measurable change). With the MatMul's output no
 longer behind a Reshape, onnxruntime's CPU session would fuse the bias Add with Gelu and the
 residual Add with LayerNormalization into kernels slower than the nodes they replace (int8
