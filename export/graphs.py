@@ -86,9 +86,8 @@ def build_fp32(
 
     They are the CPU variants' (fp32, and int8 made from them). Fused, the residual Add and
     LayerNormalization become onnxruntime's ``SkipLayerNormalization``, whose CPU kernel ran
-    slower than the two nodes (en→de int8, in-process, one thread, five alternating runs: beam 4
-    / batch 32 275/367/285/275/268 → 242/271/246/278/242 ms, one request 11.6/11.6/11.1/12.9/10.5
-    → 12.9/10.3/10.3/11.4/9.8 ms), as it did in the MiniLM encoder (export/onnx_tools.py)."""
+    slower than the two nodes, as in the MiniLM encoder (en→de int8 at beam 4 / batch 32: 4–26 %
+    in 7 of 8 alternating runs; benchmarks/README.md, "The CPU translation graphs unfused")."""
     _traced(source, torch.float32, out_dir, layout)
     return {}
 

@@ -199,8 +199,9 @@ def _leading_dims(model: onnx.ModelProto) -> dict[str, tuple[str | int, ...]]:
         if not tensor.HasField("shape"):
             continue
         shape = [d.dim_param or (d.dim_value if d.HasField("dim_value") else None) for d in tensor.shape.dim]
-        if shape and all(d not in (None, "") for d in shape[:-1]):
-            dims[info.name] = tuple(d for d in shape[:-1] if d is not None)
+        known = [d for d in shape[:-1] if d is not None]
+        if shape and len(known) == len(shape) - 1:
+            dims[info.name] = tuple(known)
     return dims
 
 

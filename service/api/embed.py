@@ -15,7 +15,7 @@ from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_r
 from service.batching import off_the_loop_if_large
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import l2_normalize
-from service.lifecycle import Runtime, ServedEmbedder
+from service.lifecycle import ServedEmbedder
 
 router = APIRouter(tags=["embed"])
 
@@ -29,11 +29,12 @@ async def embedder(request: Request) -> ServedEmbedder:
 
 
 async def embed_texts(
-    request: Request, runtime: Runtime, model: ServedEmbedder, texts: list[str], field: str, truncate: bool
+    request: Request, model: ServedEmbedder, texts: list[str], field: str, truncate: bool
 ) -> list[Embedding]:
     """Check the configured limits, tokenize, then queue the texts; the request's error if any
     text fails. Each text is tokenized once, here: its encoding is the batcher's cost and the
     engine's input."""
+    runtime = runtime_of(request)
     errors = check_texts(texts, field, runtime.limits)
     if errors:
         raise validation_error(errors)
@@ -74,7 +75,7 @@ async def embed(
     model: Annotated[ServedEmbedder, Depends(embedder)],
 ) -> Response:
     """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
-    embeddings = await embed_texts(request, runtime_of(request), model, body.texts, "texts", body.truncate)
+    embeddings = await embed_texts(request, model, body.texts, "texts", body.truncate)
     normalize = default_normalize(model) if body.normalize is None else body.normalize
     vectors = pooled_vectors(embeddings, normalize)
     n_tokens = [e.n_tokens for e in embeddings]

@@ -16,7 +16,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from service.api.dependencies import runtime_of, serving_runtime
+from service.api.dependencies import serving_runtime
 from service.api.embed import default_normalize, embed_texts, embedder, pooled_vectors
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES, ModelNotFound, validation_error
 from service.api.schemas import (
@@ -56,7 +56,7 @@ async def embeddings(
                 }
             ]
         )
-    embeddings = await embed_texts(request, runtime_of(request), model, body.input, "input", truncate=True)
+    embeddings = await embed_texts(request, model, body.input, "input", truncate=True)
     vectors = pooled_vectors(embeddings, default_normalize(model))
     as_base64 = body.encoding_format == "base64"
     tokens = sum(e.n_tokens for e in embeddings)
