@@ -1,8 +1,8 @@
 """Sentence embeddings with one encoder ONNX graph: batch in, one pooled vector per item out.
 
 pre: tokenize (over-long texts are cut or fail alone). core: sort by length and run the
-encoder on padded sub-batches, so a long text does not make every short one pay for its
-padding. post: pool each sub-batch (mean over real tokens or [CLS]) and put the vectors back in
+encoder on the padded sub-batches that cost least (``padded_partition``), so short texts do not
+pay for a long one's padding. post: pool each sub-batch (mean over real tokens or [CLS]) and put the vectors back in
 request order. Vectors are returned un-normalised; L2 normalisation is an API option.
 """
 
@@ -134,21 +134,10 @@ class OnnxEmbedder:
             observe_stage(self.name, "pool", pool_s)
 
     def _sub_batches(self, todo: dict[int, Encoded]) -> list[list[int]]:
-        """Item indices sorted by length, cut where rows × longest would exceed the budgets."""
+        """Item indices sorted by length, cut where the padded work is least (``padded_partition``)."""
         order = sorted(todo, key=lambda i: todo[i].n_tokens)
-        chunks: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            longest = todo[i].n_tokens  # sorted: the newcomer is the longest
-            if current and (
-                len(current) == self.max_batch_size or longest * (len(current) + 1) > self.max_batch_tokens
-            ):
-                chunks.append(current)
-                current = []
-            current.append(i)
-        if current:
-            chunks.append(current)
-        return chunks
+        cuts = padded_partition([todo[i].n_tokens for i in order], self.max_batch_size, self.max_batch_tokens)
+        return [order[start:end] for start, end in cuts]
 
     def _feeds(self, ids: Sequence[Sequence[int]]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         input_ids, mask = self.tokenizer.pad(ids)
@@ -160,6 +149,39 @@ class OnnxEmbedder:
     def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(B, T, D) → (B, D) float32 (float16 graphs too), per the manifest's pooling."""
         return pool(hidden, mask, self.info.pooling)
+
+
+RUN_COST_TOKENS = 8
+"""What one more encoder run costs, in padded tokens: MiniLM int8 on one core takes about
+0.6 ms a run plus 0.08 ms a padded token (benchmarks/README.md, issue 13)."""
+
+
+def padded_partition(lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Cut ascending ``lengths`` into runs [start, end) of at most ``max_rows`` rows and
+    ``max_tokens`` padded tokens (rows × longest; a single row may exceed it) that minimise
+    Σ (RUN_COST_TOKENS + rows × longest): a batch of sentences of 5 to 50 tokens is mostly
+    padding when run as one, and one run per sentence pays the run cost each time.
+
+    Dynamic programming over the cut points: ``best[j]`` is the least cost of the first j.
+    """
+    n = len(lengths)
+    best = [0.0] + [float("inf")] * n
+    start_of = [0] * (n + 1)
+    for end in range(1, n + 1):
+        longest = lengths[end - 1]
+        for start in range(end - 1, max(0, end - max_rows) - 1, -1):
+            rows = end - start
+            if rows > 1 and rows * longest > max_tokens:
+                break  # more rows only pad more
+            cost = best[start] + RUN_COST_TOKENS + rows * longest
+            if cost < best[end]:
+                best[end], start_of[end] = cost, start
+    cuts: list[tuple[int, int]] = []
+    end = n
+    while end > 0:
+        cuts.append((start_of[end], end))
+        end = start_of[end]
+    return cuts[::-1]
 
 
 def _embedding_info(manifest: Manifest, directory: Path) -> EmbeddingInfo:
