@@ -2,8 +2,9 @@
 
 pre: tokenize (over-long texts are cut or fail alone). core: sort by length and run the
 encoder on the padded sub-batches that cost least (``padded_partition``), so short texts do not
-pay for a long one's padding. post: pool each sub-batch (mean over real tokens or [CLS]) and put the vectors back in
-request order. Vectors are returned un-normalised; L2 normalisation is an API option.
+pay for a long one's padding. post: pool each sub-batch (mean over real tokens or [CLS]) and
+put the vectors back in request order. Vectors are returned un-normalised; L2 normalisation is
+an API option.
 """
 
 from __future__ import annotations

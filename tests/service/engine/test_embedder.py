@@ -180,7 +180,10 @@ def test_padded_partition_is_the_cheapest_partition() -> None:
         for mask in itertools.product([False, True], repeat=n - 1):
             bounds = [0, *[i + 1 for i, cut in enumerate(mask) if cut], n]
             cuts = list(itertools.pairwise(bounds))
-            if all(e - s <= max_rows and (e - s == 1 or (e - s) * lengths[e - 1] <= max_tokens) for s, e in cuts):
+            fits = [
+                e - s <= max_rows and (e - s == 1 or (e - s) * lengths[e - 1] <= max_tokens) for s, e in cuts
+            ]
+            if all(fits):
                 feasible.append(_partition_cost(lengths, cuts))
         got = padded_partition(lengths, max_rows, max_tokens)
         assert [i for s, e in got for i in range(s, e)] == list(range(n))
