@@ -36,7 +36,7 @@ from service.engine.session import (
     used_provider,
     warmup,
 )
-from service.engine.tokenizer import TextTokenizer
+from service.engine.tokenizer import TextTokenizer, padded_partition
 from service.metrics import INPUT_TOKENS, labelled, observe_stage, timed
 
 
@@ -150,39 +150,6 @@ class OnnxEmbedder:
     def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(B, T, D) → (B, D) float32 (float16 graphs too), per the manifest's pooling."""
         return pool(hidden, mask, self.info.pooling)
-
-
-RUN_COST_TOKENS = 8
-"""What one more encoder run costs, in padded tokens: MiniLM int8 on one core takes about
-0.6 ms a run plus 0.08 ms a padded token (benchmarks/README.md, issue 13)."""
-
-
-def padded_partition(lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[tuple[int, int]]:
-    """Cut ascending ``lengths`` into runs [start, end) of at most ``max_rows`` rows and
-    ``max_tokens`` padded tokens (rows × longest; a single row may exceed it) that minimise
-    Σ (RUN_COST_TOKENS + rows × longest): a batch of sentences of 5 to 50 tokens is mostly
-    padding when run as one, and one run per sentence pays the run cost each time.
-
-    Dynamic programming over the cut points: ``best[j]`` is the least cost of the first j.
-    """
-    n = len(lengths)
-    best = [0.0] + [float("inf")] * n
-    start_of = [0] * (n + 1)
-    for end in range(1, n + 1):
-        longest = lengths[end - 1]
-        for start in range(end - 1, max(0, end - max_rows) - 1, -1):
-            rows = end - start
-            if rows > 1 and rows * longest > max_tokens:
-                break  # more rows only pad more
-            cost = best[start] + RUN_COST_TOKENS + rows * longest
-            if cost < best[end]:
-                best[end], start_of[end] = cost, start
-    cuts: list[tuple[int, int]] = []
-    end = n
-    while end > 0:
-        cuts.append((start_of[end], end))
-        end = start_of[end]
-    return cuts[::-1]
 
 
 def _embedding_info(manifest: Manifest, directory: Path) -> EmbeddingInfo:

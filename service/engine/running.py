@@ -12,6 +12,7 @@ on its own rows.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,8 +22,8 @@ import numpy as np
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.decoding import Backend
 from service.engine.search import Search, SentenceSearch, TokenHypothesis
-from service.engine.slots import incremental_decoder
-from service.engine.tokenizer import Encoded, TextTokenizer
+from service.engine.slots import SlotDecoder, incremental_decoder
+from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
 
 
 def output_limit(options: TranslateOptions, max_target_len: int) -> int:
@@ -115,10 +116,17 @@ class RunningDecode:
             for key, source, options in entries
         ]
         starting = [(s, e[1]) for s, e in zip(searches, entries, strict=True) if not s.done]
-        if starting:
-            ids, mask = self.tokenizer.pad([source.ids for _, source in starting])
-            self.decoder.admit(self.backend.encode(ids), mask, [s.k for s, _ in starting])
-            for s, _ in starting:
+        starting.sort(key=lambda pair: pair[1].n_tokens)
+        lengths = [source.n_tokens for _, source in starting]
+        runs = [(0, len(starting))] if starting else []
+        if isinstance(self.decoder, SlotDecoder) and starting:
+            # slots for all at once, then the encoder on the runs that pad least
+            self.decoder.reserve(self.decoder.rows + sum(s.k for s, _ in starting), lengths[-1])
+            runs = padded_partition(lengths, len(lengths), sys.maxsize)
+        for start, end in runs:
+            ids, mask = self.tokenizer.pad([source.ids for _, source in starting[start:end]])
+            self.decoder.admit(self.backend.encode(ids), mask, [s.k for s, _ in starting[start:end]])
+            for s, _ in starting[start:end]:
                 self.search.add(s)
         return [s for s in searches if s.done]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-import random
 import shutil
 from pathlib import Path
 
@@ -12,7 +10,7 @@ import pytest
 
 from service.artefacts import ArtefactError, read_manifest, write_manifest
 from service.engine.base import Embedding, EmbedItem, TextTooLong
-from service.engine.embedder import RUN_COST_TOKENS, OnnxEmbedder, padded_partition
+from service.engine.embedder import OnnxEmbedder
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
@@ -155,36 +153,3 @@ def test_sub_batches_are_length_sorted_within_both_budgets(embedding_artefact: P
     for chunk in chunks:
         longest = max(todo[i].n_tokens for i in chunk)
         assert len(chunk) == 1 or (len(chunk) <= 2 and len(chunk) * longest <= 20)
-
-
-def _partition_cost(lengths: list[int], cuts: list[tuple[int, int]]) -> int:
-    return sum(RUN_COST_TOKENS + (end - start) * lengths[end - 1] for start, end in cuts)
-
-
-def test_padded_partition_splits_off_what_would_be_mostly_padding() -> None:
-    assert padded_partition([12] * 40, 64, 16384) == [(0, 40)]  # one length: one run
-    assert padded_partition([5] * 20 + [50], 64, 16384) == [(0, 20), (20, 21)]
-    assert padded_partition([3, 4, 5, 6], 2, 16384) == [(0, 2), (2, 4)]  # max_rows
-    assert padded_partition([3, 4, 5, 6], 64, 10) == [(0, 2), (2, 3), (3, 4)]  # max_tokens
-    assert padded_partition([100], 64, 10) == [(0, 1)]  # one row may exceed the budget
-    assert padded_partition([], 64, 10) == []
-
-
-def test_padded_partition_is_the_cheapest_partition() -> None:
-    rng = random.Random(0)
-    for _ in range(200):
-        lengths = sorted(rng.randint(1, 60) for _ in range(rng.randint(1, 9)))
-        max_rows, max_tokens = rng.randint(1, 9), rng.randint(20, 300)
-        n = len(lengths)
-        feasible = []
-        for mask in itertools.product([False, True], repeat=n - 1):
-            bounds = [0, *[i + 1 for i, cut in enumerate(mask) if cut], n]
-            cuts = list(itertools.pairwise(bounds))
-            fits = [
-                e - s <= max_rows and (e - s == 1 or (e - s) * lengths[e - 1] <= max_tokens) for s, e in cuts
-            ]
-            if all(fits):
-                feasible.append(_partition_cost(lengths, cuts))
-        got = padded_partition(lengths, max_rows, max_tokens)
-        assert [i for s, e in got for i in range(s, e)] == list(range(n))
-        assert _partition_cost(lengths, got) == min(feasible)

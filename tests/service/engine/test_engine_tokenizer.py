@@ -1,7 +1,10 @@
-"""The tokenizer wrapper: truncation policy per item, padding, counts, token strings."""
+"""The tokenizer wrapper: truncation policy per item, padding, counts, token strings; the cut of
+a length-sorted batch into padded runs."""
 
 from __future__ import annotations
 
+import itertools
+import random
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,7 @@ from tokenizers.processors import TemplateProcessing
 
 from service.artefacts import ArtefactError
 from service.engine.base import TextTooLong
-from service.engine.tokenizer import Encoded, TextTokenizer
+from service.engine.tokenizer import RUN_COST_TOKENS, Encoded, TextTokenizer, padded_partition
 
 WORDS = ["<pad>", "<s>", "</s>", "<unk>", "a", "b", "c", "d", "e"]
 
@@ -71,3 +74,36 @@ def test_given_whole_encodings_are_taken_as_they_are_and_the_length_policy_still
     assert out[1] is marked
     assert out[2] == Encoded([6, 2], ["c", "</s>"], truncated=False)  # not given: tokenized here
     assert isinstance(out[3], TextTooLong) and "6 tokens" in str(out[3])
+
+
+def _partition_cost(lengths: list[int], cuts: list[tuple[int, int]]) -> int:
+    return sum(RUN_COST_TOKENS + (end - start) * lengths[end - 1] for start, end in cuts)
+
+
+def test_padded_partition_splits_off_what_would_be_mostly_padding() -> None:
+    assert padded_partition([12] * 40, 64, 16384) == [(0, 40)]  # one length: one run
+    assert padded_partition([5] * 20 + [50], 64, 16384) == [(0, 20), (20, 21)]
+    assert padded_partition([3, 4, 5, 6], 2, 16384) == [(0, 2), (2, 4)]  # max_rows
+    assert padded_partition([3, 4, 5, 6], 64, 10) == [(0, 2), (2, 3), (3, 4)]  # max_tokens
+    assert padded_partition([100], 64, 10) == [(0, 1)]  # one row may exceed the budget
+    assert padded_partition([], 64, 10) == []
+
+
+def test_padded_partition_is_the_cheapest_partition() -> None:
+    rng = random.Random(0)
+    for _ in range(200):
+        lengths = sorted(rng.randint(1, 60) for _ in range(rng.randint(1, 9)))
+        max_rows, max_tokens = rng.randint(1, 9), rng.randint(20, 300)
+        n = len(lengths)
+        feasible = []
+        for mask in itertools.product([False, True], repeat=n - 1):
+            bounds = [0, *[i + 1 for i, cut in enumerate(mask) if cut], n]
+            cuts = list(itertools.pairwise(bounds))
+            fits = [
+                e - s <= max_rows and (e - s == 1 or (e - s) * lengths[e - 1] <= max_tokens) for s, e in cuts
+            ]
+            if all(fits):
+                feasible.append(_partition_cost(lengths, cuts))
+        got = padded_partition(lengths, max_rows, max_tokens)
+        assert [i for s, e in got for i in range(s, e)] == list(range(n))
+        assert _partition_cost(lengths, got) == min(feasible)

@@ -132,6 +132,28 @@ def test_mixed_options_in_one_batch_equal_each_item_alone(translator: OnnxTransl
             assert (a.alignment is None) == (b.alignment is None) == (not item.options.alignments)
 
 
+def test_a_long_sentence_is_encoded_apart_from_short_ones(
+    translator: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admitting sentences of very different lengths runs the encoder on runs that pad less
+    (``tokenizer.padded_partition``), and nothing changes in the results."""
+    widths: list[tuple[int, int]] = []
+    encode = translator.backend.encode
+
+    def spy(input_ids: np.ndarray) -> tuple[object, object]:
+        widths.append(input_ids.shape)
+        return encode(input_ids)
+
+    batch = items(["red", "the cat", "two dogs run", "red", "the cat", " ".join([TEXTS[2]] * 2)], beam_size=2)
+    monkeypatch.setattr(translator.backend, "encode", spy)
+    together = translator.translate(batch)
+    assert len(widths) == 2 and max(rows for rows, _ in widths) == 5  # the shorts, then the long one
+    assert sum(rows * width for rows, width in widths) < len(batch) * max(width for _, width in widths)
+    for item, result in zip(batch, together, strict=True):
+        (alone,) = translator.translate([item])
+        assert [h.tokens for h in ok(result).hypotheses] == [h.tokens for h in ok(alone).hypotheses]
+
+
 def test_max_length_is_respected_per_item(translator: OnnxTranslator) -> None:
     """Each item stops at its own max_length, and gets what it would get with that limit alone."""
     long_run = translator.translate(items([TEXTS[2]], beam_size=1, max_length=20))
