@@ -159,7 +159,10 @@ def sts_sentences(data_dir: Path) -> list[str]:
 class Server:
     """A server subprocess of ours (or a peer's), stopped with SIGTERM, then SIGKILL, by its pid."""
 
-    def __init__(self, cmd: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path = REPO) -> None:
+    def __init__(
+        self, cmd: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path = REPO, cores: int = 0
+    ) -> None:
+        """``cores``: run on that many of this process's cores (CPU affinity, Linux); 0: on all."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop)
@@ -171,6 +174,9 @@ class Server:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if cores and hasattr(os, "sched_setaffinity"):
+            # the service starts its threads after its imports: every one inherits the affinity
+            os.sched_setaffinity(self.proc.pid, sorted(os.sched_getaffinity(0))[:cores])
 
     @property
     def pid(self) -> int:
@@ -211,7 +217,8 @@ def free_port() -> int:
 
 
 class Service:
-    """``python -m service`` on a free port, both models, CPU, a fixed variant and thread count."""
+    """``python -m service`` on a free port, both models, CPU, a fixed variant, on ``threads``
+    cores, which it divides among its concurrent runs as its default settings do."""
 
     def __init__(
         self,
@@ -236,14 +243,15 @@ class Service:
             "TSERVE_PROVIDER": "cpu",
             "TSERVE_VARIANT": variant,
             "TSERVE_AUTO_EXPORT": "false",
-            "TSERVE_INTRA_OP_THREADS": str(threads),
+            # the service divides its cores among the runs it has in flight (Settings.session_threads)
+            "TSERVE_INTRA_OP_THREADS": "0",
             "TSERVE_MAX_QUEUE": "8192",
             "TSERVE_REQUEST_TIMEOUT_S": "600",
             "TSERVE_LOG_LEVEL": "warning",
             "OMP_NUM_THREADS": str(threads),
             **(extra_env or {}),
         }
-        self.server = Server([sys.executable, "-m", "service"], env, log)
+        self.server = Server([sys.executable, "-m", "service"], env, log, cores=threads)
         try:
             wait_ready(f"{self.base}/health/ready", ready_timeout_s, self.server.alive)
         except Exception as e:

@@ -74,8 +74,9 @@ def markdown(results: Results, meta: dict[str, Any]) -> str:
         f"- machine: {m.get('cpu', '?')}, {m.get('logical_cores', '?')} logical cores"
         f"{' (AVX-512 VNNI)' if m.get('avx512_vnni') else ''}, {m.get('memory_gb', '?')} GB; "
         f"load average at start {tuple(round(x, 2) for x in m.get('load_average', ()))}",
-        f"- threads per system: {meta.get('threads')}; the HTTP load generator runs on the same cores as the "
-        "server under test (identical for every HTTP system)",
+        f"- threads per system: {meta.get('threads')} (our service: that many cores, divided among its "
+        "concurrent runs); the HTTP load generator runs on the same cores as the server under test "
+        "(identical for every HTTP system)",
         f"- mode: {'quick' if meta.get('quick') else 'full'}",
     ]
     if before.get("busy_pct", 0) > CONTENDED_PCT:
