@@ -25,6 +25,8 @@ from service.engine.search import Search, SentenceSearch, TokenHypothesis
 from service.engine.slots import SlotDecoder, incremental_decoder
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
 
+ENCODER_ROWS = 64  # sentences per encoder run at most: more gain nothing, and it bounds the cut's search
+
 
 def output_limit(options: TranslateOptions, max_target_len: int) -> int:
     """The most tokens a sentence may get: its ``max_length``, within the model's positions."""
@@ -122,7 +124,7 @@ class RunningDecode:
         if isinstance(self.decoder, SlotDecoder) and starting:
             # slots for all at once, then the encoder on the runs that pad least
             self.decoder.reserve(self.decoder.rows + sum(s.k for s, _ in starting), lengths[-1])
-            runs = padded_partition(lengths, len(lengths), sys.maxsize)
+            runs = padded_partition(lengths, ENCODER_ROWS, sys.maxsize)
         for start, end in runs:
             ids, mask = self.tokenizer.pad([source.ids for _, source in starting[start:end]])
             self.decoder.admit(self.backend.encode(ids), mask, [s.k for s, _ in starting[start:end]])
