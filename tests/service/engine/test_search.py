@@ -341,3 +341,19 @@ def test_a_leaving_sentence_is_replaced_by_the_last_of_its_size_so_only_that_one
     rows = search.remove(lambda s: s is a)  # c fills a's place; e (size 3) shifts down
     assert search.sentences == [c, d, e]
     np.testing.assert_array_equal(rows, [4, 5, 2, 3, 6, 7, 8])
+
+
+def test_a_beam_stays_in_its_parents_row_and_only_extra_children_move() -> None:
+    """One beam-4 sentence: the step's continuations come from rows 0, 0, 1, 0 (best first); the
+    best child of each parent keeps its parent's row, the others take the free rows 2 and 3, so a
+    slot decoder copies two histories, not three."""
+    s = SentenceSearch("s", beam_size=4, max_len=9)
+    s.scores = np.zeros(4)
+    s.history = np.array([[A], [B], [C], [A]])
+    s.steps = 1
+    rows = s.advance([(0, A, -1.0), (0, B, -1.5), (1, A, -2.0), (0, C, -2.5)], None, EOS)
+    assert rows is not None
+    assert rows.tolist() == [0, 1, 0, 0]
+    assert s.history.tolist() == [[A, A], [B, A], [A, B], [A, C]]
+    assert s.scores.tolist() == [-1.0, -2.0, -1.5, -2.5]
+    assert int((rows != np.arange(4)).sum()) == 2
