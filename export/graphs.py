@@ -81,15 +81,14 @@ def _traced(source: TranslationSource, dtype: torch.dtype, out_dir: Path, layout
 
 def build_fp32(
     source: TranslationSource, out_dir: Path, layout: DecoderLayout = DEFAULT_DECODER_LAYOUT
-) -> dict[str, int]:
-    """The traced fp32 graphs in ``out_dir``, unfused; returns the fusion counts ({}).
+) -> None:
+    """The traced fp32 graphs in ``out_dir``, unfused (their manifest lists no fusions).
 
     They are the CPU variants' (fp32, and int8 made from them). Fused, the residual Add and
     LayerNormalization become onnxruntime's ``SkipLayerNormalization``, whose CPU kernel ran
     slower than the two nodes, as in the MiniLM encoder (en→de int8 at beam 4 / batch 32: 4–26 %
     in 7 of 8 alternating runs; benchmarks/README.md, "The CPU translation graphs unfused")."""
     _traced(source, torch.float32, out_dir, layout)
-    return {}
 
 
 def build_int8(fp32_dir: Path, out_dir: Path) -> dict[str, int]:

@@ -24,7 +24,6 @@ from export.graphs import (
     build_fp32,
     build_int8,
     decoder_layout,
-    merge_fusions,
     variant_layout,
 )
 from export.onnx_tools import file_entries, graph_spec
@@ -175,8 +174,8 @@ class _VariantExport:
         self.source, self.sha, self.verifier = source, sha, verifier
         self.fp32_graphs = verifier.work / "fp32"
         self.fp32_graphs.mkdir()
-        progress(f"{source.name}: tracing the fp32 encoder/decoder graphs and optimising")
-        self.fp32_fusions = build_fp32(source, self.fp32_graphs)
+        progress(f"{source.name}: tracing the fp32 encoder/decoder graphs")
+        build_fp32(source, self.fp32_graphs)
 
     def run(self, todo: list[Variant], root: Path) -> None:
         """fp32 first, always verified (the baseline of the others), published only if asked for."""
@@ -186,10 +185,10 @@ class _VariantExport:
         if variant == "fp32":
             for graph in TRANSLATION_GRAPHS:
                 shutil.copyfile(self.fp32_graphs / graph, staging / graph)
-            fusions = self.fp32_fusions
+            fusions: Fusions = {}  # the plain traced graphs
         elif variant == "int8":
             progress("  quantising to int8 (per-row activations)")
-            fusions = merge_fusions(self.fp32_fusions, build_int8(self.fp32_graphs, staging))
+            fusions = build_int8(self.fp32_graphs, staging)
         else:
             progress("  tracing the fp16 graphs and optimising")
             fusions = build_fp16(self.source, staging)

@@ -208,6 +208,10 @@ class Stepping:
     def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         raise NotImplementedError
 
+    def reserve(self, rows: int, source_len: int) -> None:
+        """Room for ``rows`` rows and sources of ``source_len`` tokens before several admissions
+        in a row; a decoder that grows by concatenating needs none."""
+
     def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         scores, attn = self._run(last_tokens, 0)
         assert isinstance(scores, np.ndarray)

@@ -22,7 +22,7 @@ import numpy as np
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.decoding import Backend
 from service.engine.search import Search, SentenceSearch, TokenHypothesis
-from service.engine.slots import SlotDecoder, incremental_decoder
+from service.engine.slots import incremental_decoder
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
 
 ENCODER_ROWS = 64  # sentences per encoder run at most: more gain nothing, and it bounds the cut's search
@@ -121,8 +121,8 @@ class RunningDecode:
         starting.sort(key=lambda pair: pair[1].n_tokens)
         lengths = [source.n_tokens for _, source in starting]
         runs = [(0, len(starting))] if starting else []
-        if isinstance(self.decoder, SlotDecoder) and starting:
-            # slots for all at once, then the encoder on the runs that pad least
+        if self.decoder.joins_midway and starting:
+            # room for all at once, then the encoder on the runs that pad least
             self.decoder.reserve(self.decoder.rows + sum(s.k for s, _ in starting), lengths[-1])
             runs = padded_partition(lengths, ENCODER_ROWS, sys.maxsize)
         for start, end in runs:

@@ -99,7 +99,6 @@ class SlotDecoder(Stepping):
         return [np.zeros(shape, dtype=self._dtype) for _ in range(2 * self._layers)]
 
     def reserve(self, rows: int, source_len: int) -> None:
-        """Room for ``rows`` slots and sources of ``source_len`` tokens, before several admissions."""
         self._reserve(rows, source_len, 1)
 
     def _reserve(self, rows: int, source_len: int, cache_len: int) -> None:

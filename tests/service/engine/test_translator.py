@@ -261,9 +261,9 @@ def artefact_with_layout(checkpoint: Path, out: Path, layout: DecoderLayout) -> 
     from export.translation import build_fp32, build_manifest, load_source, write_tokenizer
 
     source = load_source(checkpoint)
-    fusions = build_fp32(source, out, layout)
+    build_fp32(source, out, layout)
     write_tokenizer(source, out)
-    write_manifest(out, build_manifest(source, "fp32", out, "0" * 64, {}, fusions))
+    write_manifest(out, build_manifest(source, "fp32", out, "0" * 64, {}, {}))
     return out
 
 
