@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Awaitable
-from typing import Annotated, TypeVar
+from typing import TypeVar
 
-from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Request
+from fastapi.security import HTTPBearer
 
 from service.api.errors import ClientDisconnected, Forbidden, NotReady, ShuttingDown, Unauthorized
 from service.lifecycle import Runtime
@@ -43,26 +43,31 @@ async def serving_runtime(request: Request) -> Runtime:
     return ready_runtime(runtime_of(request))
 
 
-_bearer = HTTPBearer(auto_error=False, description="One of TSERVE_API_KEYS (when set)")
+class ApiKeyGate(HTTPBearer):
+    """401 without a bearer key, 403 with a wrong one; nothing to check when no keys are set.
+
+    An ``HTTPBearer``, so OpenAPI shows the scheme; a gate (the request alone, see
+    ``service/api/gated_route.py``), so it runs without a dependency of its own."""
+
+    async def __call__(self, request: Request) -> None:  # type: ignore[override]
+        keys = runtime_of(request).settings.api_keys
+        if not keys:
+            return
+        credentials = await super().__call__(request)
+        if credentials is None:
+            raise Unauthorized(
+                "missing API key: send 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"}
+            )
+        given = credentials.credentials.encode()
+        # Compare against every key (no early exit), in constant time per key.
+        matched = [secrets.compare_digest(given, key.encode()) for key in keys]
+        if not any(matched):
+            raise Forbidden("invalid API key")
 
 
-async def require_api_key(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """401 without a bearer key, 403 with a wrong one; nothing to check when no keys are set."""
-    keys = runtime_of(request).settings.api_keys
-    if not keys:
-        return
-    if credentials is None:
-        raise Unauthorized(
-            "missing API key: send 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"}
-        )
-    given = credentials.credentials.encode()
-    # Compare against every key (no early exit), in constant time per key.
-    matched = [secrets.compare_digest(given, key.encode()) for key in keys]
-    if not any(matched):
-        raise Forbidden("invalid API key")
+require_api_key = ApiKeyGate(
+    auto_error=False, scheme_name="HTTPBearer", description="One of TSERVE_API_KEYS (when set)"
+)
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

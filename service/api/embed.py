@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from service.api.dependencies import ready_runtime, runtime_of, until_disconnect
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
+from service.api.gated_route import GatedRoute
 from service.api.middleware import timed_stage
 from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_response
 from service.batching import off_the_loop_if_large
@@ -17,7 +18,7 @@ from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import l2_normalize
 from service.lifecycle import ServedEmbedder
 
-router = APIRouter(tags=["embed"])
+router = APIRouter(tags=["embed"], route_class=GatedRoute)
 
 
 async def embedder(request: Request) -> ServedEmbedder:

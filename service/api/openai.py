@@ -19,6 +19,7 @@ from starlette.responses import Response
 from service.api.dependencies import serving_runtime
 from service.api.embed import default_normalize, embed_texts, embedder, pooled_vectors
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES, ModelNotFound, validation_error
+from service.api.gated_route import GatedRoute
 from service.api.schemas import (
     ModelCard,
     ModelsResponse,
@@ -29,7 +30,7 @@ from service.api.schemas import (
 from service.engine.base import Engine
 from service.lifecycle import Runtime, ServedEmbedder
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=GatedRoute)
 
 
 @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, responses=ERROR_RESPONSES)

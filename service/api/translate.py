@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from service.api.dependencies import serving_runtime, until_disconnect
 from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, validation_error
+from service.api.gated_route import GatedRoute
 from service.api.middleware import timed_stage
 from service.api.schemas import (
     Hypothesis,
@@ -26,7 +27,7 @@ from service.lifecycle import Runtime, ServedTranslator
 from service.text.document import TextHypothesis, TextTranslation
 from service.text.pipeline import Format, prepare, translate_documents
 
-router = APIRouter(tags=["translate"])
+router = APIRouter(tags=["translate"], route_class=GatedRoute)
 
 
 def route(runtime: Runtime, model: str | None, source: str | None, target: str | None) -> ServedTranslator:
