@@ -25,7 +25,7 @@ from service.batch_forming import BatchPolicy
 from service.batching import DynamicBatcher
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.running import ContinuousEngine
-from service.memory import trim_when_idle
+from service.memory import FrozenHeap, trim_when_idle
 from service.metrics import MODEL_INFO, READY
 from service.scheduling import ContinuousBatcher, DecodeBudget
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
@@ -88,8 +88,10 @@ class Runtime:
     on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
     limits: RequestLimits = field(init=False)
     _trimmer: asyncio.Task[None] | None = field(default=None, init=False)
+    _heap: FrozenHeap = field(init=False)
 
     def __post_init__(self) -> None:
+        self._heap = FrozenHeap(self.settings.gc_young_threshold)
         self.limits = RequestLimits.from_settings(self.settings)
         READY.set(0)
 
@@ -152,6 +154,7 @@ class Runtime:
             self._trimmer = asyncio.get_running_loop().create_task(
                 trim_when_idle(lambda: self.batchers, s.memory_trim_interval_s), name="memory-trim"
             )
+        self._heap.freeze()
         if self.state == "loading":
             self.state = "ready"
             READY.set(1)
@@ -200,6 +203,7 @@ class Runtime:
             self._trimmer.cancel()
             await asyncio.gather(self._trimmer, return_exceptions=True)
         await asyncio.gather(*(b.close() for b in self.batchers))
+        self._heap.thaw()
 
 
 def _translate_cost(engine: TranslateEngine) -> Callable[[TranslateItem], int]:

@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     # Once every model is idle after requests, give freed memory back to the OS (glibc's
     # malloc_trim; service/memory.py), checked this often; 0: never.
     memory_trim_interval_s: float = Field(default=2.0, ge=0)
+    # Net new Python objects between two collections of the youngest generation once serving
+    # (Python's default: 700; the heap at start-up is frozen; service/memory.py: FrozenHeap).
+    gc_young_threshold: int = Field(default=10_000, ge=100)
 
     # Threads
     # onnxruntime threads per session; 0: the cores shared among the runs one model may have in

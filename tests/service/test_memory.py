@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from dataclasses import dataclass
 
 import pytest
@@ -100,3 +102,35 @@ async def test_zero_turns_trimming_off(monkeypatch: pytest.MonkeyPatch) -> None:
         assert (await served.client.post("/v1/translate", json={"text": "a b c"})).status_code == 200
         await asyncio.sleep(0.05)
     assert trims == []
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the cyclic collector frees it
+
+
+async def test_the_heap_is_frozen_while_serving_and_thawed_after() -> None:
+    before = gc.get_threshold()
+    async with serving(small_settings(gc_young_threshold=5000)) as s:
+        assert s.app.state.runtime.state == "ready"
+        assert gc.get_threshold() == (5000, *before[1:])
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_cycles_made_after_freezing_are_collected_and_frozen_ones_after_thawing() -> None:
+    heap = memory.FrozenHeap(young_threshold=5000)
+    frozen = _Node()
+    frozen_ref = weakref.ref(frozen)
+    heap.freeze()
+    try:
+        new = weakref.ref(_Node())
+        del frozen
+        gc.collect()
+        assert new() is None
+        assert frozen_ref() is not None  # frozen: left alone by the collector
+    finally:
+        heap.thaw()
+    gc.collect()
+    assert frozen_ref() is None
