@@ -45,6 +45,8 @@ _NO_BODY = object()
 
 
 class GatedRoute(APIRoute):
+    """An ``APIRoute`` whose request handler runs the shape the module doc names (checked here)."""
+
     def get_route_handler(self) -> Handler:
         route = _effective(self)
         dependant: Dependant = route.dependant
