@@ -1,9 +1,9 @@
 """What the routes share: the runtime (``service/lifecycle.py``) and the dependencies that gate a
 request (API key, readiness, client disconnect). HTTP only: no model is loaded or batched here.
 
-FastAPI solves every node of a route's dependency tree on every request — a cached one too, with
-its own extraction of path, query, header and cookie parameters — so the tree is kept flat: the
-runtime is read with ``runtime_of``, a plain function, and a route's gate is one dependency.
+The gates are async callables of the request alone, so that the JSON routes' ``GatedRoute``
+can run them without FastAPI's dependency solving (``service/api/gated_route.py``); the runtime
+is read with ``runtime_of``, a plain function.
 """
 
 from __future__ import annotations
