@@ -28,10 +28,10 @@ from typing import Any
 
 import fastapi.routing
 from fastapi.dependencies.models import Dependant
+from fastapi.dependencies.utils import get_missing_field_error
 from fastapi.exceptions import RequestValidationError
 from fastapi.params import Form
 from fastapi.routing import APIRoute
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -75,7 +75,7 @@ class GatedRoute(APIRoute):
                 value, errors = (
                     body.validate(received, {}, loc=("body",))
                     if received is not _NO_BODY
-                    else (None, [_missing(("body",))])
+                    else (None, [get_missing_field_error(("body",))])
                 )
                 if errors:
                     raise RequestValidationError(errors, body=None if received is _NO_BODY else received)
@@ -98,11 +98,14 @@ def _effective(route: APIRoute) -> Any:
     return context if context is not None and context.original_route is route else route
 
 
+def _params(dependant: Dependant) -> list[Any]:
+    """The path, query, header and cookie parameters FastAPI would extract for ``dependant``."""
+    d = dependant
+    return [*d.path_params, *d.query_params, *d.header_params, *d.cookie_params]
+
+
 def _refuse_params(dependant: Dependant, path: str) -> None:
-    params = (
-        dependant.path_params + dependant.query_params + dependant.header_params + dependant.cookie_params
-    )
-    if params:
+    if params := _params(dependant):
         names = ", ".join(p.name for p in params)
         raise TypeError(f"{path}: a GatedRoute takes no path, query, header or cookie parameters ({names})")
 
@@ -112,9 +115,7 @@ def _gates(dependant: Dependant, path: str) -> list[tuple[Gate, list[str]]]:
     gates: dict[Any, list[str]] = {}
     for sub in dependant.dependencies:
         call = sub.call
-        params = [*sub.body_params, *sub.path_params, *sub.query_params]
-        params += [*sub.header_params, *sub.cookie_params]
-        takes_more = bool(sub.dependencies or params) or _special_params(sub)
+        takes_more = bool(sub.dependencies or sub.body_params or _params(sub)) or _special_params(sub)
         if call is None or sub.request_param_name is None or takes_more or not _is_async(call):
             raise TypeError(f"{path}: {call!r} is not a gate (an async callable of the request alone)")
         names = gates.setdefault(call, [])
@@ -154,10 +155,3 @@ async def _json_body(request: Request) -> Any:
         raise  # the body limits' 408 and 413
     except Exception as e:  # not UTF-8/16/32, an integer of more than 4,300 digits, ...
         raise HTTPException(status_code=400, detail="There was an error parsing the body") from e
-
-
-def _missing(loc: tuple[str, ...]) -> dict[str, Any]:
-    error = ValidationError.from_exception_data(
-        "Field required", [{"type": "missing", "loc": loc, "input": {}}]
-    )
-    return {**error.errors(include_url=False)[0], "input": None}
