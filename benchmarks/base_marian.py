@@ -12,7 +12,7 @@ import gc
 from benchmarks import translators as tr
 from benchmarks.harness import Bench, Need, Stage
 from benchmarks.results import Figure
-from benchmarks.translation import OURS_INT8, run_suite
+from benchmarks.translation import OURS_INT8, ct2_systems, run_suite
 from benchmarks.translators import CT2_INT8, TextCodec, Translator, Workload
 
 BEAM4_BATCH32_FORCED = Workload(4, 32, 20, True)
@@ -29,8 +29,7 @@ def run(bench: Bench) -> None:
     cfg = MarianConfig.from_pretrained(paths["hf"])
     codec = TextCodec(marian_tokenizer(paths["hf"]), eos_id=cfg.eos_token_id, pad_id=cfg.pad_token_id)
     systems: list[Translator] = [tr.HFGenerate(paths["hf"], codec, bench.threads)]
-    for q, label in (("float32", "CTranslate2 fp32"), ("int8", CT2_INT8)):
-        systems.append(tr.CTranslate2(paths[f"ct2-{q}"], codec, bench.threads, label))
+    systems += ct2_systems(paths, codec, bench.threads)
     for v in ("fp32", "int8"):
         if f"base/{v}" in bench.models:
             systems += bench.system(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -69,9 +70,15 @@ class OnnxTranslator:
     """``TranslateEngine`` over a verified translation artefact directory.
 
     session: how its onnxruntime sessions run. io_binding: keep the cache on the
-    device (default: when running on CUDA). max_decode_rows: sentences × beam per search call,
+    device (default: when running on CUDA). max_decode_rows: sentences × beam per running decode,
     bounding cache memory for large batches. truncate_source: cut over-long sources (keeping
-    </s>) instead of failing them with ``TextTooLong``.
+    </s>) instead of failing them with ``TextTooLong``. lanes: running decodes a batch is dealt
+    out to, each driven by its own thread (onnxruntime releases the GIL while it runs): on N
+    cores, N lanes of one intra-op thread each keep every core busy, where one decode's intra-op
+    threads split kernels too small to gain from it (2 cores, beam 4, batches of 32: 2 lanes
+    decoded 1.5–1.6× the tokens/s of one decode on 2 intra-op threads, which was no faster than
+    on one; benchmarks/README.md, "Lanes"). The service leaves it at 1: its scheduler runs
+    decodes side by side itself (``service/scheduling.py``).
     """
 
     def __init__(
@@ -82,7 +89,10 @@ class OnnxTranslator:
         io_binding: bool | None = None,
         max_decode_rows: int = 512,
         truncate_source: bool = False,
+        lanes: int = 1,
     ) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, got {lanes}")
         self.manifest: Manifest = load_and_verify(directory)
         self.info = _translation_info(self.manifest, directory)
         self.name = self.manifest.name
@@ -92,6 +102,11 @@ class OnnxTranslator:
         self.bos_id, self.eos_id = special.bos, special.eos
         self.max_decode_rows = max_decode_rows
         self.truncate_source = truncate_source
+        self.lanes = lanes
+        # the caller's thread drives the first lane, these the others
+        self._lane_threads = (
+            ThreadPoolExecutor(lanes - 1, thread_name_prefix=f"{self.name}-lane") if lanes > 1 else None
+        )
         self.tokenizer = TextTokenizer.from_file(
             directory / self.manifest.tokenizer, self.info.max_source_len, special.pad
         )
@@ -211,10 +226,29 @@ class OnnxTranslator:
         todo: dict[int, Encoded],
         results: list[Translation | Exception | None],
     ) -> dict[int, list[TokenHypothesis]]:
-        """Every item's sentence through one running decode: sentences join as rows free up
-        (at most ``max_decode_rows``: sentences × beam), leave when done or abandoned; a step that
-        fails fails the sentences in it, not those still waiting."""
-        waiting = list(todo)
+        """The sentences dealt out to the lanes in turn, in length order (every lane gets short
+        and long ones alike), each lane one running decode; results do not depend on the lane."""
+        if self._lane_threads is None or len(todo) < 2:
+            return self._decode(items, list(todo), todo, results)
+        order = sorted(todo, key=lambda i: todo[i].n_tokens)
+        n = min(self.lanes, len(order))
+        groups = [order[k::n] for k in range(n)]
+        others = [self._lane_threads.submit(self._decode, items, g, todo, results) for g in groups[1:]]
+        hyps = self._decode(items, groups[0], todo, results)
+        for lane in others:
+            hyps.update(lane.result())
+        return hyps
+
+    def _decode(
+        self,
+        items: Sequence[TranslateItem],
+        waiting: list[int],
+        todo: dict[int, Encoded],
+        results: list[Translation | Exception | None],
+    ) -> dict[int, list[TokenHypothesis]]:
+        """The ``waiting`` items' sentences through one running decode: sentences join as rows
+        free up (at most ``max_decode_rows``: sentences × beam), leave when done or abandoned; a
+        step that fails fails the sentences in it, not those still waiting."""
         decode = self.new_decode()
         hyps: dict[int, list[TokenHypothesis]] = {}
         decoding = 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -312,3 +313,37 @@ def test_a_layout_that_does_not_match_the_graph_is_refused(
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtefactError, match="decoder_layout"):
         OnnxTranslator(copy, SessionConfig("cpu", 1))
+
+
+def test_lanes_decode_a_batch_side_by_side_with_the_same_results(
+    translator: OnnxTranslator, translation_artefact: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With lanes the batch is dealt out to running decodes on as many threads (each gets long
+    and short sentences alike), and every item's result is what one decode gives it."""
+    laned = OnnxTranslator(translation_artefact, SessionConfig("cpu", 1), lanes=2)
+    seen: dict[str, list[int]] = {}
+    decode = laned._decode
+
+    def spy(items: object, waiting: list[int], *rest: object) -> object:
+        seen[threading.current_thread().name] = list(waiting)
+        return decode(items, waiting, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(laned, "_decode", spy)
+    batch = [
+        *items(TEXTS, beam_size=4, n_best=2, max_length=12),
+        TranslateItem(" "),
+        *items(TEXTS[:2], beam_size=1),
+    ]
+    got = laned.translate(batch)
+    assert len(seen) == 2 and sorted(i for lane in seen.values() for i in lane) == [0, 1, 2, 3, 4, 5, 7, 8]
+    assert all(len(lane) == 4 for lane in seen.values())
+    for result, want in zip(got, translator.translate(batch), strict=True):
+        assert [h.tokens for h in ok(result).hypotheses] == [h.tokens for h in ok(want).hypotheses]
+        assert [h.score for h in ok(result).hypotheses] == pytest.approx(
+            [h.score for h in ok(want).hypotheses]
+        )
+    seen.clear()
+    laned.translate(items(TEXTS[:1]))
+    assert list(seen.values()) == [[0]]  # one sentence: no hand-off to another thread
+    with pytest.raises(ValueError, match="lanes"):
+        OnnxTranslator(translation_artefact, SessionConfig("cpu", 1), lanes=0)
