@@ -5,9 +5,10 @@ decode between any two decoder steps.
 sentence that arrives while long ones decode waits for all of them. ``ContinuousBatcher`` keeps
 the batcher's request side (queue bound → 429, deadlines → 504, disconnects, fair order, drain)
 and replaces its execution: a ``RunningDecode`` (``service/engine/running.py``) per lane, each
-driven by its own thread: the main lane, and with ``BatchPolicy.express_max_tokens`` an express
-lane with a quarter of the budget for small requests only, so a one-word request is never held
-behind long ones. Between two steps of its decode a lane thread
+driven by its own thread: ``BatchPolicy.workers`` main lanes, and with
+``BatchPolicy.express_max_tokens`` an express lane with a quarter of the budget for small
+requests only, so a one-word request is never held behind long ones. Between two steps of its
+decode a lane thread
 
 * prepares (tokenizes) what the event loop handed over, answering at once what fails or could
   never fit, even alone (``DecodeTooLarge`` → 422);
@@ -16,7 +17,8 @@ behind long ones. Between two steps of its decode a lane thread
   longest source: ``RunningDecode.worst_bytes``) stays within its share of
   ``DecodeBudget.memory_bytes``, the rows of both lanes within ``max_rows`` and the sentences
   encoded in one pause within ``admit_tokens`` (so encoding never stalls the decode for long);
-  a small sentence goes to the less busy lane;
+  the sentences are dealt out to the less busy lanes that take them (a many-sentence request
+  runs on every main lane; a small sentence may go to the express lane);
 * takes out the sentences nobody waits for any more (client gone, deadline passed: the request
   side sets ``TranslateItem.abandoned``), freeing their rows at once;
 * runs one step over every running row and answers the step's finished sentences at once.
@@ -137,9 +139,9 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
     async def _loop(self) -> None:
         loop = self._event_loop = asyncio.get_running_loop()
         self._lanes = self._new_lanes()
-        for lane in self._lanes:
+        for i, lane in enumerate(self._lanes):
             self._show(lane)
-            name = f"decode-{self.model}" + ("-express" if lane.express else "")
+            name = f"decode-{self.model}-" + ("express" if lane.express else str(i))
             threading.Thread(target=self._drive, args=(lane,), name=name, daemon=True).start()
         try:
             while True:
@@ -205,18 +207,18 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
     # ---- the decode threads -------------------------------------------------------------------
 
     def _new_lanes(self) -> list[_Lane]:
-        """The main decode, and with express requests on (``BatchPolicy.express_max_tokens``) an
-        express decode with ``EXPRESS_SHARE`` of the budget, for small requests only: a one-word
-        request then finds room within a step or two however long the main decode's sentences
-        run, and its short limit does not pad theirs (each decode's cache has its own width)."""
+        """``BatchPolicy.workers`` main decodes sharing the budget equally, and with express
+        requests on (``BatchPolicy.express_max_tokens``) an express decode with
+        ``EXPRESS_SHARE`` of it, for small requests only: a one-word request then finds room
+        within a step or two however long the main decodes' sentences run, and its short limit
+        does not pad theirs (each decode's cache has its own width)."""
         total = self.budget.memory_bytes
-        if not self.policy.express_max_tokens:
-            return [_Lane(self._engine.new_decode(), total)]
-        express = int(total * EXPRESS_SHARE)
-        return [
-            _Lane(self._engine.new_decode(), total - express),
-            _Lane(self._engine.new_decode(), express, True),
-        ]
+        express = int(total * EXPRESS_SHARE) if self.policy.express_max_tokens else 0
+        workers = self.policy.workers
+        lanes = [_Lane(self._engine.new_decode(), (total - express) // workers) for _ in range(workers)]
+        if express:
+            lanes.append(_Lane(self._engine.new_decode(), express, True))
+        return lanes
 
     def _drive(self, lane: _Lane) -> None:
         """A lane's thread: between two steps of its decode, prepare what was handed over, admit
@@ -284,9 +286,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
 
     def _admit_waiting(self, lane: _Lane, prepared: list[_Sentence]) -> None:
         """Join ``prepared`` to the waiting sentences, then move those this lane takes into its
-        decode, in ``_fair`` order, none overtaking an earlier one of its class (small or not).
-        A small sentence goes to the less busy lane: this one takes it while it runs no more
-        rows than the other, or the other has no room for it."""
+        decode, in ``_fair`` order, none overtaking an earlier one of its class (small or not)."""
         with self._work:
             self._waiting = _fair(self._waiting + prepared)
             if prepared:
@@ -298,8 +298,12 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             self._admit_into(lane, chosen)
 
     def _choose(self, lane: _Lane) -> list[_Sentence]:
-        """Under the lock: take out of the waiting sentences those ``lane`` admits now."""
+        """Under the lock: take out of the waiting sentences those ``lane`` admits now. They are
+        dealt out in turn: one goes to another lane that takes it when that lane runs fewer rows
+        than this one (counting what this pass dealt to each) and has room for it; that lane's
+        own thread admits it."""
         others = [other for other in self._lanes if other is not lane]
+        dealt = {id(other): (other.rows, other.free) for other in others}  # rows, free rows
         chosen: list[_Sentence] = []
         rows = sum(other.rows for other in others) + lane.decode.rows
         tokens = 0
@@ -316,8 +320,13 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             k, n = item.options.beam_size, sentence.source.n_tokens
             if lane.running or chosen:
                 mine = lane.rows + sum(s.pending.item.options.beam_size for s in chosen)
-                if any(o.takes(sentence) and o.rows < mine and o.free >= k for o in others):
-                    continue  # the less busy lane takes it
+                idle = [
+                    o for o in others if o.takes(sentence) and dealt[id(o)][0] < mine and dealt[id(o)][1] >= k
+                ]
+                if idle:  # the least busy lane takes it
+                    other = min(idle, key=lambda o: dealt[id(o)][0])
+                    dealt[id(other)] = (dealt[id(other)][0] + k, dealt[id(other)][1] - k)
+                    continue
                 fits = lane.decode.can_admit() and self._fits(lane, chosen, sentence)
                 if not fits or rows + k > self.budget.max_rows:
                     blocked.add(small)  # it waits for rows to free; none of its class overtakes

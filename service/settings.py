@@ -97,7 +97,10 @@ class Settings(BaseSettings):
     # flight at once (``session_threads``)
     intra_op_threads: int = Field(default=0, ge=0)
     inter_op_threads: int = Field(default=1, ge=1)
-    worker_threads: int = Field(default=1, ge=1, le=64)  # engine batches running at once, per model
+    # Engine runs at once per model: whole-batch workers, or the main decodes of continuous
+    # decoding (each with an equal share of the decode memory). Two single-threaded runs beat
+    # one on two threads on small kernels (benchmarks/README.md, "Lanes").
+    worker_threads: int = Field(default=2, ge=1, le=64)
 
     # Request limits
     max_body_bytes: int = Field(default=1 << 20, ge=1024)

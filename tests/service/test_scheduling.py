@@ -330,3 +330,42 @@ async def test_small_sentences_spread_over_both_decodes_which_step_at_once(
     alone = engine.translate(items(SHORT, beam_size=2, max_length=ENDLESS))
     for (got,), want in zip(results, alone, strict=True):
         same(got, want)
+
+
+@pytest.mark.usefixtures("endless")
+async def test_a_many_sentence_request_is_dealt_out_to_every_main_decode(
+    engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two workers there are two main decodes: one request's sentences are dealt out to
+    both (about half each, most of them at the first pause), which step side by side; results
+    equal decoding alone."""
+    import threading
+
+    rows: dict[str, int] = {}
+    first: dict[str, int] = {}
+    real = RunningDecode.step
+
+    def step(self: RunningDecode) -> Any:
+        name = threading.current_thread().name
+        rows[name] = max(rows.get(name, 0), self.rows)
+        first.setdefault(name, self.rows)
+        time.sleep(0.005)  # stands for onnxruntime's step, which releases the GIL
+        return real(self)
+
+    monkeypatch.setattr(RunningDecode, "step", step)
+    policy = BatchPolicy(max_batch_size=32, max_queue=1024, workers=2)
+    b = ContinuousBatcher(
+        engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(64 << 20, 512, 4096)
+    )
+    b.start()
+    batch = items([*SHORT, *LONG, *SHORT, *LONG], beam_size=2, max_length=ENDLESS)
+    try:
+        results = await b.submit(batch, 30)
+    finally:
+        await b.close()
+    assert sorted(rows) == [f"decode-{engine.name}-0", f"decode-{engine.name}-1"]
+    assert all(len(batch) // 2 <= r // 2 <= len(batch) // 2 + 2 for r in rows.values()), rows
+    assert all(r // 2 >= 4 for r in first.values()), first  # not one sentence per lane and step
+    monkeypatch.setattr(RunningDecode, "step", real)
+    for got, want in zip(results, engine.translate(batch), strict=True):
+        same(got, want)

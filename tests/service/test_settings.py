@@ -152,8 +152,8 @@ def test_session_threads_share_the_cores_among_concurrent_runs(monkeypatch: pyte
     """0: the usable cores divided among one model's concurrent runs (workers + express), ≥ 1;
     a value set is kept."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert Settings().session_threads() == 8  # one worker and the express one
-    assert Settings(express_max_tokens=0).session_threads() == 16
+    assert Settings().session_threads() == 5  # two workers and the express one
+    assert Settings(express_max_tokens=0).session_threads() == 8
     assert Settings(worker_threads=3).session_threads() == 4
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert Settings().session_threads() == 1

@@ -37,7 +37,9 @@ def small_settings(**overrides: Any) -> Settings:
         "max_chars_per_text": 200,
         "max_queue": 64,
         "max_body_bytes": 4096,
-        "express_max_tokens": 0,  # one worker per model: queueing is a matter of design here
+        # one worker per model: queueing is a matter of design here
+        "express_max_tokens": 0,
+        "worker_threads": 1,
         **overrides,
     }
     return Settings.model_validate(values)
