@@ -82,9 +82,11 @@ def in_process(
     return best
 
 
-def ours_throughput(artefact_dir: Path, sentences: Sequence[str], threads: int, batch: int = 32) -> float:
+def ours_throughput(
+    artefact_dir: Path, sentences: Sequence[str], threads: int, batch: int = 32, rounds: int = 1
+) -> float:
     system = OursInProcess(artefact_dir, threads, "ours", batch)
-    return in_process([system], sentences, 1)["ours"][0]
+    return in_process([system], sentences, rounds)["ours"][0]
 
 
 @dataclass

@@ -67,6 +67,7 @@ def busy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
         "TSERVE_MAX_ITEMS_PER_REQUEST": "4",
         "TSERVE_MAX_BATCH_SIZE": "1",
         "TSERVE_EXPRESS_MAX_TOKENS": "0",
+        "TSERVE_WORKER_THREADS": "1",
     }
     with server_process(small_server_command(delay_s=1.0), env, log) as s:
         yield s

@@ -288,7 +288,8 @@ def _queued(server: ServerProcess) -> float:
 def test_a_client_closing_its_connection_while_queued_has_its_work_dropped_and_counted(
     tmp_path: Path,
 ) -> None:
-    one_worker = {"TSERVE_EXPRESS_MAX_TOKENS": "0"}  # else the small request runs beside the busy one
+    # one worker and no express one: else the small request runs beside the busy one
+    one_worker = {"TSERVE_EXPRESS_MAX_TOKENS": "0", "TSERVE_WORKER_THREADS": "1"}
     with server_process(small_server_command(1.0), one_worker, tmp_path / "server.log") as server:
         dropped = server.metric("tserve_dropped_total", model="small-embed", reason="disconnected")
         computed = server.metric("tserve_batch_size_sum", model="small-embed")
