@@ -15,7 +15,7 @@ decode a lane thread
 * admits waiting sentences, oldest first (each request's oldest before any request's second:
   ``_fair``), while its decode's worst-case memory (every row at its own length limit and the
   longest source: ``RunningDecode.worst_bytes``) stays within its share of
-  ``DecodeBudget.memory_bytes``, the rows of both lanes within ``max_rows`` and the sentences
+  ``DecodeBudget.memory_bytes``, the rows of all lanes within ``max_rows`` and the sentences
   encoded in one pause within ``admit_tokens`` (so encoding never stalls the decode for long);
   the sentences are dealt out to the less busy lanes that take them (a many-sentence request
   runs on every main lane; a small sentence may go to the express lane);
@@ -303,7 +303,8 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         than this one (counting what this pass dealt to each) and has room for it; that lane's
         own thread admits it."""
         others = [other for other in self._lanes if other is not lane]
-        dealt = {id(other): (other.rows, other.free) for other in others}  # rows, free rows
+        load = {id(other): other.rows for other in others}  # their rows, and what this pass dealt them
+        room = {id(other): other.free for other in others}
         chosen: list[_Sentence] = []
         rows = sum(other.rows for other in others) + lane.decode.rows
         tokens = 0
@@ -320,12 +321,11 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             k, n = item.options.beam_size, sentence.source.n_tokens
             if lane.running or chosen:
                 mine = lane.rows + sum(s.pending.item.options.beam_size for s in chosen)
-                idle = [
-                    o for o in others if o.takes(sentence) and dealt[id(o)][0] < mine and dealt[id(o)][1] >= k
-                ]
+                idle = [o for o in others if o.takes(sentence) and load[id(o)] < mine and room[id(o)] >= k]
                 if idle:  # the least busy lane takes it
-                    other = min(idle, key=lambda o: dealt[id(o)][0])
-                    dealt[id(other)] = (dealt[id(other)][0] + k, dealt[id(other)][1] - k)
+                    other = min(idle, key=lambda o: load[id(o)])
+                    load[id(other)] += k
+                    room[id(other)] -= k
                     continue
                 fits = lane.decode.can_admit() and self._fits(lane, chosen, sentence)
                 if not fits or rows + k > self.budget.max_rows:

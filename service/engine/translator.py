@@ -76,7 +76,7 @@ class OnnxTranslator:
     out to, each driven by its own thread (onnxruntime releases the GIL while it runs): on N
     cores, N lanes of one intra-op thread each keep every core busy, where one decode's intra-op
     threads split kernels too small to gain from it (2 cores, beam 4, batches of 32: 2 lanes
-    decoded 1.5–1.6× the tokens/s of one decode on 2 intra-op threads, which was no faster than
+    decoded 1.5–1.7× the tokens/s of one decode on 2 intra-op threads, which was no faster than
     on one; benchmarks/README.md, "Lanes"). The service leaves it at 1: its scheduler runs
     decodes side by side itself (``service/scheduling.py``).
     """
