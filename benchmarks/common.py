@@ -8,6 +8,7 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -20,6 +21,7 @@ import psutil
 from benchmarks.loadgen import LoadResult, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
+SETTLE_S = 3.0  # the service's default memory trim interval (2 s) and one more second
 
 
 def percentiles_ms(latencies_s: Sequence[float]) -> dict[str, float]:
@@ -86,6 +88,29 @@ def rss_mb(pid: int) -> float:
         with suppress(psutil.NoSuchProcess):
             total += c.memory_info().rss
     return total / 1e6
+
+
+class RssPeak:
+    """The highest resident memory of a process (and its children) while it runs, sampled on a
+    thread every ``period_s``: a load's peak, which a reading after the load misses."""
+
+    def __init__(self, pid: int, period_s: float = 0.2) -> None:
+        self.pid, self.period_s = pid, period_s
+        self.peak_mb = rss_mb(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name=f"rss-{pid}", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.period_s):
+            with suppress(psutil.NoSuchProcess):
+                self.peak_mb = max(self.peak_mb, rss_mb(self.pid))
+
+    def stop(self) -> float:
+        """Stop sampling; the peak."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak_mb
 
 
 def machine() -> dict[str, Any]:
@@ -259,6 +284,7 @@ class Service:
             self.server.stop()
             raise RuntimeError(f"service did not become ready: {e}\n{tail}") from e
         self.rss_at_start = self.rss_mb()
+        self.rss_peak = RssPeak(self.pid)  # over every load this service serves
 
     @property
     def pid(self) -> int:
@@ -267,5 +293,13 @@ class Service:
     def rss_mb(self) -> float:
         return rss_mb(self.pid)
 
+    def settled_rss_mb(self) -> float:
+        """Resident memory once the service has been idle for a while: it gives freed memory back
+        to the OS within ``TSERVE_MEMORY_TRIM_INTERVAL_S`` (2 s by default) of its last request
+        (service/memory.py), so a reading taken at once may still hold the last load's buffers."""
+        time.sleep(SETTLE_S)
+        return self.rss_mb()
+
     def stop(self) -> None:
+        self.rss_peak.stop()
         self.server.stop()

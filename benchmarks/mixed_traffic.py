@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from benchmarks.common import rss_mb
+from benchmarks.common import RssPeak, rss_mb
 from benchmarks.harness import Bench, Need, Stage
 from benchmarks.results import Results, Row
 
@@ -105,15 +104,7 @@ async def hostile(url: str, pool: list[str], pid: int, after_s: float = 5.0) -> 
     """The worst-case load of issue 17 with a one-word prober, sampling the server's RSS."""
     rng = random.Random(7)
     out = Hostile(rss_before_mb=rss_mb(pid))
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            out.rss_peak_mb = max(out.rss_peak_mb, rss_mb(pid))
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    peak = RssPeak(pid)
 
     def text() -> str:
         words = " ".join(rng.sample(pool, 12))
@@ -142,8 +133,7 @@ async def hostile(url: str, pool: list[str], pid: int, after_s: float = 5.0) -> 
         await probe(http, out.during_s, load)
         await load
         await probe(http, out.after_s, time.perf_counter() + after_s)
-    stop.set()
-    sampler.join()
+    out.rss_peak_mb = peak.stop()
     out.rss_after_mb = rss_mb(pid)
     return out
 

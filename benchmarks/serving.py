@@ -5,7 +5,9 @@
 * a document as one request vs its sentences as concurrent requests (``documents.py``);
 * HTTP throughput vs the in-process engine (same artefact, same thread count, batches of the
   service's max batch size);
-* process RSS with both models loaded; CPU use of the server while under load.
+* process RSS with both models loaded: after start-up, its peak over every load run of the
+  harness, at the end of the last one and once idle (the service trims freed memory when idle);
+  CPU use of the server while under load.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks.common import CpuMeter, Service, load_extra, sts_sentences
+from benchmarks.common import SETTLE_S, CpuMeter, Service, load_extra, sts_sentences
 from benchmarks.harness import Bench, Need, Stage
 from benchmarks.loadgen import BodyFactory, run_load
 from benchmarks.results import Figure, Results, Row
@@ -131,8 +133,10 @@ def run(bench: Bench) -> None:
 
         src, _ = bench.test_set(200)
         document_rows(bench.results, bench.service.base, src, [bench.service.pid])
-    rss_start, rss_after = bench.service.rss_at_start, bench.service.rss_mb()
-    bench.stop_service()
+    service = bench.service
+    rss_start, rss_end = service.rss_at_start, service.rss_mb()
+    rss_settled = service.settled_rss_mb()
+    bench.stop_service()  # the peak sampler stops with it
     http_vs_engine(bench, dynamic.get(Figure.EMBED_DYNAMIC))
     serial = bench.start_service({"TSERVE_MAX_BATCH_SIZE": "1"}, " (max batch 1)")
     if serial is not None:
@@ -142,17 +146,15 @@ def run(bench: Bench) -> None:
             serial.stop()
     both = "both models" if len(todo) == 2 else "ONE model only"
     section = f"serving: process RSS ({both} loaded, int8)"
-    bench.results.add(Row(section, "our service, after start-up", rss_start, "MB", higher_is_better=False))
-    bench.results.add(
-        Row(
-            section,
-            "our service, after all its load runs",
-            rss_after,
-            "MB",
-            higher_is_better=False,
-            figure=Figure.SERVICE_RSS_AFTER_LOAD,
-        )
+    settled = f"our service, after its load runs, idle {SETTLE_S:g} s"
+    rows = (
+        ("our service, after start-up", rss_start, None),
+        ("our service, peak during all its load runs", service.rss_peak.peak_mb, None),
+        ("our service, at the end of its last load run", rss_end, None),
+        (settled, rss_settled, Figure.SERVICE_RSS_AFTER_LOAD),  # what it holds once the load is over
     )
+    for system, mb, figure in rows:
+        bench.results.add(Row(section, system, mb, "MB", higher_is_better=False, figure=figure))
     if "infinity_rss_mb" in bench.results.series:
         bench.results.add(
             Row(

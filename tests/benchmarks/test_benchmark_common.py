@@ -1,16 +1,20 @@
-"""The harness's server processes: a server given ``cores`` runs on that many cores."""
+"""The harness's server processes: a server given ``cores`` runs on that many cores; a load's peak
+resident memory is caught even when the memory is given back before anyone reads it."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from benchmarks.common import Server
+from benchmarks.common import RssPeak, Server, rss_mb
 
 PRINT_CORES = "import os, time; time.sleep(0.5); print(len(os.sched_getaffinity(0)), flush=True)"
+# 200 MB touched for a second, then freed (a large block is its own mapping: unmapped when freed)
+SPIKE = "import time; time.sleep(0.5); b = bytearray(200_000_000); time.sleep(1.0); del b; time.sleep(30)"
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
@@ -21,3 +25,16 @@ def test_a_server_given_cores_runs_on_that_many(tmp_path: Path) -> None:
         server.proc.wait(30)
         server.stop()
         assert (tmp_path / f"{cores}.log").read_text().strip() == str(expected)
+
+
+def test_the_peak_of_a_load_is_kept_after_its_memory_is_freed(tmp_path: Path) -> None:
+    server = Server([sys.executable, "-c", SPIKE], {}, tmp_path / "spike.log")
+    try:
+        peak = RssPeak(server.pid, period_s=0.05)
+        before = peak.peak_mb
+        time.sleep(2.5)  # the spike has come and gone
+        after = rss_mb(server.pid)
+        assert peak.stop() >= before + 190
+        assert after < before + 50
+    finally:
+        server.stop()
