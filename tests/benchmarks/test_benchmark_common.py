@@ -14,7 +14,10 @@ from benchmarks.common import RssPeak, Server, rss_mb
 
 PRINT_CORES = "import os, time; time.sleep(0.5); print(len(os.sched_getaffinity(0)), flush=True)"
 # 200 MB touched for a second, then freed (a large block is its own mapping: unmapped when freed)
-SPIKE = "import time; time.sleep(0.5); b = bytearray(200_000_000); time.sleep(1.0); del b; time.sleep(30)"
+SPIKE = (
+    "import time; print('up', flush=True); time.sleep(0.5); b = bytearray(200_000_000); time.sleep(1.0); "
+    "del b; print('freed', flush=True); time.sleep(60)"
+)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
@@ -28,13 +31,22 @@ def test_a_server_given_cores_runs_on_that_many(tmp_path: Path) -> None:
 
 
 def test_the_peak_of_a_load_is_kept_after_its_memory_is_freed(tmp_path: Path) -> None:
-    server = Server([sys.executable, "-c", SPIKE], {}, tmp_path / "spike.log")
+    log = tmp_path / "spike.log"
+    server = Server([sys.executable, "-c", SPIKE], {}, log)
     try:
+        _wait_for(log, "up")
         peak = RssPeak(server.pid, period_s=0.05)
         before = peak.peak_mb
-        time.sleep(2.5)  # the spike has come and gone
+        _wait_for(log, "freed")
         after = rss_mb(server.pid)
         assert peak.stop() >= before + 190
         assert after < before + 50
     finally:
         server.stop()
+
+
+def _wait_for(log: Path, line: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while line not in log.read_text().split():
+        assert time.monotonic() < deadline, f"{line!r} not printed within {timeout_s:g} s"
+        time.sleep(0.05)
