@@ -7,8 +7,8 @@ the batcher's request side (queue bound → 429, deadlines → 504, disconnects,
 and replaces its execution: a ``RunningDecode`` (``service/engine/running.py``) per lane, each
 driven by its own thread: ``BatchPolicy.workers`` main lanes, and with
 ``BatchPolicy.express_max_tokens`` an express lane with a quarter of the budget for small
-requests only, so a one-word request is never held behind long ones. Between two steps of its
-decode a lane thread
+requests only, which takes them when the main lanes are full or busy, so a one-word request is
+never held behind long ones. Between two steps of its decode a lane thread
 
 * prepares (tokenizes) what the event loop handed over, answering at once what fails or could
   never fit, even alone (``DecodeTooLarge`` → 422);
@@ -17,8 +17,9 @@ decode a lane thread
   longest source: ``RunningDecode.worst_bytes``) stays within its share of
   ``DecodeBudget.memory_bytes``, the rows of all lanes within ``max_rows`` and the sentences
   encoded in one pause within ``admit_tokens`` (so encoding never stalls the decode for long);
-  the sentences are dealt out to the less busy lanes that take them (a many-sentence request
-  runs on every main lane; a small sentence may go to the express lane);
+  the sentences are dealt out to the less busy main lanes (a many-sentence request runs on
+  every one); the express lane takes a small request's sentence only when no main lane that
+  has room for it runs fewer than ``EXPRESS_ABOVE_ROWS`` rows;
 * takes out the sentences nobody waits for any more (client gone, deadline passed: the request
   side sets ``TranslateItem.abandoned``), freeing their rows at once;
 * runs one step over every running row and answers the step's finished sentences at once.
@@ -60,6 +61,10 @@ log = logging.getLogger(__name__)
 
 SentencePending = Pending[TranslateItem, "Translation | Exception"]
 EXPRESS_SHARE = 0.25  # of the decode memory budget, only for sentences of small requests
+# The express decode takes a small request's sentence only when no main decode with room for it
+# runs fewer rows than this (a main step of 64 rows of the default model takes about 5 ms): a
+# third decode stepping on two cores slowed every step (benchmarks/README.md, "Express").
+EXPRESS_ABOVE_ROWS = 64
 
 
 class DecodeTooLarge(ValueError):
@@ -102,6 +107,10 @@ class _Lane:
     def takes(self, sentence: _Sentence) -> bool:
         """Whether the sentence is of this lane's class and could run here, alone at least."""
         return (sentence.pending.small or not self.express) and sentence.alone <= self.share
+
+    def has_room(self, sentence: _Sentence) -> bool:
+        """Whether it takes the sentence and has room for its beams now (as last published)."""
+        return self.takes(sentence) and self.free >= sentence.pending.item.options.beam_size
 
 
 class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]):
@@ -254,7 +263,17 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             self._waiting, self._inbox = [], []
 
     def _work_for(self, lane: _Lane) -> bool:
-        return any(lane.takes(s) or s.pending.item.abandoned.is_set() for s in self._waiting)
+        return any(
+            (lane.takes(s) and not self._left_to_main(lane, s)) or s.pending.item.abandoned.is_set()
+            for s in self._waiting
+        )
+
+    def _left_to_main(self, lane: _Lane, sentence: _Sentence) -> bool:
+        """The express lane leaves a sentence to the main lanes while one has room for it and
+        runs few enough rows to step about as fast."""
+        return lane.express and any(
+            o.has_room(sentence) and o.rows < EXPRESS_ABOVE_ROWS for o in self._lanes if not o.express
+        )
 
     def _prepare(self, batch: list[SentencePending]) -> list[_Sentence]:
         """Tokenize and check the handed-over items; those that fail, need no decoding (an empty
@@ -289,9 +308,9 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         decode, in ``_fair`` order, none overtaking an earlier one of its class (small or not)."""
         with self._work:
             self._waiting = _fair(self._waiting + prepared)
-            if prepared:
-                self._work.notify_all()  # the other lane may take some
             chosen = self._choose(lane)
+            if prepared or (not lane.express and any(s.pending.small for s in self._waiting)):
+                self._work.notify_all()  # another lane may take some (the express lane: if full here)
         if chosen:
             self._post(self._admitted_from_inbox, len(chosen))
             self._admitted.observe(len(chosen))
@@ -299,14 +318,14 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
 
     def _choose(self, lane: _Lane) -> list[_Sentence]:
         """Under the lock: take out of the waiting sentences those ``lane`` admits now. They are
-        dealt out in turn: one goes to another lane that takes it when that lane runs fewer rows
-        than this one (counting what this pass dealt to each) and has room for it; that lane's
-        own thread admits it."""
-        others = [other for other in self._lanes if other is not lane]
+        dealt out in turn: one goes to another main lane that takes it when that lane runs fewer
+        rows than this one (counting what this pass dealt to each) and has room for it; that
+        lane's own thread admits it. The express lane takes only what ``_left_to_main`` leaves it."""
+        others = [other for other in self._lanes if other is not lane and not other.express]
         load = {id(other): other.rows for other in others}  # their rows, and what this pass dealt them
         room = {id(other): other.free for other in others}
         chosen: list[_Sentence] = []
-        rows = sum(other.rows for other in others) + lane.decode.rows
+        rows = sum(other.rows for other in self._lanes if other is not lane) + lane.decode.rows
         tokens = 0
         blocked: set[bool] = set()  # classes (small or not) whose earlier sentence waits for room
         for sentence in list(self._waiting):
@@ -316,7 +335,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
                 self._post(self._admitted_from_inbox, 1)
                 self._post(self._deliver, sentence.pending, Abandoned("nobody waits any more"))
                 continue
-            if not lane.takes(sentence) or small in blocked:
+            if not lane.takes(sentence) or small in blocked or self._left_to_main(lane, sentence):
                 continue
             k, n = item.options.beam_size, sentence.source.n_tokens
             if lane.running or chosen:

@@ -258,6 +258,42 @@ async def test_a_small_request_passes_a_full_decode_through_the_express_share(
 
 
 @pytest.mark.usefixtures("endless")
+async def test_a_small_request_goes_to_the_express_decode_while_the_main_one_runs_many_rows(
+    engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main decode has room but runs more rows than ``EXPRESS_ABOVE_ROWS`` (its steps are
+    slow): a small request then runs in the express decode."""
+    import threading
+
+    import service.scheduling as scheduling
+
+    monkeypatch.setattr(scheduling, "EXPRESS_ABOVE_ROWS", 8)
+    stepped: list[tuple[str, int]] = []
+    real = RunningDecode.step
+
+    def step(self: RunningDecode) -> Any:
+        stepped.append((threading.current_thread().name, self.rows))
+        return real(self)
+
+    monkeypatch.setattr(RunningDecode, "step", step)
+    policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
+    b = ContinuousBatcher(
+        engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(64 << 20, 512, 4096)
+    )
+    b.start()
+    try:
+        long = asyncio.create_task(b.submit(items(LONG, beam_size=4, max_length=ENDLESS), 60))
+        while sum(rows >= 8 for _, rows in stepped) < 2:  # 3 × 4 rows on the main decode, published
+            await asyncio.sleep(0.001)
+        (short,) = await b.submit(items(["red"], beam_size=4, max_length=10), 30)
+        assert isinstance(short, Translation)
+        assert {name for name, _ in stepped} == {f"decode-{engine.name}-0", f"decode-{engine.name}-express"}
+        assert all(isinstance(r, Translation) for r in await long)
+    finally:
+        await b.close()
+
+
+@pytest.mark.usefixtures("endless")
 async def test_the_queue_stays_bounded_while_sentences_wait_for_room(
     engine: OnnxTranslator, steps: list[int]
 ) -> None:
@@ -294,11 +330,12 @@ async def test_an_unexpected_error_in_the_decode_loop_fails_only_what_is_in_flig
 
 
 @pytest.mark.usefixtures("endless")
-async def test_small_sentences_spread_over_both_decodes_which_step_at_once(
+async def test_small_sentences_spread_over_the_main_decodes_and_leave_the_express_one_idle(
     engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Small requests go to the least busy decode with room, so the main and the express decode
-    both run, and their steps overlap on two threads; results equal decoding alone."""
+    """Small requests go to the least busy main decode with room, so both main decodes run and
+    their steps overlap on two threads, while the express decode (for what they have no room
+    for) stays idle; results equal decoding alone."""
     import threading
 
     spans: list[tuple[str, float, float]] = []
@@ -312,7 +349,7 @@ async def test_small_sentences_spread_over_both_decodes_which_step_at_once(
         return out
 
     monkeypatch.setattr(RunningDecode, "step", step)
-    policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
+    policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8, workers=2)
     b = ContinuousBatcher(
         engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(64 << 20, 512, 4096)
     )
@@ -323,7 +360,7 @@ async def test_small_sentences_spread_over_both_decodes_which_step_at_once(
     finally:
         await b.close()
     threads = {name for name, _, _ in spans}
-    assert len(threads) == 2  # the main and the express decode, each on its own thread
+    assert threads == {f"decode-{engine.name}-0", f"decode-{engine.name}-1"}  # each on its own thread
     overlapping = [(a, b2) for a in spans for b2 in spans if a[0] != b2[0] and a[1] < b2[2] and b2[1] < a[2]]
     assert overlapping
     monkeypatch.setattr(RunningDecode, "step", real)  # alone, below: unrecorded
