@@ -310,7 +310,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             self._waiting = _fair(self._waiting + prepared)
             chosen = self._choose(lane)
             if prepared or (not lane.express and any(s.pending.small for s in self._waiting)):
-                self._work.notify_all()  # another lane may take some (the express lane: if full here)
+                self._work.notify_all()  # another lane may take some (the express one: this is full or busy)
         if chosen:
             self._post(self._admitted_from_inbox, len(chosen))
             self._admitted.observe(len(chosen))

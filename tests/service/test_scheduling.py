@@ -334,8 +334,8 @@ async def test_small_sentences_spread_over_the_main_decodes_and_leave_the_expres
     engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Small requests go to the least busy main decode with room, so both main decodes run and
-    their steps overlap on two threads, while the express decode (for what they have no room
-    for) stays idle; results equal decoding alone."""
+    their steps overlap on two threads, while the express decode (for when they are full or
+    busy) stays idle; results equal decoding alone."""
     import threading
 
     spans: list[tuple[str, float, float]] = []
