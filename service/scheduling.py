@@ -308,19 +308,21 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         decode, in ``_fair`` order, none overtaking an earlier one of its class (small or not)."""
         with self._work:
             self._waiting = _fair(self._waiting + prepared)
-            chosen = self._choose(lane)
-            if prepared or (not lane.express and any(s.pending.small for s in self._waiting)):
-                self._work.notify_all()  # another lane may take some (the express one: this is full or busy)
+            chosen, for_others = self._choose(lane)
+            if prepared or for_others:
+                self._work.notify_all()  # another lane may take some
         if chosen:
             self._post(self._admitted_from_inbox, len(chosen))
             self._admitted.observe(len(chosen))
             self._admit_into(lane, chosen)
 
-    def _choose(self, lane: _Lane) -> list[_Sentence]:
-        """Under the lock: take out of the waiting sentences those ``lane`` admits now. They are
-        dealt out in turn: one goes to another main lane that takes it when that lane runs fewer
-        rows than this one (counting what this pass dealt to each) and has room for it; that
-        lane's own thread admits it. The express lane takes only what ``_left_to_main`` leaves it."""
+    def _choose(self, lane: _Lane) -> tuple[list[_Sentence], bool]:
+        """Under the lock: take out of the waiting sentences those ``lane`` admits now, and
+        whether another lane should look (some were dealt to one, or a small one waits for room
+        here: the express lane's). They are dealt out in turn: one goes to another main lane that
+        takes it when that lane runs fewer rows than this one (counting what this pass dealt to
+        each) and has room for it; that lane's own thread admits it. The express lane takes only
+        what ``_left_to_main`` leaves it."""
         others = [other for other in self._lanes if other is not lane and not other.express]
         load = {id(other): other.rows for other in others}  # their rows, and what this pass dealt them
         room = {id(other): other.free for other in others}
@@ -328,6 +330,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         rows = sum(other.rows for other in self._lanes if other is not lane) + lane.decode.rows
         tokens = 0
         blocked: set[bool] = set()  # classes (small or not) whose earlier sentence waits for room
+        dealt = False
         for sentence in list(self._waiting):
             item, small = sentence.pending.item, sentence.pending.small
             if item.abandoned.is_set():
@@ -345,6 +348,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
                     other = min(idle, key=lambda o: load[id(o)])
                     load[id(other)] += k
                     room[id(other)] -= k
+                    dealt = True
                     continue
                 fits = lane.decode.can_admit() and self._fits(lane, chosen, sentence)
                 if not fits or rows + k > self.budget.max_rows:
@@ -356,7 +360,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
             chosen.append(sentence)
             rows += k
             tokens += n
-        return chosen
+        return chosen, dealt or (True in blocked and not lane.express)
 
     @staticmethod
     def _fits(lane: _Lane, chosen: list[_Sentence], sentence: _Sentence) -> bool:

@@ -76,13 +76,15 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 def batcher_for(
-    engine: OnnxTranslator, memory_bytes: int = 64 << 20, max_rows: int = 512
+    engine: OnnxTranslator,
+    memory_bytes: int = 64 << 20,
+    max_rows: int = 512,
+    policy: BatchPolicy | None = None,
 ) -> ContinuousBatcher:
-    policy = BatchPolicy(max_batch_size=32, max_queue=1024)
     return ContinuousBatcher(
         engine,
         lambda item: engine.count_tokens(item.text),
-        policy,
+        policy or BatchPolicy(max_batch_size=32, max_queue=1024),
         DecodeBudget(memory_bytes, max_rows, 4096),
     )
 
@@ -240,8 +242,7 @@ async def test_a_small_request_passes_a_full_decode_through_the_express_share(
     request still starts at once, in the express decode, and ends long before them."""
     one = 4 * engine.new_decode().shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
-    budget = DecodeBudget(4 * one, 512, 4096)  # main share: three long sentences at a time
-    b = ContinuousBatcher(engine, lambda item: engine.count_tokens(item.text), policy, budget)
+    b = batcher_for(engine, memory_bytes=4 * one, policy=policy)  # main share: three long sentences
     b.start()
     try:
         long = asyncio.create_task(b.submit(items(LONG * 3, beam_size=4, max_length=ENDLESS), 60))
@@ -277,9 +278,7 @@ async def test_a_small_request_goes_to_the_express_decode_while_the_main_one_run
 
     monkeypatch.setattr(RunningDecode, "step", step)
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
-    b = ContinuousBatcher(
-        engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(64 << 20, 512, 4096)
-    )
+    b = batcher_for(engine, policy=policy)
     b.start()
     try:
         long = asyncio.create_task(b.submit(items(LONG, beam_size=4, max_length=ENDLESS), 60))
@@ -301,9 +300,7 @@ async def test_the_queue_stays_bounded_while_sentences_wait_for_room(
     request is refused with 429 (QueueFull) and nothing is allocated for it."""
     one = 4 * engine.new_decode().shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
     policy = BatchPolicy(max_batch_size=1, max_queue=1)
-    b = ContinuousBatcher(
-        engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(one, 512, 4096)
-    )
+    b = batcher_for(engine, memory_bytes=one, policy=policy)
     b.start()
     try:
         running = []
@@ -350,9 +347,7 @@ async def test_small_sentences_spread_over_the_main_decodes_and_leave_the_expres
 
     monkeypatch.setattr(RunningDecode, "step", step)
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8, workers=2)
-    b = ContinuousBatcher(
-        engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(64 << 20, 512, 4096)
-    )
+    b = batcher_for(engine, policy=policy)
     b.start()
     try:
         batch = items(SHORT, beam_size=2, max_length=ENDLESS)
@@ -391,9 +386,7 @@ async def test_a_many_sentence_request_is_dealt_out_to_every_main_decode(
 
     monkeypatch.setattr(RunningDecode, "step", step)
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, workers=2)
-    b = ContinuousBatcher(
-        engine, lambda item: engine.count_tokens(item.text), policy, DecodeBudget(64 << 20, 512, 4096)
-    )
+    b = batcher_for(engine, policy=policy)
     b.start()
     batch = items([*SHORT, *LONG, *SHORT, *LONG], beam_size=2, max_length=ENDLESS)
     try:
