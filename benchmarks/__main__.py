@@ -79,7 +79,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-infinity", action="store_true")
     p.add_argument(
-        "--rounds", type=int, help="in-process runs per system, in turn; best kept (default 2 quick, 3)"
+        "--rounds",
+        type=int,
+        help="runs per system, in-process and over HTTP, in turn; best kept (default 2 quick, 3)",
     )
     p.add_argument("--duration", type=float, help="seconds per HTTP load level (default 6 quick, 30 full)")
     return p.parse_args(argv)

@@ -12,10 +12,8 @@ import gc
 from benchmarks import translators as tr
 from benchmarks.harness import Bench, Need, Stage
 from benchmarks.results import Figure
-from benchmarks.translation import OURS_INT8, ct2_systems, run_suite
+from benchmarks.translation import BEAM4_BATCH32_FORCED, OURS_INT8, ct2_systems, run_suite
 from benchmarks.translators import CT2_INT8, TextCodec, Translator, Workload
-
-BEAM4_BATCH32_FORCED = Workload(4, 32, 20, True)
 
 
 def run(bench: Bench) -> None:

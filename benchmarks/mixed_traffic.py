@@ -37,6 +37,7 @@ import numpy as np
 
 from benchmarks.common import RssPeak, rss_mb
 from benchmarks.harness import Bench, Need, Stage
+from benchmarks.results import Figure as F
 from benchmarks.results import Results, Row
 
 SECTION_SHORT_P99 = "mixed traffic: short-request p99 latency (ms), 16 clients, 20 % long inputs, beam 4"
@@ -205,21 +206,30 @@ def measure_round(url: str, pool: list[str], duration_s: float, seed: int) -> Ro
     return Round(mixed, tokens, uniform)
 
 
+FIGURES = {  # mode → (short p99, tokens/s, uniform requests/s)
+    "continuous": (F.MIXED_SHORT_P99_CONTINUOUS, F.MIXED_TOKENS_CONTINUOUS, F.UNIFORM_CONTINUOUS),
+    "batch": (F.MIXED_SHORT_P99_BATCH, F.MIXED_TOKENS_BATCH, F.UNIFORM_BATCH),
+}
+
+
 def report(results: Results, mode: str, p: Pooled) -> None:
     baseline = mode == "batch"
+    p99_figure, tokens_figure, uniform_figure = FIGURES[mode]
     mix = p.mixed
     extra = {
         "requests": sum(mix.statuses.values()),
         "statuses": dict(mix.statuses),
         "rounds_p99_ms": p.round_p99_ms,
     }
-    results.add(Row(SECTION_SHORT_P99, mode, ms(mix.short_latencies_s, 99), "ms", baseline, False, extra))
+    p99 = ms(mix.short_latencies_s, 99)
+    results.add(Row(SECTION_SHORT_P99, mode, p99, "ms", baseline, False, extra, figure=p99_figure))
     results.add(Row(SECTION_SHORT_P50, mode, ms(mix.short_latencies_s, 50), "ms", baseline, False))
     long_p50 = {"long_p50_ms": ms(mix.long_latencies_s, 50)}
-    results.add(Row(SECTION_TOKENS, mode, p.tokens / mix.seconds, "tok/s", baseline, True, long_p50))
+    tokens = p.tokens / mix.seconds
+    results.add(Row(SECTION_TOKENS, mode, tokens, "tok/s", baseline, True, long_p50, figure=tokens_figure))
     rate = sum(p.uniform.statuses.values()) / p.uniform.seconds
     extra = {"p50_ms": ms(p.uniform.short_latencies_s, 50), "statuses": dict(p.uniform.statuses)}
-    results.add(Row(SECTION_UNIFORM, mode, rate, "req/s", baseline, True, extra))
+    results.add(Row(SECTION_UNIFORM, mode, rate, "req/s", baseline, True, extra, figure=uniform_figure))
 
 
 def report_hostile(results: Results, h: Hostile) -> None:
@@ -231,8 +241,10 @@ def report_hostile(results: Results, h: Hostile) -> None:
         "statuses": dict(h.statuses),
         "probe_statuses": dict(h.probe_statuses),
     }
+    during = ms(h.during_s, 99)
+    figure = F.HOSTILE_ONE_WORD_P99
     results.add(
-        Row(SECTION_HOSTILE, "continuous: during the load", ms(h.during_s, 99), "ms", True, False, extra)
+        Row(SECTION_HOSTILE, "continuous: during the load", during, "ms", True, False, extra, figure=figure)
     )
 
 

@@ -15,15 +15,23 @@ from typing import Any
 class Figure(StrEnum):
     """A figure the targets read, whatever its section is titled in this run."""
 
-    # translate, beam 4, batch 32: our checkpoint (natural decoding), the base Marian (forced 20)
+    # translate, beam 4, batch 32: our checkpoint (natural decoding, and forced to 20 tokens),
+    # the base Marian (forced 20); CTranslate2 int8 in its faster configuration
     SMALL_BEAM4_BATCH32_OURS_INT8 = "small.beam4_batch32.ours_int8"
     SMALL_BEAM4_BATCH32_CT2_INT8 = "small.beam4_batch32.ct2_int8"
+    SMALL_FORCED20_OURS_INT8 = "small.beam4_batch32_forced20.ours_int8"
+    SMALL_FORCED20_CT2_INT8 = "small.beam4_batch32_forced20.ct2_int8"
     BASE_BEAM4_BATCH32_OURS_INT8 = "base.beam4_batch32.ours_int8"
     BASE_BEAM4_BATCH32_CT2_INT8 = "base.beam4_batch32.ct2_int8"
+    # one short sentence at a time, beam 4: p50 ms (CTranslate2 int8: its faster configuration)
+    SHORT_P50_OURS_INT8 = "small.short_p50.ours_int8"
+    SHORT_P50_OURS_HTTP = "small.short_p50.ours_http"
+    SHORT_P50_CT2_INT8 = "small.short_p50.ct2_int8"
     # embed, sentences/s
     EMBED_SENTENCE_TRANSFORMERS = "embed.sentence_transformers"
     EMBED_OURS_FP32 = "embed.ours_fp32"
     EMBED_OURS_INT8 = "embed.ours_int8"
+    EMBED_HTTP_1_CLIENT = "embed.http.1x1"
     EMBED_HTTP_64_CLIENTS = "embed.http.64x1"
     EMBED_HTTP_4_CLIENTS_32 = "embed.http.4x32"
     EMBED_INFINITY_64_CLIENTS = "embed.infinity.64x1"
@@ -35,6 +43,14 @@ class Figure(StrEnum):
     TRANSLATE_DYNAMIC = "serving.translate.dynamic"
     TRANSLATE_SERIAL = "serving.translate.serial"
     SERVICE_RSS_AFTER_LOAD = "serving.rss_after_load"
+    # mixed traffic: continuous vs whole-batch ("batch") decoding, and the hostile load
+    MIXED_SHORT_P99_CONTINUOUS = "mixed.short_p99.continuous"
+    MIXED_SHORT_P99_BATCH = "mixed.short_p99.batch"
+    MIXED_TOKENS_CONTINUOUS = "mixed.tokens.continuous"
+    MIXED_TOKENS_BATCH = "mixed.tokens.batch"
+    UNIFORM_CONTINUOUS = "mixed.uniform.continuous"
+    UNIFORM_BATCH = "mixed.uniform.batch"
+    HOSTILE_ONE_WORD_P99 = "mixed.hostile.one_word_p99"
 
 
 @dataclass

@@ -4,7 +4,7 @@
   one sentence per request from many clients;
 * a document as one request vs its sentences as concurrent requests (``documents.py``);
 * HTTP throughput vs the in-process engine (same artefact, same thread count, batches of the
-  service's max batch size);
+  service's max batch size; each side the best of ``--rounds`` runs);
 * process RSS with both models loaded: after start-up, its peak over every load run of the
   harness, at the end of the last one and once idle (the service trims freed memory when idle);
   CPU use of the server while under load.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from benchmarks.common import SETTLE_S, CpuMeter, Service, load_extra, sts_sentences
 from benchmarks.harness import Bench, Need, Stage
-from benchmarks.loadgen import BodyFactory, run_load
+from benchmarks.loadgen import BodyFactory, LoadResult, run_load
 from benchmarks.results import Figure, Results, Row
 
 DYNAMIC, SERIAL = "dynamic batching (max batch 32)", "batch size 1 (serial)"
@@ -47,20 +47,28 @@ def load_row(
     clients: int,
     items: int,
     duration_s: float,
+    rounds: int = 1,
     baseline: bool = False,
     figure: Figure | None = None,
 ) -> Row | None:
-    """One closed-loop load run as a row of items/s, or None with a note if nothing succeeded."""
-    meter = CpuMeter(pids)
-    with meter.measure() as cpu:
-        res = run_load(
-            url,
-            body,
-            concurrency=clients,
-            items_per_request=items,
-            duration_s=duration_s,
-            server_cpu=meter.cpu_seconds,
-        )
+    """The best of ``rounds`` closed-loop load runs as a row of items/s, or None with a note if
+    nothing succeeded."""
+    best: tuple[LoadResult, dict[str, float]] | None = None
+    for _ in range(rounds):
+        meter = CpuMeter(pids)
+        with meter.measure() as cpu:
+            res = run_load(
+                url,
+                body,
+                concurrency=clients,
+                items_per_request=items,
+                duration_s=duration_s,
+                server_cpu=meter.cpu_seconds,
+            )
+        if best is None or res.items_per_s > best[0].items_per_s:
+            best = (res, cpu)
+    assert best is not None
+    res, cpu = best
     if res.requests == 0:
         results.note(f"{section}: {system}: no successful request ({res.errors} errors: {res.first_error})")
         return None
@@ -114,6 +122,7 @@ def run_tasks(bench: Bench, service: Service, todo: Sequence[Task], system: str)
             clients=task.clients,
             items=1,
             duration_s=bench.duration,
+            rounds=bench.rounds,
             baseline=serial,
             figure=task.serial if serial else task.dynamic,
         )
@@ -176,7 +185,9 @@ def http_vs_engine(bench: Bench, http: Row | None) -> None:
     from benchmarks.embedding import ours_throughput
 
     sents = sts_sentences(bench.args.data_dir)
-    engine = ours_throughput(bench.models["embed/int8"], sents, bench.threads, batch=32, rounds=bench.rounds)
+    engine = ours_throughput(
+        bench.models["embed/int8"], sents, bench.threads, bench.duration, batch=32, rounds=bench.rounds
+    )
     section = "serving: embed int8, HTTP (64 clients × 1 sentence) vs in-process engine (batches of 32)"
     bench.results.add(
         Row(

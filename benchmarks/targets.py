@@ -1,39 +1,66 @@
-"""The targets of issue 7 against this run's figures, added as the report's last section."""
+"""The issues' acceptance figures against this run's, added as the report's last section."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks.results import Figure, Results, Row
 
-SECTION = "targets (issue 7): where we stand"
+SECTION = "targets of the issues: where this run stands"
 
 
 @dataclass(frozen=True)
 class Target:
+    issue: int
     what: str
     figure: Figure
-    over: Figure | None  # the ratio figure / over; None: the figure itself
+    over: Figure | None  # combined with the figure (``combine``, a ratio unless told); None: none
     unit: str
     bound: float
     at_least: bool  # value ≥ bound is met; otherwise value ≤ bound
     read: Callable[[Row], float] = lambda row: row.value
+    combine: Callable[[float, float], float] = operator.truediv
 
     def value(self, results: Results) -> float | None:
         """This run's value, or None when a figure it needs was not measured."""
         row = results.figure(self.figure)
         if row is None:
             return None
+        try:
+            value = self.read(row)
+        except KeyError:  # a row without that column (its run had no successful request)
+            return None
         if self.over is None:
-            return self.read(row)
+            return value
         under = results.figure(self.over)
-        return row.value / under.value if under is not None and under.value else None
+        if under is None or (self.combine is operator.truediv and not under.value):
+            return None
+        return self.combine(value, under.value)
+
+
+def _p50(row: Row) -> float:
+    return float(row.extra["p50_ms"])
+
+
+def _p99(row: Row) -> float:
+    return float(row.extra["p99_ms"])
+
+
+def _server_cpu(row: Row) -> float:
+    return float(row.extra["server_cpu_ms_per_request"])
+
+
+def _after(row: Row) -> float:
+    return float(row.extra["after_p99_ms"])
 
 
 F = Figure
 TARGETS = (
+    # issue 7: the first service
     Target(
+        7,
         "translate, our model: ours int8 / CTranslate2 int8, beam 4, batch 32",
         F.SMALL_BEAM4_BATCH32_OURS_INT8,
         F.SMALL_BEAM4_BATCH32_CT2_INT8,
@@ -42,6 +69,7 @@ TARGETS = (
         True,
     ),
     Target(
+        7,
         "translate, base Marian (forced 20 tok): ours int8 / CTranslate2 int8, beam 4, batch 32",
         F.BASE_BEAM4_BATCH32_OURS_INT8,
         F.BASE_BEAM4_BATCH32_CT2_INT8,
@@ -50,6 +78,7 @@ TARGETS = (
         True,
     ),
     Target(
+        7,
         "embed, 32-sentence requests over HTTP / sentence-transformers",
         F.EMBED_HTTP_4_CLIENTS_32,
         F.EMBED_SENTENCE_TRANSFORMERS,
@@ -58,6 +87,7 @@ TARGETS = (
         True,
     ),
     Target(
+        7,
         "embed, 64 clients × 1 sentence: ours HTTP / Infinity",
         F.EMBED_HTTP_64_CLIENTS,
         F.EMBED_INFINITY_64_CLIENTS,
@@ -66,16 +96,20 @@ TARGETS = (
         True,
     ),
     Target(
+        7,
         "embed, 64 clients × 1 sentence: ours HTTP p99",
         F.EMBED_HTTP_64_CLIENTS,
         None,
         "ms",
         500,
         False,
-        read=lambda row: float(row.extra["p99_ms"]),
+        read=_p99,
     ),
-    Target("embed in-process: ours int8 / ours fp32", F.EMBED_OURS_INT8, F.EMBED_OURS_FP32, "×", 1.0, True),
     Target(
+        7, "embed in-process: ours int8 / ours fp32", F.EMBED_OURS_INT8, F.EMBED_OURS_FP32, "×", 1.0, True
+    ),
+    Target(
+        7,
         "embed, HTTP at 64 clients / in-process engine",
         F.EMBED_VS_ENGINE_HTTP,
         F.EMBED_VS_ENGINE_IN_PROCESS,
@@ -83,11 +117,144 @@ TARGETS = (
         0.9,
         True,
     ),
-    Target("embed: dynamic batching / batch size 1", F.EMBED_DYNAMIC, F.EMBED_SERIAL, "×", 5.0, True),
+    Target(7, "embed: dynamic batching / batch size 1", F.EMBED_DYNAMIC, F.EMBED_SERIAL, "×", 5.0, True),
     Target(
-        "translate: dynamic batching / batch size 1", F.TRANSLATE_DYNAMIC, F.TRANSLATE_SERIAL, "×", 5.0, True
+        7,
+        "translate: dynamic batching / batch size 1",
+        F.TRANSLATE_DYNAMIC,
+        F.TRANSLATE_SERIAL,
+        "×",
+        5.0,
+        True,
     ),
-    Target("service RSS, both models, after its load runs", F.SERVICE_RSS_AFTER_LOAD, None, "MB", 600, False),
+    Target(
+        7, "service RSS, both models, after its load runs", F.SERVICE_RSS_AFTER_LOAD, None, "MB", 600, False
+    ),
+    # issue 12: translation engine v2
+    Target(
+        12,
+        "our model, beam 4, batch 32, natural: ours int8 / CTranslate2 int8",
+        F.SMALL_BEAM4_BATCH32_OURS_INT8,
+        F.SMALL_BEAM4_BATCH32_CT2_INT8,
+        "×",
+        1.5,
+        True,
+    ),
+    Target(
+        12,
+        "our model, beam 4, batch 32, forced 20 tok: ours int8 / CTranslate2 int8",
+        F.SMALL_FORCED20_OURS_INT8,
+        F.SMALL_FORCED20_CT2_INT8,
+        "×",
+        1.5,
+        True,
+    ),
+    Target(
+        12,
+        "one short request, beam 4, in-process p50: ours int8 / CTranslate2 int8",
+        F.SHORT_P50_OURS_INT8,
+        F.SHORT_P50_CT2_INT8,
+        "×",
+        1.0,
+        False,
+    ),
+    Target(
+        12,
+        "service RSS, both models, after its load runs (≤ 400 MB)",
+        F.SERVICE_RSS_AFTER_LOAD,
+        None,
+        "MB",
+        400,
+        False,
+    ),
+    # issue 13: the serving path's cost per request
+    Target(
+        13,
+        "embed, 64 clients × 1 sentence over HTTP / in-process engine (stage embedding)",
+        F.EMBED_HTTP_64_CLIENTS,
+        F.EMBED_OURS_INT8,
+        "×",
+        0.7,
+        True,
+    ),
+    Target(
+        13,
+        "embed, 64 clients × 1 sentence over HTTP / in-process engine (stage serving)",
+        F.EMBED_VS_ENGINE_HTTP,
+        F.EMBED_VS_ENGINE_IN_PROCESS,
+        "×",
+        0.7,
+        True,
+    ),
+    Target(
+        13,
+        "embed, 64 clients × 1 sentence: server CPU per request",
+        F.EMBED_HTTP_64_CLIENTS,
+        None,
+        "ms",
+        1.5,
+        False,
+        read=_server_cpu,
+    ),
+    Target(
+        13,
+        "one short translation: p50 over HTTP − p50 in-process",
+        F.SHORT_P50_OURS_HTTP,
+        F.SHORT_P50_OURS_INT8,
+        "ms",
+        3.0,
+        False,
+        combine=operator.sub,
+    ),
+    Target(
+        13,
+        "embed, 1 client × 1 sentence over HTTP: p50",
+        F.EMBED_HTTP_1_CLIENT,
+        None,
+        "ms",
+        4.0,
+        False,
+        read=_p50,
+    ),
+    # issue 17: iteration-level batching
+    Target(
+        17,
+        "mixed traffic, short-request p99: continuous / whole-batch",
+        F.MIXED_SHORT_P99_CONTINUOUS,
+        F.MIXED_SHORT_P99_BATCH,
+        "×",
+        0.5,
+        False,
+    ),
+    Target(
+        17,
+        "mixed traffic, tokens/s: continuous / whole-batch",
+        F.MIXED_TOKENS_CONTINUOUS,
+        F.MIXED_TOKENS_BATCH,
+        "×",
+        1.0,
+        True,
+    ),
+    Target(
+        17,
+        "uniform traffic, requests/s: continuous / whole-batch",
+        F.UNIFORM_CONTINUOUS,
+        F.UNIFORM_BATCH,
+        "×",
+        0.95,
+        True,
+    ),
+    Target(17, "hostile load: one-word p99 during it", F.HOSTILE_ONE_WORD_P99, None, "ms", 1000, False),
+    Target(
+        17,
+        "hostile load: one-word p99 right after it",
+        F.HOSTILE_ONE_WORD_P99,
+        None,
+        "ms",
+        1000,
+        False,
+        read=_after,
+    ),
 )
 
 
@@ -106,6 +273,7 @@ def check_targets(results: Results) -> None:
                 target.unit,
                 higher_is_better=target.at_least,
                 extra={
+                    "issue": target.issue,
                     "target": f"{'≥' if target.at_least else '≤'} {target.bound:g}",
                     "met": "yes" if met else "NO",
                 },
