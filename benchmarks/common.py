@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from benchmarks.loadgen import LoadResult, wait_ready
+from benchmarks.loadgen import BodyFactory, LoadResult, run_load, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
 SETTLE_S = 3.0  # the service's default memory trim interval (2 s) and one more second
@@ -62,6 +62,17 @@ class CpuMeter:
         busy = lambda t: t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0)  # noqa: E731
         out["cores_busy"] = (self.cpu_seconds() - c0) / wall if wall else 0.0
         out["machine_busy_pct"] = 100 * (busy(sys1) - busy(sys0)) / wall / (psutil.cpu_count() or 1)
+
+
+def metered_load(
+    url: str, body: BodyFactory, pids: Sequence[int], **load: Any
+) -> tuple[LoadResult, dict[str, float]]:
+    """One ``run_load`` (``load``: its keyword arguments) with the server processes' CPU metered
+    over it: the run, with its server CPU per request, and ``CpuMeter.measure``'s figures."""
+    meter = CpuMeter(pids)
+    with meter.measure() as cpu:
+        res = run_load(url, body, server_cpu=meter.cpu_seconds, **load)
+    return res, cpu
 
 
 def load_extra(res: LoadResult, cpu: dict[str, float]) -> dict[str, Any]:

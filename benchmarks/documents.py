@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
-from benchmarks.common import CpuMeter, load_extra
-from benchmarks.loadgen import BodyFactory, run_load
+from benchmarks.common import load_extra, metered_load
+from benchmarks.loadgen import BodyFactory
 from benchmarks.results import Results, Row
 
 SECTION = "serving: translate 200 sentences, beam 4: one document vs 200 concurrent one-sentence requests"
@@ -44,17 +44,15 @@ def _row(
     n_requests: int,
     baseline: bool = True,
 ) -> None:
-    meter = CpuMeter(pids)
-    with meter.measure() as cpu:
-        res = run_load(
-            url,
-            body,
-            concurrency=concurrency,
-            items_per_request=items,
-            n_requests=n_requests,
-            timeout_s=600,
-            server_cpu=meter.cpu_seconds,
-        )
+    res, cpu = metered_load(
+        url,
+        body,
+        pids,
+        concurrency=concurrency,
+        items_per_request=items,
+        n_requests=n_requests,
+        timeout_s=600,
+    )
     if res.requests == 0:
         results.note(f"{SECTION}: {system}: no successful request ({res.errors}: {res.first_error})")
         return

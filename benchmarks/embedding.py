@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CpuMeter, Server, free_port, load_extra, rss_mb, sts_sentences
+from benchmarks.common import Server, free_port, load_extra, metered_load, rss_mb, sts_sentences
 from benchmarks.harness import Bench, Need, Stage
-from benchmarks.loadgen import LoadResult, run_load, wait_ready
+from benchmarks.loadgen import LoadResult, wait_ready
 from benchmarks.results import Figure, Results, Row
 from service.engine.session import SessionConfig
 
@@ -143,16 +143,9 @@ def http_compare(
                         **({"model": model} if model else {}),
                     }
 
-                meter = CpuMeter(t.pids)
-                with meter.measure() as cpu:
-                    res = run_load(
-                        t.url,
-                        body,
-                        concurrency=clients,
-                        items_per_request=size,
-                        duration_s=duration_s,
-                        server_cpu=meter.cpu_seconds,
-                    )
+                res, cpu = metered_load(
+                    t.url, body, t.pids, concurrency=clients, items_per_request=size, duration_s=duration_s
+                )
                 kept = best[t.name].get(label)
                 if kept is None or res.items_per_s > kept[0].items_per_s:
                     best[t.name][label] = (res, cpu)

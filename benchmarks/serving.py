@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from benchmarks.common import SETTLE_S, CpuMeter, Service, load_extra, sts_sentences
+from benchmarks.common import SETTLE_S, Service, load_extra, metered_load, sts_sentences
 from benchmarks.harness import Bench, Need, Stage
-from benchmarks.loadgen import BodyFactory, LoadResult, run_load
+from benchmarks.loadgen import BodyFactory, LoadResult
 from benchmarks.results import Figure, Results, Row
 
 DYNAMIC, SERIAL = "dynamic batching (max batch 32)", "batch size 1 (serial)"
@@ -55,18 +55,11 @@ def load_row(
     nothing succeeded."""
     best: tuple[LoadResult, dict[str, float]] | None = None
     for _ in range(rounds):
-        meter = CpuMeter(pids)
-        with meter.measure() as cpu:
-            res = run_load(
-                url,
-                body,
-                concurrency=clients,
-                items_per_request=items,
-                duration_s=duration_s,
-                server_cpu=meter.cpu_seconds,
-            )
-        if best is None or res.items_per_s > best[0].items_per_s:
-            best = (res, cpu)
+        run = metered_load(
+            url, body, pids, concurrency=clients, items_per_request=items, duration_s=duration_s
+        )
+        if best is None or run[0].items_per_s > best[0].items_per_s:
+            best = run
     assert best is not None
     res, cpu = best
     if res.requests == 0:

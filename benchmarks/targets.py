@@ -40,20 +40,9 @@ class Target:
         return self.combine(value, under.value)
 
 
-def _p50(row: Row) -> float:
-    return float(row.extra["p50_ms"])
-
-
-def _p99(row: Row) -> float:
-    return float(row.extra["p99_ms"])
-
-
-def _server_cpu(row: Row) -> float:
-    return float(row.extra["server_cpu_ms_per_request"])
-
-
-def _after(row: Row) -> float:
-    return float(row.extra["after_p99_ms"])
+def _column(name: str) -> Callable[[Row], float]:
+    """Read a target's value from a column of its row instead of the row's value."""
+    return lambda row: float(row.extra[name])
 
 
 F = Figure
@@ -103,7 +92,7 @@ TARGETS = (
         "ms",
         500,
         False,
-        read=_p99,
+        read=_column("p99_ms"),
     ),
     Target(
         7, "embed in-process: ours int8 / ours fp32", F.EMBED_OURS_INT8, F.EMBED_OURS_FP32, "×", 1.0, True
@@ -194,7 +183,7 @@ TARGETS = (
         "ms",
         1.5,
         False,
-        read=_server_cpu,
+        read=_column("server_cpu_ms_per_request"),
     ),
     Target(
         13,
@@ -214,7 +203,7 @@ TARGETS = (
         "ms",
         4.0,
         False,
-        read=_p50,
+        read=_column("p50_ms"),
     ),
     # issue 17: iteration-level batching
     Target(
@@ -253,7 +242,7 @@ TARGETS = (
         "ms",
         1000,
         False,
-        read=_after,
+        read=_column("after_p99_ms"),
     ),
 )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,16 +153,8 @@ def run_suite(
                     continue
                 if system.name not in best or run.tokens_per_s > best[system.name].tokens_per_s:
                     best[system.name] = run
-        # CTranslate2 int8's faster configuration is the reference ("× CT2 int8"), filed under
-        # CTranslate2 int8's figure; the slower one under none
-        ct2 = max(
-            (name for name in best if name in CT2_INT8_CONFIGS),
-            key=lambda n: best[n].tokens_per_s,
-            default=None,
-        )
-        filed = {name: name for name in best if name not in CT2_INT8_CONFIGS}
-        if ct2 is not None:
-            filed[ct2] = CT2_INT8
+        # CTranslate2 int8's faster configuration is the reference ("× CT2 int8")
+        ct2, filed = _filed({name: run.tokens_per_s for name, run in best.items()}, max)
 
         rows: list[Row] = []
         for system in systems:
@@ -196,11 +188,7 @@ def run_suite(
         except Exception as e:
             results.note(f"{section}: failed: {type(e).__name__}: {e}")
             return
-        p50 = {name: percentiles_ms(times)["p50_ms"] for name, (times, _) in lat.items()}
-        ct2 = min((name for name in p50 if name in CT2_INT8_CONFIGS), key=p50.__getitem__, default=None)
-        filed = {name: name for name in p50 if name not in CT2_INT8_CONFIGS}
-        if ct2 is not None:
-            filed[ct2] = CT2_INT8
+        _, filed = _filed({name: percentiles_ms(times)["p50_ms"] for name, (times, _) in lat.items()}, min)
         for system in systems:
             times, server_cpu = lat[system.name]
             p = percentiles_ms(times)
@@ -219,6 +207,17 @@ def run_suite(
                     figure=latency_figures.get(filed[system.name]) if system.name in filed else None,
                 )
             )
+
+
+def _filed(measured: Mapping[str, float], faster: Callable[..., str]) -> tuple[str | None, dict[str, str]]:
+    """The name each measured system's figure is filed under: CTranslate2 int8's faster
+    configuration (``faster``: ``max`` of throughputs, ``min`` of latencies) under ``CT2_INT8``,
+    the slower one under none, every other system under its own; and that faster one."""
+    ct2 = faster((n for n in measured if n in CT2_INT8_CONFIGS), key=measured.__getitem__, default=None)
+    filed = {name: name for name in measured if name not in CT2_INT8_CONFIGS}
+    if ct2 is not None:
+        filed[ct2] = CT2_INT8
+    return ct2, filed
 
 
 def ct2_systems(paths: Mapping[str, Any], codec: TextCodec, threads: int) -> list[Translator]:

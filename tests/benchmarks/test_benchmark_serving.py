@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import serving
+from benchmarks import common, serving
 from benchmarks.loadgen import LoadResult
 from benchmarks.results import Results
 
@@ -21,7 +21,7 @@ def test_a_load_row_is_the_best_of_its_rounds(monkeypatch: pytest.MonkeyPatch) -
         requests, latency = next(runs)
         return LoadResult(kwargs["concurrency"], 1, requests, 0, 1.0, [latency] * requests)
 
-    monkeypatch.setattr(serving, "run_load", run_load)
+    monkeypatch.setattr(common, "run_load", run_load)
 
     def body(i: int) -> dict[str, Any]:
         return {"texts": [str(i)]}
