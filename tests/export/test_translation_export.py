@@ -184,6 +184,19 @@ def test_steps_over_the_same_rows_share_one_binding_not_their_outputs(
     for got, attn, log_probs, attn_copy in earlier:  # not overwritten by the later runs
         np.testing.assert_array_equal(got.log_probs, log_probs)
         np.testing.assert_array_equal(attn, attn_copy)
+    # another top_k, then no attention output: a binding of its own each time, the same scores
+    for with_attention in (True, False):
+        kept.with_attention = fresh.with_attention = with_attention
+        got, attn = kept.step_candidates(tokens, 2)
+        want, want_attn = fresh.step_candidates(tokens, 2)
+        assert got.tokens.shape == (2, 2) and id(kept._binding) not in bindings
+        bindings.add(id(kept._binding))
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_array_equal(got.log_probs, want.log_probs)
+        assert (attn is None) == (not with_attention)
+        if attn is not None:
+            np.testing.assert_array_equal(attn, want_attn)
+        tokens = got.tokens[:, 0]
 
 
 def test_manifest_round_trip(exported: Path) -> None:
