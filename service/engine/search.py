@@ -210,7 +210,8 @@ class Search:
         for j, s in enumerate(self.sentences):
             by_k.setdefault(s.k, []).append(j)
         for k, members in by_k.items():
-            rows = (offsets[members][:, None] + np.arange(k)).reshape(-1)
+            every = len(members) == len(self.sentences)  # one beam size: every row, in order
+            rows = slice(None) if every else (offsets[members][:, None] + np.arange(k)).reshape(-1)
             scores = np.concatenate([self.sentences[j].scores for j in members])
             if isinstance(log_probs, Candidates):
                 width = min(2 * k, log_probs.log_probs.shape[1])
@@ -328,6 +329,6 @@ def _best_candidates(
     cand = (candidates.log_probs + scores[:, None]).reshape(sentences, k * width)
     m = min(n, k * width)
     top = np.argsort(-cand, axis=1, kind="stable")[:, :m]
-    top_rows = np.arange(sentences)[:, None] * k + top // width
-    top_tokens = np.take_along_axis(candidates.tokens.reshape(sentences, k * width), top, 1)
-    return top_rows.tolist(), top_tokens.tolist(), np.take_along_axis(cand, top, 1).tolist()
+    sentence = np.arange(sentences)[:, None]
+    top_tokens = candidates.tokens.reshape(sentences, k * width)[sentence, top]
+    return (sentence * k + top // width).tolist(), top_tokens.tolist(), cand[sentence, top].tolist()
