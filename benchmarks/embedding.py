@@ -3,10 +3,10 @@
 In-process systems embed the same sentences in the same 32-sentence chunks (sentence-transformers
 through its own ``encode(batch_size=32)``, which length-sorts internally; our engine sorts inside
 each call), each both as one call on every thread and as one lane per thread, keeping the
-faster (``configurations``). HTTP systems (our service, Infinity) are driven by ``loadgen`` with
+faster (``lane_counts``). HTTP systems (our service, Infinity) are driven by ``loadgen`` with
 the same OpenAI-shaped body ``{"model": …, "input": [...]}`` at 1, 16 and 64 concurrent clients
-sending one sentence per request, and with 32-sentence requests. Infinity runs from its own venv, when
-one is found.
+sending one sentence per request, and with 32-sentence requests. Infinity runs from its own
+venv, when one is found.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ class Lanes:
             lane.result()
 
 
-def configurations(threads: int) -> list[tuple[int, int]]:
-    """(lanes, intra-op threads per lane) each in-process system runs with, its faster kept: one
-    call on ``threads`` threads, and ``threads`` lanes of one thread."""
-    return [(1, threads)] + ([(threads, 1)] if threads > 1 else [])
+def lane_counts(threads: int) -> list[int]:
+    """The lanes each in-process system runs with, its faster kept: 1 (one call on ``threads``
+    intra-op threads), and ``threads`` (lanes of one thread each)."""
+    return [1, threads] if threads > 1 else [1]
 
 
 def configuration_label(lanes: int, intra: int) -> str:
@@ -141,8 +141,8 @@ def in_process(
 
 
 def ours_in_process(artefact_dir: Path, threads: int, name: str, batch: int = 32) -> list[OursInProcess]:
-    """Our engine in each of its configurations (``configurations``), all under ``name``."""
-    return [OursInProcess(artefact_dir, threads, name, batch, lanes) for lanes, _ in configurations(threads)]
+    """Our engine in each of its configurations (``lane_counts``), all under ``name``."""
+    return [OursInProcess(artefact_dir, threads, name, batch, lanes) for lanes in lane_counts(threads)]
 
 
 def ours_throughput(
@@ -292,7 +292,7 @@ def run(bench: Bench) -> None:
     print(f"== embeddings ({n} STS-dev sentences)", flush=True)
     model_dir = bench.embed_model_dir
     systems: list[Any] = []
-    for lanes, _ in configurations(bench.threads):  # each system in both, its faster kept
+    for lanes in lane_counts(bench.threads):  # each system both ways, its faster kept
         systems += bench.system(partial(STInProcess, lanes=lanes), model_dir, bench.threads, BASELINE)
         for v in ("fp32", "int8"):
             if f"embed/{v}" in bench.models:
