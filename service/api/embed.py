@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import numpy as np
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
@@ -15,7 +14,6 @@ from service.api.middleware import timed_stage
 from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_response
 from service.batching import off_the_loop_if_large
 from service.engine.base import Embedding, EmbedItem, Encoded
-from service.engine.pooling import l2_normalize
 from service.lifecycle import ServedEmbedder
 
 router = APIRouter(tags=["embed"], route_class=GatedRoute)
@@ -30,18 +28,21 @@ async def embedder(request: Request) -> ServedEmbedder:
 
 
 async def embed_texts(
-    request: Request, model: ServedEmbedder, texts: list[str], field: str, truncate: bool
+    request: Request, model: ServedEmbedder, texts: list[str], field: str, truncate: bool, normalize: bool
 ) -> list[Embedding]:
     """Check the configured limits, tokenize, then queue the texts; the request's error if any
     text fails. Each text is tokenized once, here: its encoding is the batcher's cost and the
-    engine's input."""
+    engine's input. The engine normalises the vectors when asked (on its worker thread, not on
+    the event loop)."""
     runtime = runtime_of(request)
     errors = check_texts(texts, field, runtime.limits)
     if errors:
         raise validation_error(errors)
     chars = sum(len(text) for text in texts)
     encodings = await off_the_loop_if_large(chars, lambda: model.engine.encode(texts))
-    items = [EmbedItem(text, truncate, encoded) for text, encoded in zip(texts, encodings, strict=True)]
+    items = [
+        EmbedItem(text, truncate, encoded, normalize) for text, encoded in zip(texts, encodings, strict=True)
+    ]
     costs = [_cost(encoded, truncate, model) for encoded in encodings]
     with timed_stage(request.scope, "embed", "queue wait and encoding (batched with other requests)"):
         results = await until_disconnect(
@@ -58,12 +59,6 @@ def _cost(encoded: Encoded, truncate: bool, model: ServedEmbedder) -> int:
     return encoded.n_tokens
 
 
-def pooled_vectors(embeddings: list[Embedding], normalize: bool) -> np.ndarray:
-    """(n, dim) float32; L2-normalised when asked (engines return pooled, unnormalised vectors)."""
-    vectors = np.stack([e.vector for e in embeddings]).astype(np.float32, copy=False)
-    return l2_normalize(vectors) if normalize else vectors
-
-
 def default_normalize(model: ServedEmbedder) -> bool:
     info = model.engine.manifest.embedding
     return info.normalize if info is not None else False
@@ -76,15 +71,14 @@ async def embed(
     model: Annotated[ServedEmbedder, Depends(embedder)],
 ) -> Response:
     """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
-    embeddings = await embed_texts(request, model, body.texts, "texts", body.truncate)
     normalize = default_normalize(model) if body.normalize is None else body.normalize
-    vectors = pooled_vectors(embeddings, normalize)
+    embeddings = await embed_texts(request, model, body.texts, "texts", body.truncate, normalize)
     n_tokens = [e.n_tokens for e in embeddings]
     return json_response(
         {
             "model": model.engine.manifest.name,
-            "dim": int(vectors.shape[1]),
-            "embeddings": vectors,
+            "dim": int(embeddings[0].vector.shape[0]),
+            "embeddings": [e.vector for e in embeddings],
             "n_tokens": n_tokens,
             "usage": {"input_tokens": sum(n_tokens)},
         }

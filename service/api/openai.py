@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service.api.dependencies import serving_runtime
-from service.api.embed import default_normalize, embed_texts, embedder, pooled_vectors
+from service.api.embed import default_normalize, embed_texts, embedder
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES, ModelNotFound, validation_error
 from service.api.gated_route import GatedRoute
 from service.api.schemas import (
@@ -57,16 +57,15 @@ async def embeddings(
                 }
             ]
         )
-    embeddings = await embed_texts(request, model, body.input, "input", truncate=True)
-    vectors = pooled_vectors(embeddings, default_normalize(model))
+    embeddings = await embed_texts(request, model, body.input, "input", True, default_normalize(model))
     as_base64 = body.encoding_format == "base64"
     tokens = sum(e.n_tokens for e in embeddings)
     return json_response(
         {
             "object": "list",
             "data": [
-                {"object": "embedding", "index": i, "embedding": _encode(vector, as_base64)}
-                for i, vector in enumerate(vectors)
+                {"object": "embedding", "index": i, "embedding": _encode(e.vector, as_base64)}
+                for i, e in enumerate(embeddings)
             ],
             "model": name,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},

@@ -35,11 +35,12 @@ class EmbedItem:
     # The text's whole encoding (``Engine.encode``) when the caller has it, so that a text is
     # tokenized once, for the batcher's cost and the engine alike; None: the engine tokenizes.
     encoded: Encoded | None = field(default=None, compare=False, repr=False)
+    normalize: bool = False  # True: the vector comes back L2-normalised (on the engine's worker)
 
 
 @dataclass(frozen=True)
 class Embedding:
-    vector: np.ndarray  # (dim,) float32; pooled, not normalised
+    vector: np.ndarray  # (dim,) float32; pooled, L2-normalised when its item asked
     n_tokens: int
 
 

@@ -27,7 +27,7 @@ from service.artefacts import (
     load_and_verify,
 )
 from service.engine.base import Embedding, EmbedItem, Encoded
-from service.engine.pooling import pool
+from service.engine.pooling import l2_normalize, pool
 from service.engine.session import (
     DEFAULT_SESSION,
     SessionConfig,
@@ -90,7 +90,7 @@ class OnnxEmbedder:
     def embed(self, items: list[EmbedItem]) -> list[Embedding | Exception]:
         results: list[Embedding | Exception | None] = [None] * len(items)
         todo = self._pre(items, results)
-        self._core_and_post(todo, results)
+        self._core_and_post(items, todo, results)
         return [r if r is not None else RuntimeError("item was not processed") for r in results]
 
     # -- pre --
@@ -113,7 +113,12 @@ class OnnxEmbedder:
 
     # -- core + post, per length-sorted sub-batch --
 
-    def _core_and_post(self, todo: dict[int, Encoded], results: list[Embedding | Exception | None]) -> None:
+    def _core_and_post(
+        self,
+        items: Sequence[EmbedItem],
+        todo: dict[int, Encoded],
+        results: list[Embedding | Exception | None],
+    ) -> None:
         encoder_s = pool_s = 0.0
         for chunk in self._sub_batches(todo):
             try:
@@ -122,6 +127,9 @@ class OnnxEmbedder:
                 (hidden,) = self.session.run([self._output], feeds)
                 mid = time.perf_counter()
                 vectors = self._pool(hidden, mask)
+                unit = [k for k, i in enumerate(chunk) if items[i].normalize]
+                if unit:
+                    vectors[unit] = l2_normalize(vectors[unit])
                 pool_s += time.perf_counter() - mid
                 encoder_s += mid - start
             except Exception as e:  # a failing sub-batch fails its own items only

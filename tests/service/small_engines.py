@@ -26,6 +26,7 @@ from service.engine.base import (
     Translation,
     TranslationHypothesis,
 )
+from service.engine.pooling import l2_normalize
 
 FAIL_WORD = "FAIL"  # fails only the item that contains it
 CRASH_WORD = "CRASH"  # makes the whole engine call raise
@@ -136,9 +137,10 @@ class HashEmbedder:
             elif n > self.max_len and not item.truncate:
                 out.append(TextTooLong(f"text has {n} tokens, more than {self.max_len}", self.max_len))
             else:
-                out.append(
-                    Embedding(vector=self.vector(item.text, item.truncate), n_tokens=min(n, self.max_len))
-                )
+                vector = self.vector(item.text, item.truncate)
+                if item.normalize:  # as the real engine does, on its worker thread
+                    vector = l2_normalize(vector[None])[0]
+                out.append(Embedding(vector=vector, n_tokens=min(n, self.max_len)))
         return out
 
 

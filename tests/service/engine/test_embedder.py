@@ -80,6 +80,17 @@ def test_items_carrying_their_whole_encodings_embed_as_items_without(embedder: O
     assert isinstance(refused, TextTooLong)
 
 
+def test_an_item_that_asks_gets_its_vector_normalised_and_only_it(embedder: OnnxEmbedder) -> None:
+    """Normalisation happens in the engine's post stage, per item: its batch neighbours that did
+    not ask keep their pooled vectors."""
+    plain = [ok(r).vector for r in embedder.embed([EmbedItem(t) for t in TEXTS])]
+    asks = [i % 2 == 0 for i in range(len(TEXTS))]
+    mixed = embedder.embed([EmbedItem(t, normalize=n) for t, n in zip(TEXTS, asks, strict=True)])
+    for vector, result, normalize in zip(plain, mixed, asks, strict=True):
+        want = vector / np.linalg.norm(vector) if normalize else vector
+        np.testing.assert_allclose(ok(result).vector, want, rtol=1e-6, atol=1e-7)
+
+
 def test_mixed_lengths_and_sub_batches_do_not_change_results(embedding_artefact: Path) -> None:
     """Length-sorted, padded sub-batches give each text what it gets alone, in request order."""
     engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), max_batch_size=2, max_batch_tokens=24)
