@@ -39,10 +39,13 @@ class Lanes:
     """``n`` threads side by side, each working through its own share of a call's sentences (the
     caller's thread is the first): how the service's workers run, and on the 2-core box faster
     than one call on every intra-op thread (benchmarks/README.md, "The in-process reference,
-    corrected")."""
+    corrected"). With ``threads`` cores, a lane of several gets one intra-op thread, one lane
+    all of them."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, threads: int) -> None:
         self.n = n
+        self.intra = 1 if n > 1 else threads
+        self.label = f"{n} lanes × 1 thread" if n > 1 else f"1 × {threads} threads"
         self._pool = ThreadPoolExecutor(n - 1, thread_name_prefix="lane") if n > 1 else None
 
     def run(self, work: Callable[[T], object], shares: Sequence[T]) -> None:
@@ -58,10 +61,6 @@ def lane_counts(threads: int) -> list[int]:
     return [1, threads] if threads > 1 else [1]
 
 
-def configuration_label(lanes: int, intra: int) -> str:
-    return f"{lanes} lanes × 1 thread" if lanes > 1 else f"1 × {intra} threads"
-
-
 class STInProcess:
     def __init__(
         self, model_dir: Path, threads: int, name: str = BASELINE, batch: int = 32, lanes: int = 1
@@ -69,16 +68,15 @@ class STInProcess:
         from sentence_transformers import SentenceTransformer
 
         self.name = name
-        self.intra = 1 if lanes > 1 else threads
-        self.config = configuration_label(lanes, self.intra)
+        self.lanes = Lanes(lanes, threads)
+        self.config = self.lanes.label
         self.model = SentenceTransformer(str(model_dir), device="cpu")
         self.batch = batch
-        self.lanes = Lanes(lanes)
 
     def embed(self, sentences: Sequence[str]) -> None:
         import torch
 
-        torch.set_num_threads(self.intra)  # process-wide: the other configuration may have set it
+        torch.set_num_threads(self.lanes.intra)  # process-wide: the other configuration may have set it
         # each lane's share through encode(), which length-sorts within it
         shares = [sentences[j :: self.lanes.n] for j in range(self.lanes.n)]
         self.lanes.run(lambda share: self.model.encode(list(share), batch_size=self.batch), shares)
@@ -89,12 +87,11 @@ class OursInProcess:
         from service.engine.loader import load_engine
 
         self.name = name
-        intra = 1 if lanes > 1 else threads
-        self.config = configuration_label(lanes, intra)
-        self.engine: Any = load_engine(artefact_dir, SessionConfig("cpu", intra))
+        self.lanes = Lanes(lanes, threads)
+        self.config = self.lanes.label
+        self.engine: Any = load_engine(artefact_dir, SessionConfig("cpu", self.lanes.intra))
         self.engine.warmup()
         self.batch = batch
-        self.lanes = Lanes(lanes)
 
     def embed(self, sentences: Sequence[str]) -> None:
         chunks = [sentences[i : i + self.batch] for i in range(0, len(sentences), self.batch)]
@@ -114,7 +111,7 @@ class OursInProcess:
 class InProcessRun:
     sentences_per_s: float
     cores_used: float
-    config: str  # configuration_label of the run
+    config: str  # the run's ``Lanes.label``
 
 
 def in_process(

@@ -69,10 +69,10 @@ class SlotDecoder(Stepping):
         self._next_sentence = 0
         self._binding: ort.IOBinding | None = None  # dropped whenever a buffer is replaced
         self._bound: tuple[int, int, bool] | None = None  # (rows, top_k, attention) it was made for
-        self._outputs: list[np.ndarray] = []  # the binding's output arrays, in ``_wanted`` order
+        self._outputs: dict[str, np.ndarray] = {}  # the binding's output arrays, by name
         self._last = np.zeros((0, 1), dtype=np.int64)  # each row's last token: the binding's input_ids
         self._top_k = np.zeros(1, dtype=np.int64)
-        self._output_types = _output_types(backend.decoder)
+        self._output_dtypes, self._vocab = _score_dtypes(backend.decoder)
         self._release()
         if memory is not None and source_mask is not None:
             self.admit(memory, source_mask, [1] * source_mask.shape[0])
@@ -161,8 +161,7 @@ class SlotDecoder(Stepping):
         self._last[:n, 0] = last_tokens
         self.backend.decoder.run_with_iobinding(binding)
         self._positions[:n] += 1
-        # copies: the next step writes into the same output arrays
-        out = dict(zip(self._wanted(top_k), (x.copy() for x in self._outputs), strict=True))
+        out = {name: x.copy() for name, x in self._outputs.items()}  # the next step reuses the arrays
         attn = out[CROSS_ATTENTION] if self.with_attention else None
         if top_k:
             return Candidates(out[TOP_LOG_PROBS], out[TOP_TOKENS]), attn
@@ -192,13 +191,11 @@ class SlotDecoder(Stepping):
         for j, name in enumerate((MEMORY_KEYS, MEMORY_VALUES)):
             for i in range(layers):
                 binding.bind_cpu_input(per_layer(name, i), self._memory[j * layers + i][:n])
-        self._outputs = []
+        self._outputs = {}
         for name in self._wanted(top_k):
-            dtype, vocab = self._output_types[name]
-            width = {LOG_PROBS: vocab, CROSS_ATTENTION: self.source_len}.get(name, top_k)
-            out = np.empty((n, width), dtype=dtype)
+            width = {LOG_PROBS: self._vocab, CROSS_ATTENTION: self.source_len}.get(name, top_k)
+            out = self._outputs[name] = np.empty((n, width), dtype=self._output_dtypes[name])
             binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(out))
-            self._outputs.append(out)
         for j, (cache, present) in enumerate(((CACHE_KEYS, PRESENT_KEYS), (CACHE_VALUES, PRESENT_VALUES))):
             for i in range(layers):
                 slot = ort.OrtValue.ortvalue_from_numpy(self._cache[j * layers + i][:n])
@@ -239,14 +236,14 @@ _NUMPY_TYPES: dict[str, type[np.generic]] = {
 }
 
 
-def _output_types(decoder: ort.InferenceSession) -> dict[str, tuple[type[np.generic], int]]:
-    """Each score and attention output's dtype, and the vocabulary (``log_probs``' fixed width)."""
+def _score_dtypes(decoder: ort.InferenceSession) -> tuple[dict[str, type[np.generic]], int]:
+    """The dtype of each score and attention output, and the vocabulary (``log_probs``' width)."""
     outputs = {o.name: o for o in decoder.get_outputs()}
     vocab = outputs[LOG_PROBS].shape[1]
     if not isinstance(vocab, int):
         raise ArtefactError(f"the decoder's {LOG_PROBS} output has no fixed vocabulary size: {vocab!r}")
-    wanted = (LOG_PROBS, TOP_LOG_PROBS, TOP_TOKENS, CROSS_ATTENTION)
-    return {name: (_NUMPY_TYPES[outputs[name].type], vocab) for name in wanted}
+    names = (LOG_PROBS, TOP_LOG_PROBS, TOP_TOKENS, CROSS_ATTENTION)
+    return {name: _NUMPY_TYPES[outputs[name].type] for name in names}, vocab
 
 
 def incremental_decoder(

@@ -49,7 +49,7 @@ def test_a_system_keeps_the_run_of_its_faster_configuration() -> None:
 
 
 def test_lanes_embed_their_shares_at_once_on_threads_of_their_own() -> None:
-    lanes = Lanes(3)
+    lanes = Lanes(3, 3)
     barrier = threading.Barrier(3, timeout=5)  # passes only if all three shares run together
     seen: list[tuple[str, int]] = []
 
