@@ -8,6 +8,16 @@ token-budget batches of length-sorted pairs. Each epoch: validation loss and gre
 an epoch checkpoint, ``best.safetensors`` when validation BLEU improves, and ``state.pt`` so a
 rerun of the same command resumes where it stopped. ``--average-last N`` finally averages the
 last N epoch checkpoints into ``averaged.safetensors``.
+
+``--rdrop α`` adds R-Drop (Liang et al., 2021), a regulariser for small corpora: each batch runs
+twice with independent dropout masks, and the loss adds α times the symmetric KL divergence
+between the two predicted distributions. ``--init-from`` starts from a trained checkpoint (its
+architecture and the tokenizer beside it; a fresh optimiser; ``--dropout`` applies), and
+``--schedule-from N`` starts the learning-rate schedule at step N, e.g. where that run ended:
+
+    python -m export.train --data-dir ../shared/data/multi30k --work-dir runs/en-de-ft \
+        --init-from export/checkpoints/transformer-en-de/model.safetensors --schedule-from 10260 \
+        --dropout 0.3 --rdrop 1 --epochs 4 --max-tokens 3072 --lr 8e-4 --bf16
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import json
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +38,8 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from export.checkpoint import average_checkpoints, save_checkpoint
-from export.data import encode_source, encode_target, read_parallel, token_batches, train_tokenizer
+from export.checkpoint import average_checkpoints, load_state, read_config, save_checkpoint
+from export.data import Batch, encode_source, encode_target, read_parallel, token_batches, train_tokenizer
 from export.model import Transformer, TransformerConfig
 from export.translate import translate_ids
 
@@ -55,6 +66,38 @@ def label_smoothed_loss(
         label_smoothing=smoothing,
         reduction="sum",
     )
+
+
+def consistency_loss(
+    logits_a: torch.Tensor, logits_b: torch.Tensor, target: torch.Tensor, pad_id: int
+) -> torch.Tensor:
+    """R-Drop's term: (KL(p_a ‖ p_b) + KL(p_b ‖ p_a)) / 2 summed over the non-padding positions,
+    p_a and p_b the distributions of two passes of the same batch under different dropout masks."""
+    log_a, log_b = logits_a.float().log_softmax(-1), logits_b.float().log_softmax(-1)
+    kl = F.kl_div(log_a, log_b, log_target=True, reduction="none") + F.kl_div(
+        log_b, log_a, log_target=True, reduction="none"
+    )  # (…, V): KL(p_b ‖ p_a) + KL(p_a ‖ p_b)
+    return (kl.sum(-1) * (target != pad_id)).sum() / 2
+
+
+def training_loss(
+    model: Transformer, batch: Batch, smoothing: float, rdrop: float, bf16: bool
+) -> tuple[torch.Tensor, float]:
+    """(the objective per target token, to minimise; the batch's summed label-smoothed loss, to
+    report). With R-Drop the batch runs twice in one forward pass, each copy with its own dropout
+    masks, and the objective is the mean of the copies' losses plus ``rdrop`` times their
+    consistency term."""
+    copies = 2 if rdrop else 1
+    device = batch.src.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(batch.src.repeat(copies, 1), batch.tgt_in.repeat(copies, 1))
+    pad = model.cfg.pad_id
+    loss = label_smoothed_loss(logits, batch.tgt_out.repeat(copies, 1), pad, smoothing)
+    objective = loss
+    if rdrop:
+        first, second = logits.chunk(2)
+        objective = loss + rdrop * consistency_loss(first, second, batch.tgt_out, pad)
+    return objective / (copies * batch.n_tokens), loss.item() / copies
 
 
 @torch.no_grad()
@@ -105,9 +148,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--rdrop", type=float, default=0.0, help="R-Drop weight α (0: off; the paper's NMT: 5)")
     p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate, reached at --warmup")
     p.add_argument("--warmup", type=int, default=1000)
+    p.add_argument("--schedule-from", type=int, default=0, help="the learning-rate schedule's first step")
+    p.add_argument(
+        "--init-from",
+        type=Path,
+        help="start from this checkpoint (its architecture, the tokenizer beside it)",
+    )
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--average-last", type=int, default=0, help="average the last N epoch checkpoints")
     p.add_argument("--keep-last", type=int, default=5, help="epoch checkpoints kept on disk")
@@ -134,27 +184,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     tok_path = work / "tokenizer.json"
     if tok_path.exists():
         tokenizer = Tokenizer.from_file(str(tok_path))
+    elif args.init_from:
+        tokenizer = Tokenizer.from_file(str(args.init_from.parent / "tokenizer.json"))
+        tokenizer.save(str(tok_path))
     else:
         tokenizer = train_tokenizer(train_src + train_tgt, args.vocab_size)
         tokenizer.save(str(tok_path))
 
-    cfg = TransformerConfig(
-        vocab_size=tokenizer.get_vocab_size(),
-        d_model=args.d_model,
-        n_heads=args.heads,
-        d_ff=args.d_ff,
-        n_encoder_layers=args.layers,
-        n_decoder_layers=args.layers,
-        max_len=args.max_len,
-        dropout=args.dropout,
-    )
+    if args.init_from:
+        cfg = replace(read_config(args.init_from), dropout=args.dropout)
+    else:
+        cfg = TransformerConfig(
+            vocab_size=tokenizer.get_vocab_size(),
+            d_model=args.d_model,
+            n_heads=args.heads,
+            d_ff=args.d_ff,
+            n_encoder_layers=args.layers,
+            n_decoder_layers=args.layers,
+            max_len=args.max_len,
+            dropout=args.dropout,
+        )
     limit = cfg.max_len - 1
     tr_s, tr_t = encode_source(tokenizer, train_src, limit), encode_target(tokenizer, train_tgt, limit)
     va_s, va_t = encode_source(tokenizer, val_src, limit), encode_target(tokenizer, val_tgt, limit)
 
     model = Transformer(cfg).to(device)
+    if args.init_from:
+        model.load_state_dict(load_state(args.init_from))
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: inverse_sqrt(s, args.warmup))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: inverse_sqrt(s + args.schedule_from, args.warmup)
+    )
     state_path = work / "state.pt"
     epoch0, best_bleu, history = 0, -1.0, []
     if state_path.exists():
@@ -179,14 +239,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         bar = tqdm(batches, desc=f"epoch {epoch}", unit="batch", mininterval=10)
         for batch in bar:
             batch = batch.to(device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                logits = model(batch.src, batch.tgt_in)
-            loss = label_smoothed_loss(logits, batch.tgt_out, cfg.pad_id, args.label_smoothing)
+            objective, loss = training_loss(model, batch, args.label_smoothing, args.rdrop, args.bf16)
             optimizer.zero_grad(set_to_none=True)
-            (loss / batch.n_tokens).backward()
+            torch.autograd.backward(objective)
             optimizer.step()
             scheduler.step()
-            train_loss += loss.item()
+            train_loss += loss
             train_tokens += batch.n_tokens
             bar.set_postfix(loss=f"{train_loss / train_tokens:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
         train_time = time.time() - t0
@@ -199,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "train_seconds": round(train_time, 1),
             "tokens_per_second": round(train_tokens / train_time),
             "step": scheduler.last_epoch,
+            "lr": scheduler.get_last_lr()[0],
         }
         history.append(record)
         print(json.dumps(record), flush=True)
