@@ -42,6 +42,7 @@ from service.artefacts import (
 )
 from service.engine.decoding import Backend, HostBackend, OnnxDecoder, Stepping, Tensor
 from service.engine.search import Candidates
+from service.engine.session import ELEMENT_NUMPY
 
 SLOTS_LAYOUT = "per_layer_kv_slots"
 _FIRST_CACHE_LEN = 16  # columns a fresh cache holds before it first grows
@@ -229,13 +230,6 @@ class SlotDecoder(Stepping):
         self._rows = len(rows)
 
 
-_NUMPY_TYPES: dict[str, type[np.generic]] = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(int64)": np.int64,
-}
-
-
 def _score_dtypes(decoder: ort.InferenceSession) -> tuple[dict[str, type[np.generic]], int]:
     """The dtype of each score and attention output, and the vocabulary (``log_probs``' width)."""
     outputs = {o.name: o for o in decoder.get_outputs()}
@@ -243,7 +237,7 @@ def _score_dtypes(decoder: ort.InferenceSession) -> tuple[dict[str, type[np.gene
     if not isinstance(vocab, int):
         raise ArtefactError(f"the decoder's {LOG_PROBS} output has no fixed vocabulary size: {vocab!r}")
     names = (LOG_PROBS, TOP_LOG_PROBS, TOP_TOKENS, CROSS_ATTENTION)
-    return {name: _NUMPY_TYPES[outputs[name].type] for name in names}, vocab
+    return {name: ELEMENT_NUMPY[outputs[name].type] for name in names}, vocab
 
 
 def incremental_decoder(
