@@ -17,6 +17,10 @@ only when asked for. A variant already exported from the same weights and refere
 whose files still match their sha256, is skipped. Progress lines (``[export] …``) and errors
 both go to stderr, in order.
 
+``--vmap FILE`` (translation) adds a vocabulary shortlist to the CPU variants: the map in
+CTranslate2's vmap format (``python -m export.vmap`` makes one from parallel text) and the
+decoder step over shortlists (export/shortlist.py), served with ``TSERVE_TRANSLATE_SHORTLIST``.
+
 ``--eval-dir`` holds the quality-check data: ``sts-dev.csv`` (STS benchmark) for embeddings,
 Multi30k files for translation. ``--reference`` replaces the committed sentences every variant
 is measured on (export/reference.py: those of a translation model's source language, English
@@ -120,9 +124,11 @@ def export_one(
     eval_dir: Path | None,
     name: str | None,
     reference: Path | None = None,
+    vmap: Path | None = None,
 ) -> None:
     """Export one recognised source; ``reference`` (default: the committed sentences of the
-    source language, export/reference.py) is what every variant's reference check runs on."""
+    source language, export/reference.py) is what every variant's reference check runs on;
+    ``vmap``: a vocabulary map for translation shortlists."""
     from export.publish import progress
     from export.reference import REFERENCE_FILE
 
@@ -131,8 +137,10 @@ def export_one(
     if detected.kind in ("ours", "marian"):
         from export.translation import export_translation
 
-        export_translation(detected.path, out, variants, eval_dir, name, reference=reference)
+        export_translation(detected.path, out, variants, eval_dir, name, reference=reference, vmap=vmap)
         return
+    if vmap is not None:
+        raise ValueError("--vmap applies to translation models only")
     from export.embedding import export_embedding
 
     sts = _sts_csv(eval_dir)
@@ -189,6 +197,12 @@ def _parser() -> argparse.ArgumentParser:
         help="sentences (one per line, in the model's source language) every variant is measured on "
         "(default: export/reference/sentences.<source language>.txt, English if there is none)",
     )
+    p.add_argument(
+        "--vmap",
+        type=Path,
+        help="translation: a vocabulary map (CTranslate2's vmap format) for decoding over shortlists "
+        "(fp32/int8 variants; served with TSERVE_TRANSLATE_SHORTLIST=true)",
+    )
     p.add_argument("--threads", type=int, default=2, help="torch/onnxruntime CPU threads (default: 2)")
     return p
 
@@ -201,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.reference is not None and not args.reference.is_file():
         print(f"error: --reference {args.reference} is not a file", file=sys.stderr)
+        return 2
+    if args.vmap is not None and (args.source == "default" or not args.vmap.is_file()):
+        print(f"error: --vmap {args.vmap} needs one translation SOURCE and an existing file", file=sys.stderr)
         return 2
     try:
         detected = None if args.source == "default" else detect_source(Path(args.source))
@@ -216,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if detected is None:
             export_defaults(args.out, variants, args.eval_dir, args.reference)
         else:
-            export_one(detected, args.out, variants, args.eval_dir, args.name, args.reference)
+            export_one(detected, args.out, variants, args.eval_dir, args.name, args.reference, args.vmap)
     except VerificationError as e:
         print(f"error: verification failed, nothing published for that variant: {e}", file=sys.stderr)
         return 1

@@ -38,6 +38,7 @@ from export.publish import (
     tool_fields,
 )
 from export.reference import load_reference, reference_for
+from export.shortlist import SHORTLIST_DECODER, shortlist_decoder
 from export.sources import TranslationSource
 from export.translation_graphs import load_ours
 from export.translation_verify import TranslationVerifier
@@ -52,6 +53,8 @@ from service.artefacts import (
 )
 
 TOKENIZER_FILE = "tokenizer.json"
+VMAP_FILE = "vmap.txt"
+SHORTLIST_VARIANTS = ("fp32", "int8")  # the slot layout's (fp16 keeps the GPU's)
 
 
 def load_source(path: Path, name: str | None = None) -> TranslationSource:
@@ -78,16 +81,21 @@ def build_manifest(
     fusions: Fusions,
     reference_check: ReferenceCheck | None = None,
 ) -> Manifest:
+    shortlist = (directory / VMAP_FILE).is_file()
+    graphs = {
+        "encoder": graph_spec(directory, "encoder.onnx"),
+        "decoder": graph_spec(directory, "decoder.onnx"),
+    }
+    if shortlist:
+        graphs["decoder_shortlist"] = graph_spec(directory, SHORTLIST_DECODER)
+    extra = [SHORTLIST_DECODER, VMAP_FILE] if shortlist else []
     return Manifest(
         name=source.name,
         task="translate",
         variant=variant,
         source=SourceInfo(kind=source.kind, path=str(source.path), sha256=sha),
-        files=file_entries(directory, [*TRANSLATION_GRAPHS, TOKENIZER_FILE]),
-        graphs={
-            "encoder": graph_spec(directory, "encoder.onnx"),
-            "decoder": graph_spec(directory, "decoder.onnx"),
-        },
+        files=file_entries(directory, [*TRANSLATION_GRAPHS, TOKENIZER_FILE, *extra]),
+        graphs=graphs,
         vocab_size=source.vocab_size,
         special_ids=source.special,
         translation=TranslationInfo(
@@ -101,6 +109,7 @@ def build_manifest(
             has_alignments=True,
             decoder_layout=decoder_layout(directory / "decoder.onnx"),
             length_penalty=source.length_penalty,
+            vocabulary_map=VMAP_FILE if shortlist else None,
         ),
         parity={k: round(float(v), 8) for k, v in parity_figures.items()},
         fusions=fusions,
@@ -110,11 +119,16 @@ def build_manifest(
 
 
 def up_to_date(
-    directory: Path, source: TranslationSource, sha: str, variant: Variant, reference_sha: str
+    directory: Path,
+    source: TranslationSource,
+    sha: str,
+    variant: Variant,
+    reference_sha: str,
+    vmap: Path | None = None,
 ) -> bool:
     """A published artefact of the same weights and variant, measured on the current reference
-    sentences (export/publish.py), with the same tokenizer file and the current default decoder
-    layout (an older layout still loads, but the re-export is faster)."""
+    sentences (export/publish.py), with the same tokenizer file and vocabulary map (or none) and
+    the current default decoder layout (an older layout still loads, but the re-export is faster)."""
     manifest = published_manifest(
         directory,
         task="translate",
@@ -129,8 +143,11 @@ def up_to_date(
         return False
     if manifest.translation.length_penalty != source.length_penalty:  # a retuned default
         return False
+    listed = {f.path: f.sha256 for f in manifest.files}
+    shortlisted = vmap is not None and variant in SHORTLIST_VARIANTS
+    if listed.get(VMAP_FILE) != (sha256_of(vmap) if vmap is not None and shortlisted else None):
+        return False
     if source.tokenizer_file is not None:
-        listed = {f.path: f.sha256 for f in manifest.files}
         return listed.get(TOKENIZER_FILE) == sha256_of(source.tokenizer_file)
     return True
 
@@ -142,12 +159,15 @@ def export_translation(
     eval_dir: Path | None = None,
     name: str | None = None,
     reference: Path | None = None,
+    vmap: Path | None = None,
 ) -> list[Path]:
     """Export ``source`` (a checkpoint of ours or a Marian directory) to
     ``<out_root>/<name>/<variant>/`` for each variant (``all``: every one, export/publish.py);
     returns those directories. ``name`` overrides the artefact name (default: the checkpoint
     directory's); ``reference`` is the sentence file every variant is measured on (default:
-    the committed one in the source language, export/reference.py). Raises VerificationError
+    the committed one in the source language, export/reference.py); ``vmap`` a vocabulary map
+    (CTranslate2's format) that the CPU variants carry with their shortlist decoder
+    (export/shortlist.py). Raises VerificationError
     when a variant is out of tolerance (nothing published for it, an earlier artefact kept),
     ValueError for what it cannot export.
     """
@@ -157,12 +177,14 @@ def export_translation(
     sha = sha256_of_files(src.weight_files)
     root = out_root / src.name
     reference_set = load_reference(reference or reference_for(src.source_languages[0]))
-    todo = still_to_export(wanted, root, lambda v: up_to_date(root / v, src, sha, v, reference_set.sha256))
+    todo = still_to_export(
+        wanted, root, lambda v: up_to_date(root / v, src, sha, v, reference_set.sha256, vmap)
+    )
     if todo:
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="translation-export-") as work:
             verifier = TranslationVerifier(src, eval_dir, reference_set, Path(work))
-            _VariantExport(src, sha, verifier).run(todo, root)
+            _VariantExport(src, sha, verifier, vmap).run(todo, root)
     return [root / v for v in wanted]
 
 
@@ -170,8 +192,10 @@ class _VariantExport:
     """The variants of one source: fp32 graphs traced once (int8 is their rewrite), then each
     variant built, given its manifest and verified by export/publish.py's one path."""
 
-    def __init__(self, source: TranslationSource, sha: str, verifier: TranslationVerifier) -> None:
-        self.source, self.sha, self.verifier = source, sha, verifier
+    def __init__(
+        self, source: TranslationSource, sha: str, verifier: TranslationVerifier, vmap: Path | None
+    ) -> None:
+        self.source, self.sha, self.verifier, self.vmap = source, sha, verifier, vmap
         self.fp32_graphs = verifier.work / "fp32"
         self.fp32_graphs.mkdir()
         progress(f"{source.name}: tracing the fp32 encoder/decoder graphs")
@@ -193,6 +217,10 @@ class _VariantExport:
             progress("  tracing the fp16 graphs and optimising")
             fusions = build_fp16(self.source, staging)
         write_tokenizer(self.source, staging)
+        if self.vmap is not None and variant in SHORTLIST_VARIANTS:
+            progress("  the decoder over vocabulary shortlists")
+            shutil.copyfile(self.vmap, staging / VMAP_FILE)
+            shortlist_decoder(staging / "decoder.onnx", staging / SHORTLIST_DECODER)
         return fusions
 
     def manifest(

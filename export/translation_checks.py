@@ -52,10 +52,10 @@ BUILTIN_SENTENCES = [
 ]
 
 
-def open_engine(directory: Path, threads: int = 2) -> OnnxTranslator:
+def open_engine(directory: Path, threads: int = 2, shortlist: bool = False) -> OnnxTranslator:
     """The staged artefact as the service loads it (CPU, sha256-verified), cutting over-long
     sources as ``encode_sources`` does instead of failing them."""
-    engine = load_engine(directory, SessionConfig("cpu", threads, allow_spinning=False))
+    engine = load_engine(directory, SessionConfig("cpu", threads, allow_spinning=False), shortlist=shortlist)
     if not isinstance(engine, OnnxTranslator):
         raise VerificationError(f"{directory}: not a translation artefact")
     engine.truncate_source = True

@@ -12,6 +12,11 @@ stage; the checks themselves are in export/translation_checks.py and export/refe
   identical tokens at beam 1 and 4, and int8/fp16's beam-4 output keeps a chrF bound against
   fp32's; each sentence's output is capped as the service caps it (``OUTPUT_LIMIT_RULE``), so a
   model that never emits </s> (random weights) still verifies in bounded time.
+* a variant with a vocabulary shortlist (``--vmap``): the same alone-vs-batched identity through
+  the shortlist decoder; with every sentence allowed the whole vocabulary it must give the
+  decoder's beam-4 output (at least ``MIN_WHOLE_VOCABULARY_AGREEMENT`` of the sentences: the
+  two normalise in different precisions, so a near-tie may fall the other way); how many
+  outputs the map itself leaves unchanged is recorded.
 
 fp32 is verified first and is the baseline of the others (its BLEU and reference outputs).
 """
@@ -42,10 +47,12 @@ from export.translation_checks import (
     validation_texts,
 )
 from service.artefacts import ReferenceCheck, Variant
+from service.engine.shortlist import VocabularyMap
 from service.engine.translator import OnnxTranslator
 
 FP32_TOLERANCE = 1e-4  # max |ONNX - PyTorch| on memory K/V, log-probs and alignments
 MAX_BLEU_DROP = 0.5  # int8/fp16 vs fp32, sacreBLEU points on the test set
+MIN_WHOLE_VOCABULARY_AGREEMENT = 0.98  # shortlist decoder over the whole vocabulary vs decoder
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ class TranslationVerifier:
         else:
             figures |= self._verify_reduced(variant, engine)
         determinism = self._determinism(variant, engine)
+        if engine.info.vocabulary_map is not None:
+            figures |= self._verify_shortlist(variant, directory, determinism)
         if variant == "fp32":
             self._fp32 = _Fp32Baseline(fp32_bleu, determinism)
         baseline = None if variant == "fp32" else self._baseline().determinism
@@ -131,6 +140,29 @@ class TranslationVerifier:
         return translation_determinism(
             engine, self.reference_set.sentences, max_lengths=self.reference_limits
         )
+
+    def _verify_shortlist(self, variant: str, directory: Path, plain: TranslationDeterminism) -> Parity:
+        """The shortlist decoder: batch-independent, equal to the decoder over the whole vocabulary;
+        → its figures (``shortlist_*``)."""
+        engine = open_engine(directory, shortlist=True)
+        texts = self.reference_set.sentences
+        found = self._determinism(f"{variant} with shortlists", engine)
+        if not found.ok:
+            raise VerificationError(f"{variant} with shortlists, alone vs batched: {found.describe(texts)}")
+        engine.vocabulary_map = VocabularyMap({}, range(engine.manifest.vocab_size), 0)
+        progress(f"  {variant}: the shortlist decoder over the whole vocabulary, beam 4")
+        whole = translation_determinism(engine, texts, beam_sizes=[4], max_lengths=self.reference_limits)
+        agreement = _same_share(whole.beams[4].alone, plain.beams[4].alone)
+        if agreement < MIN_WHOLE_VOCABULARY_AGREEMENT:
+            raise VerificationError(
+                f"{variant}: the shortlist decoder over the whole vocabulary gives the decoder's output for "
+                f"{agreement:.1%} of the reference sentences (at least {MIN_WHOLE_VOCABULARY_AGREEMENT:.0%})"
+            )
+        figures = {f"shortlist_{k}": v for k, v in found.figures().items()}
+        return figures | {
+            "shortlist_whole_vocabulary_agreement_beam4": agreement,
+            "shortlist_unchanged_output_beam4": _same_share(found.beams[4].alone, plain.beams[4].alone),
+        }
 
     def _verify_fp32(self, engine: OnnxTranslator, figures: Parity) -> BleuResult | None:
         """Parity within tolerance and greedy tokens equal to PyTorch's (their counts are added to
@@ -198,3 +230,8 @@ class TranslationVerifier:
             raise VerificationError(
                 f"the converted tokenizer.json encodes differently from the source's: {bad[:3]}"
             )
+
+
+def _same_share(a: list[list[str]], b: list[list[str]]) -> float:
+    """The share of sentences whose outputs (token lists) are identical."""
+    return sum(x == y for x, y in zip(a, b, strict=True)) / max(len(a), 1)

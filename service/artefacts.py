@@ -38,6 +38,9 @@ TOP_K = "top_k"  # (1,) candidates wanted per row; 0: the full log-probs only
 LOG_PROBS = "log_probs"  # (N, V)
 TOP_LOG_PROBS, TOP_TOKENS = "top_log_probs", "top_tokens"  # (N, top_k), best first
 CROSS_ATTENTION = "cross_attention"  # (N, S) the last layer's, averaged over heads
+# decoder_shortlist.onnx (export/shortlist.py): the step over a vocabulary shortlist
+VOCABULARY = "vocabulary"  # (V',) ascending target ids the running rows may produce
+VOCABULARY_MASK = "vocabulary_mask"  # (N, V') float64: 0 where row n's sentence allows the token, -inf not
 
 
 def per_layer(name: str, layer: int) -> str:
@@ -127,6 +130,9 @@ class TranslationInfo(_Strict):
     # Requests that name none decode with it (score = log-prob / length ** penalty): the source's
     # generation_config.json, tuned on the model's validation set; 1.0 for artefacts without.
     length_penalty: float = 1.0
+    # The vocabulary map (CTranslate2's vmap format) of an export with --vmap, whose manifest
+    # then also lists the "decoder_shortlist" graph (export/shortlist.py); None: no shortlist.
+    vocabulary_map: str | None = None
 
 
 class EmbeddingInfo(_Strict):

@@ -293,6 +293,7 @@ async def load_engines(settings: Settings) -> list[Engine]:
             SessionConfig(provider, settings.session_threads(), settings.inter_op_threads),
             max_batch_size=settings.max_batch_size,
             max_batch_tokens=settings.max_batch_tokens,
+            shortlist=settings.translate_shortlist and task == "translate",
         )
         if engine.manifest.task != task:
             raise ArtefactError(

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     # ("" serves no translation). Neither set: DEFAULT_TRANSLATE_MODELS. Both set: refused.
     translate_models: Annotated[list[str], NoDecode] = Field(default_factory=list)
     translate_model: str | None = None
+    # Decode each sentence over its vocabulary shortlist (CTranslate2's vmap): every translation
+    # model served must then be exported with --vmap FILE; the CPU variants (fp32, int8) only.
+    translate_shortlist: bool = False
     embed_model: str = DEFAULT_EMBED_MODEL
     variant: VariantSetting = "auto"  # auto: fp16 on CUDA, else cpu_variant
     cpu_variant: Literal["fp32", "int8"] = "int8"

@@ -16,11 +16,13 @@ def load_engine(
     max_batch_size: int = 64,
     max_batch_tokens: int = 16384,
     max_decode_rows: int = 512,
+    shortlist: bool = False,
 ) -> EmbedEngine | TranslateEngine:
     """Verify (sha256 of every listed file) and load; ``ArtefactError`` names the bad file.
 
     Embedding engines use ``max_batch_size``/``max_batch_tokens`` for their sub-batches;
-    translation engines bound sentences × beam per search call by ``max_decode_rows``.
+    translation engines bound sentences × beam per search call by ``max_decode_rows`` and, with
+    ``shortlist``, decode over each sentence's vocabulary shortlist (an export with ``--vmap``).
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -35,5 +37,5 @@ def load_engine(
     if task == "translate":
         from service.engine.translator import OnnxTranslator
 
-        return OnnxTranslator(directory, session, max_decode_rows=max_decode_rows)
+        return OnnxTranslator(directory, session, max_decode_rows=max_decode_rows, shortlist=shortlist)
     raise ArtefactError(f"{directory / 'manifest.json'}: unknown task {task!r}")

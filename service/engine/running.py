@@ -22,7 +22,8 @@ import numpy as np
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.decoding import Backend
 from service.engine.search import Search, SentenceSearch, TokenHypothesis
-from service.engine.slots import incremental_decoder
+from service.engine.shortlist import VocabularyMap
+from service.engine.slots import SlotDecoder, incremental_decoder
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
 
 ENCODER_ROWS = 64  # sentences per encoder run at most: more gain nothing, and it bounds the cut's search
@@ -64,15 +65,19 @@ class RunningDecode:
         tokenizer: TextTokenizer,
         special: tuple[int, int],  # bos, eos
         can_align: bool,
+        vocabulary_map: VocabularyMap | None = None,  # each sentence's shortlist (slots layout)
     ) -> None:
         self.backend = backend
         self.shape = shape
         self.tokenizer = tokenizer
+        self.vocabulary_map = vocabulary_map
         bos_id, eos_id = special
         self.can_align = can_align
         self.decoder = incremental_decoder(
             backend, None, None, (shape.n_layers, shape.n_heads, shape.d_head), cache_dtype, False
         )
+        if vocabulary_map is not None and not isinstance(self.decoder, SlotDecoder):
+            raise ValueError(f"vocabulary shortlists need the slot layout, not {backend.layout}")
         self.search = Search(bos_id, eos_id)
         self._takes_top_k = backend.layout != "stacked_kv"
 
@@ -125,9 +130,16 @@ class RunningDecode:
             # room for all at once, then the encoder on the runs that pad least
             self.decoder.reserve(self.decoder.rows + sum(s.k for s, _ in starting), lengths[-1])
             runs = padded_partition(lengths, ENCODER_ROWS, sys.maxsize)
+        vmap = self.vocabulary_map
         for start, end in runs:
-            ids, mask = self.tokenizer.pad([source.ids for _, source in starting[start:end]])
-            self.decoder.admit(self.backend.encode(ids), mask, [s.k for s, _ in starting[start:end]])
+            run = starting[start:end]
+            ids, mask = self.tokenizer.pad([source.ids for _, source in run])
+            repeats = [s.k for s, _ in run]
+            if vmap is not None and isinstance(self.decoder, SlotDecoder):
+                shortlists = [vmap.shortlist(source.tokens) for _, source in run]
+                self.decoder.admit(self.backend.encode(ids), mask, repeats, shortlists)
+            else:
+                self.decoder.admit(self.backend.encode(ids), mask, repeats)
             for s, _ in starting[start:end]:
                 self.search.add(s)
         return [s for s in searches if s.done]

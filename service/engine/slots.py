@@ -13,6 +13,10 @@ a row that takes another row's history (a beam that wins twice, a sentence moved
 of one that left) gets that row's cache columns so far, and its memory only when the other row
 decodes a different sentence. Joining writes the new rows' memory once; buffers grow (amortised)
 when rows, source width or history outgrow them and are let go when the decode empties.
+
+With a vocabulary shortlist (the backend's ``shortlist`` session, export/shortlist.py) every
+sentence joins with its own list of target ids; a step feeds their union and each row's mask
+over it, which change only when sentences join or leave (``shortlist.StepVocabulary``).
 """
 
 from __future__ import annotations
@@ -37,12 +41,15 @@ from service.artefacts import (
     TOP_K,
     TOP_LOG_PROBS,
     TOP_TOKENS,
+    VOCABULARY,
+    VOCABULARY_MASK,
     ArtefactError,
     per_layer,
 )
 from service.engine.decoding import Backend, HostBackend, OnnxDecoder, Stepping, Tensor
 from service.engine.search import Candidates
 from service.engine.session import ELEMENT_NUMPY
+from service.engine.shortlist import StepVocabulary
 
 SLOTS_LAYOUT = "per_layer_kv_slots"
 _FIRST_CACHE_LEN = 16  # columns a fresh cache holds before it first grows
@@ -74,6 +81,7 @@ class SlotDecoder(Stepping):
         self._last = np.zeros((0, 1), dtype=np.int64)  # each row's last token: the binding's input_ids
         self._top_k = np.zeros(1, dtype=np.int64)
         self._output_dtypes, self._vocab = _score_dtypes(backend.decoder)
+        self._session = backend.shortlist or backend.decoder
         self._release()
         if memory is not None and source_mask is not None:
             self.admit(memory, source_mask, [1] * source_mask.shape[0])
@@ -99,6 +107,7 @@ class SlotDecoder(Stepping):
         self._mask = np.zeros((0, 0), dtype=np.int64)
         self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
         self._sentence = np.zeros(0, dtype=np.int64)  # which sentence's memory a row holds
+        self._shortlists = StepVocabulary() if self.backend.shortlist is not None else None
 
     def _buffers(self, rows: int, length: int) -> list[np.ndarray]:
         shape = (rows, self._heads, length, self._d_head)
@@ -137,9 +146,21 @@ class SlotDecoder(Stepping):
             new[: self._rows, :, : old.shape[2]] = old[: self._rows]
         return grown
 
-    def admit(self, memory: tuple[Tensor, Tensor], source_mask: np.ndarray, repeats: Sequence[int]) -> None:
+    def admit(
+        self,
+        memory: tuple[Tensor, Tensor],
+        source_mask: np.ndarray,
+        repeats: Sequence[int],
+        shortlists: Sequence[np.ndarray] | None = None,
+    ) -> None:
         """New sentences, from one encoder call ((n_layers, n, heads, S, d_head) K/V and their
-        (n, S) mask): sentence i gets ``repeats[i]`` rows after the running ones."""
+        (n, S) mask): sentence i gets ``repeats[i]`` rows after the running ones (and, with a
+        shortlist session, the target ids ``shortlists[i]``)."""
+        if self._shortlists is not None:
+            if shortlists is None or len(shortlists) != len(repeats):
+                raise ValueError("this decoder steps over shortlists: every sentence needs one")
+            for i, ids in enumerate(shortlists):
+                self._shortlists.add(self._next_sentence + i, ids)
         keys, values = (np.asarray(x) for x in memory)
         sentence = np.repeat(np.arange(len(repeats)), repeats)
         start, width = self._rows, source_mask.shape[1]  # an empty decode holds no buffers (reorder)
@@ -158,9 +179,15 @@ class SlotDecoder(Stepping):
     def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         n = self._rows
         self._reserve(n, 0, int(self._positions[:n].max()) + 1)
+        if self._shortlists is not None:
+            if not top_k:
+                raise ValueError("a shortlist step gives each row's candidates only (top_k > 0)")
+            if self._shortlists.update(self._sentence[:n]):
+                self._binding = None  # it holds the arrays replaced
+            top_k = min(top_k, len(self._shortlists.vocabulary))
         binding = self._binding_for(n, top_k)
         self._last[:n, 0] = last_tokens
-        self.backend.decoder.run_with_iobinding(binding)
+        self._session.run_with_iobinding(binding)
         self._positions[:n] += 1
         out = {name: x.copy() for name, x in self._outputs.items()}  # the next step reuses the arrays
         attn = out[CROSS_ATTENTION] if self.with_attention else None
@@ -183,8 +210,11 @@ class SlotDecoder(Stepping):
         if self._binding is not None and self._bound == key:
             return self._binding
         layers = self._layers
-        binding = self.backend.decoder.io_binding()
+        binding = self._session.io_binding()
         self._top_k[0] = top_k
+        if self._shortlists is not None:
+            binding.bind_cpu_input(VOCABULARY, self._shortlists.vocabulary)
+            binding.bind_cpu_input(VOCABULARY_MASK, self._shortlists.mask)
         binding.bind_cpu_input(INPUT_IDS, self._last[:n])
         binding.bind_cpu_input(TOP_K, self._top_k)
         binding.bind_cpu_input(POSITIONS, self._positions[:n])

@@ -130,3 +130,6 @@ class TextTokenizer:
 
     def id_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return [self._full.id_to_token(i) or "" for i in ids]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._full.token_to_id(token)

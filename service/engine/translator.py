@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 from service.artefacts import (
     CACHE_DTYPE_INPUTS,
@@ -50,6 +51,7 @@ from service.engine.session import (
     device_type,
     used_provider,
 )
+from service.engine.shortlist import VocabularyMap
 from service.engine.tokenizer import Encoded, TextTokenizer
 from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, labelled, observe_stage, timed
 
@@ -78,7 +80,8 @@ class OnnxTranslator:
     threads split kernels too small to gain from it (2 cores, beam 4, batches of 32: 2 lanes
     decoded 1.5–1.7× the tokens/s of one decode on 2 intra-op threads, which was no faster than
     on one; benchmarks/README.md, "Lanes"). The service leaves it at 1: its scheduler runs
-    decodes side by side itself (``service/scheduling.py``).
+    decodes side by side itself (``service/scheduling.py``). shortlist: decode each sentence over
+    its vocabulary shortlist (service/engine/shortlist.py; the artefact must carry a vocabulary map).
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class OnnxTranslator:
         max_decode_rows: int = 512,
         truncate_source: bool = False,
         lanes: int = 1,
+        shortlist: bool = False,
     ) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
@@ -110,7 +114,7 @@ class OnnxTranslator:
         self.tokenizer = TextTokenizer.from_file(
             directory / self.manifest.tokenizer, self.info.max_source_len, special.pad
         )
-        sessions = {}
+        sessions: dict[str, ort.InferenceSession] = {}
         for graph in ("encoder", "decoder"):
             if graph not in self.manifest.graphs:
                 raise ArtefactError(f"{directory / 'manifest.json'}: no {graph} graph listed")
@@ -132,6 +136,9 @@ class OnnxTranslator:
                 "the decoder graph's inputs"
             )
         encoder, decoder = sessions["encoder"], sessions["decoder"]
+        self.vocabulary_map: VocabularyMap | None = None
+        if shortlist:
+            sessions["decoder_shortlist"], self.vocabulary_map = self._open_shortlist(directory, session)
         # The slot layout's cache lives in host buffers written in place (engine/slots.py).
         on_device = io_binding if io_binding is not None else self.provider == CUDA
         if on_device and layout != "per_layer_kv_slots":
@@ -139,7 +146,25 @@ class OnnxTranslator:
             gather = DeviceGather(session.provider, device, session.device_id)
             self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, session.device_id, layout)
         else:
-            self.backend = HostBackend(encoder, decoder, layout)
+            self.backend = HostBackend(encoder, decoder, layout, sessions.get("decoder_shortlist"))
+
+    def _open_shortlist(
+        self, directory: Path, session: SessionConfig
+    ) -> tuple[ort.InferenceSession, VocabularyMap]:
+        """The shortlist decoder and the vocabulary map of an artefact exported with ``--vmap``."""
+        where = directory / "manifest.json"
+        spec = self.manifest.graphs.get("decoder_shortlist")
+        if self.info.vocabulary_map is None or spec is None:
+            raise ArtefactError(f"{where}: no vocabulary map to shortlist with (export with --vmap FILE)")
+        if self.info.decoder_layout != "per_layer_kv_slots":
+            raise ArtefactError(f"{where}: shortlists need the per_layer_kv_slots decoder layout")
+        path = directory / spec.file
+        decoder = create_session(path, session)
+        check_io(decoder, spec, path)
+        special = self.manifest.special_ids
+        always = [i for i in (special.bos, special.eos, special.unk) if i is not None]
+        vmap = VocabularyMap.read(directory / self.info.vocabulary_map, self.tokenizer.token_to_id, always)
+        return decoder, vmap
 
     @property
     def joins_midway(self) -> bool:
@@ -218,6 +243,7 @@ class OnnxTranslator:
             self.tokenizer,
             (self.bos_id, self.eos_id),
             self._can_align,
+            self.vocabulary_map,
         )
 
     def _core(
