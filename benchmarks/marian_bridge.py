@@ -292,13 +292,16 @@ def make_random_marian(
     return out_dir
 
 
-def convert_marian_dir(marian_dir: Path, out_dir: Path, quantization: str) -> Path:
-    """CTranslate2's own Transformers converter on a Marian-convention directory (the recipe)."""
+def convert_marian_dir(marian_dir: Path, out_dir: Path, quantization: str, vmap: Path | None = None) -> Path:
+    """CTranslate2's own Transformers converter on a Marian-convention directory (the recipe),
+    with a vocabulary map when given (used with ``translate_batch(use_vmap=True)``)."""
     from ctranslate2.converters import TransformersConverter
 
     if (out_dir / "model.bin").is_file():
         return out_dir
-    TransformersConverter(str(marian_dir)).convert(str(out_dir), quantization=quantization, force=True)
+    TransformersConverter(str(marian_dir)).convert(
+        str(out_dir), vmap=None if vmap is None else str(vmap), quantization=quantization, force=True
+    )
     return out_dir
 
 

@@ -28,14 +28,16 @@ BASE_MAX_POSITIONS = 128
 BASE_REFERENCE_SENTENCES = 24
 
 
-def export_translation(bench: Bench, source: Path, key: str, reference: Path | None = None) -> None:
+def export_translation(
+    bench: Bench, source: Path, key: str, reference: Path | None = None, vmap: Path | None = None
+) -> None:
     """fp32 and int8 in one export (int8 reuses fp32's graphs and baselines, checked once); if
     that fails, each variant alone, so that one variant's failure is noted and the other measured."""
     from export.translation import export_translation
 
     variants = ["fp32", "int8"]
     try:
-        paths = export_translation(source, bench.artefacts, variants, None, reference=reference)
+        paths = export_translation(source, bench.artefacts, variants, None, reference=reference, vmap=vmap)
     except Exception:  # retried variant by variant below, where each failure becomes a note
         traceback.print_exc()
     else:
@@ -43,7 +45,9 @@ def export_translation(bench: Bench, source: Path, key: str, reference: Path | N
         return
     for variant in variants:
         try:
-            (path,) = export_translation(source, bench.artefacts, [variant], None, reference=reference)
+            (path,) = export_translation(
+                source, bench.artefacts, [variant], None, reference=reference, vmap=vmap
+            )
             bench.models[f"{key}/{variant}"] = path
         except Exception as e:
             bench.results.note(
@@ -104,6 +108,8 @@ def verify_bridge(bench: Bench, ckpt: Path, hf_dir: Path) -> None:
 
 
 def prepare_base(bench: Bench) -> dict[str, Path]:
+    """The random base Marian, its CTranslate2 conversions (int8 also with the vocabulary map)
+    and our export (with the same map for the shortlist rows)."""
     from benchmarks.marian_bridge import convert_marian_dir, make_random_marian
 
     hf = bench.cache / f"marian-base-random-en-de-{BASE_MAX_POSITIONS}pos"
@@ -114,8 +120,23 @@ def prepare_base(bench: Bench) -> dict[str, Path]:
     paths = {"hf": hf}
     for q in ("float32", "int8"):
         paths[f"ct2-{q}"] = convert_marian_dir(hf, bench.cache / f"{hf.name}-ct2-{q}", q)
+    vmap = paths["vmap"] = base_vmap(bench, hf)
+    paths["ct2-int8-vmap"] = convert_marian_dir(hf, bench.cache / f"{hf.name}-ct2-int8-vmap", "int8", vmap)
     reference = bench.cache / f"reference-{BASE_REFERENCE_SENTENCES}.en.txt"
     lines = [s for s in REFERENCE_FILE.read_text(encoding="utf-8").splitlines() if s.strip()]
     reference.write_text("\n".join(lines[:BASE_REFERENCE_SENTENCES]) + "\n", encoding="utf-8")
-    export_translation(bench, hf, "base", reference)
+    export_translation(bench, hf, "base", reference, vmap)
     return paths
+
+
+def base_vmap(bench: Bench, hf: Path) -> Path:
+    """A vocabulary map for the base Marian from Multi30k ``train`` (export/vmap.py's defaults)."""
+    from export.sources.marian import marian_tokenizer
+    from export.vmap import build_vmap
+
+    path = bench.cache / f"{hf.name}.vmap"
+    if not path.is_file():
+        train = [read_lines(bench.multi30k / f"train.{lang}.gz") for lang in ("en", "de")]
+        lines = build_vmap(marian_tokenizer(hf), *train, per_token=20, always=200)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

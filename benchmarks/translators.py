@@ -115,11 +115,18 @@ class CTranslate2:
     server_pids: Sequence[int] = ()
 
     def __init__(
-        self, model_dir: Path, codec: TextCodec, threads: int, name: str, replicas: bool = False
+        self,
+        model_dir: Path,
+        codec: TextCodec,
+        threads: int,
+        name: str,
+        replicas: bool = False,
+        use_vmap: bool = False,
     ) -> None:
         import ctranslate2
 
         self.name = name
+        self.use_vmap = use_vmap  # the vocabulary map converted into the model
         self.replicas = threads if replicas else 1
         self.tr = ctranslate2.Translator(
             str(model_dir),
@@ -140,6 +147,7 @@ class CTranslate2:
             min_decoding_length=w.max_len if w.forced else 0,
             length_penalty=1.0,
             return_scores=False,
+            use_vmap=self.use_vmap,
         )
         hyps = [[codec.tok.token_to_id(t) for t in r.hypotheses[0]] for r in res]
         return codec.decode(hyps), sum(map(len, hyps))  # type: ignore[arg-type]
@@ -151,11 +159,13 @@ class OursInProcess:
 
     server_pids: Sequence[int] = ()
 
-    def __init__(self, artefact_dir: Path, threads: int, name: str) -> None:
+    def __init__(self, artefact_dir: Path, threads: int, name: str, shortlist: bool = False) -> None:
         from service.engine.translator import OnnxTranslator
 
         self.name = name
-        self.engine: Any = OnnxTranslator(artefact_dir, SessionConfig("cpu", 1), lanes=threads)
+        self.engine: Any = OnnxTranslator(
+            artefact_dir, SessionConfig("cpu", 1), lanes=threads, shortlist=shortlist
+        )
         self.engine.warmup()
         self._eos_id = self.engine.eos_id
 

@@ -47,10 +47,12 @@ def build_vmap(
     source_count: Counter[str] = Counter()
     target_count: Counter[str] = Counter()
     both: Counter[tuple[str, str]] = Counter()
-    for s, t in zip(token_sets(tokenizer, sources), token_sets(tokenizer, targets), strict=True):
-        source_count.update(s)
-        target_count.update(t)
-        both.update((a, b) for a in s for b in t)
+    for in_source, in_target in zip(
+        token_sets(tokenizer, sources), token_sets(tokenizer, targets), strict=True
+    ):
+        source_count.update(in_source)
+        target_count.update(in_target)
+        both.update((s, t) for s in in_source for t in in_target)
     candidates: dict[str, list[tuple[float, str]]] = {}
     for (s, t), n in both.items():
         candidates.setdefault(s, []).append((2 * n / (source_count[s] + target_count[t]), t))
