@@ -19,6 +19,7 @@ from benchmarks.translation import BEAM4_BATCH32_FORCED, OURS_INT8, ct2_systems,
 from benchmarks.translators import CT2_INT8, TextCodec, Translator, Workload
 
 CT2_INT8_VMAP = "CTranslate2 int8 (vmap)"
+CT2_INT8_REPLICAS_VMAP = "CTranslate2 int8 (replicas, vmap)"
 OURS_INT8_SHORTLIST = "ours in-process (int8, shortlist)"
 
 
@@ -34,7 +35,9 @@ def run(bench: Bench) -> None:
     codec = TextCodec(marian_tokenizer(paths["hf"]), eos_id=cfg.eos_token_id, pad_id=cfg.pad_token_id)
     systems: list[Translator] = [tr.HFGenerate(paths["hf"], codec, bench.threads)]
     systems += ct2_systems(paths, codec, bench.threads)
-    systems.append(tr.CTranslate2(paths["ct2-int8-vmap"], codec, bench.threads, CT2_INT8_VMAP, use_vmap=True))
+    vmap = paths["ct2-int8-vmap"]
+    systems.append(tr.CTranslate2(vmap, codec, bench.threads, CT2_INT8_VMAP, use_vmap=True))
+    systems.append(tr.CTranslate2(vmap, codec, bench.threads, CT2_INT8_REPLICAS_VMAP, True, use_vmap=True))
     for v in ("fp32", "int8"):
         if f"base/{v}" in bench.models:
             systems += bench.system(
