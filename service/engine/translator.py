@@ -154,6 +154,8 @@ class OnnxTranslator:
         """The shortlist decoder and the vocabulary map of an artefact exported with ``--vmap``."""
         where = directory / "manifest.json"
         spec = self.manifest.graphs.get("decoder_shortlist")
+        if self.manifest.variant == "fp16":
+            raise ArtefactError(f"{where}: the fp16 variant has no shortlist (fp32 and int8 have)")
         if self.info.vocabulary_map is None or spec is None:
             raise ArtefactError(f"{where}: no vocabulary map to shortlist with (export with --vmap FILE)")
         if self.info.decoder_layout != "per_layer_kv_slots":

@@ -118,9 +118,13 @@ def test_over_the_whole_vocabulary_it_translates_as_the_decoder_does(
         assert got_score == pytest.approx(want_score, abs=1e-5)
 
 
-def test_shortlists_need_an_artefact_exported_with_a_map(translation_artefact: Path) -> None:
+def test_shortlists_need_an_artefact_exported_with_a_map(
+    translation_artefact: Path, translation_fp16: Path
+) -> None:
     with pytest.raises(ArtefactError, match="no vocabulary map"):
         OnnxTranslator(translation_artefact, SessionConfig("cpu", 1), shortlist=True)
+    with pytest.raises(ArtefactError, match="fp16 variant has no shortlist"):
+        OnnxTranslator(translation_fp16, SessionConfig("cpu", 1), shortlist=True)
 
 
 @pytest.mark.parametrize("on", [True, False])
