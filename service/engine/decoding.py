@@ -88,12 +88,12 @@ class HostBackend:
         encoder: ort.InferenceSession,
         decoder: ort.InferenceSession,
         layout: DecoderLayout = "stacked_kv",
-        shortlist: ort.InferenceSession | None = None,
+        shortlisted: bool = False,
     ) -> None:
         self.encoder = encoder
         self.decoder = decoder
         self.layout = layout
-        self.shortlist = shortlist  # decoder_shortlist.onnx, when steps go over shortlists (slots)
+        self.shortlisted = shortlisted  # the decoder is decoder_shortlist.onnx (slots layout)
         self._presents = _present_outputs(decoder)
 
     def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:

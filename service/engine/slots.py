@@ -14,7 +14,7 @@ of one that left) gets that row's cache columns so far, and its memory only when
 decodes a different sentence. Joining writes the new rows' memory once; buffers grow (amortised)
 when rows, source width or history outgrow them and are let go when the decode empties.
 
-With a vocabulary shortlist (the backend's ``shortlist`` session, export/shortlist.py) every
+With a vocabulary shortlist (a ``shortlisted`` backend's decoder, export/shortlist.py) every
 sentence joins with its own list of target ids; a step feeds their union and each row's mask
 over it, which change only when sentences join or leave (``shortlist.StepVocabulary``).
 """
@@ -80,8 +80,7 @@ class SlotDecoder(Stepping):
         self._outputs: dict[str, np.ndarray] = {}  # the binding's output arrays, by name
         self._last = np.zeros((0, 1), dtype=np.int64)  # each row's last token: the binding's input_ids
         self._top_k = np.zeros(1, dtype=np.int64)
-        self._output_dtypes, self._vocab = _score_dtypes(backend.decoder)
-        self._session = backend.shortlist or backend.decoder
+        self._output_dtypes, self._vocab = _score_dtypes(backend.decoder, backend.shortlisted)
         self._release()
         if memory is not None and source_mask is not None:
             self.admit(memory, source_mask, [1] * source_mask.shape[0])
@@ -107,7 +106,7 @@ class SlotDecoder(Stepping):
         self._mask = np.zeros((0, 0), dtype=np.int64)
         self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
         self._sentence = np.zeros(0, dtype=np.int64)  # which sentence's memory a row holds
-        self._shortlists = StepVocabulary() if self.backend.shortlist is not None else None
+        self._shortlists = StepVocabulary() if self.backend.shortlisted else None
 
     def _buffers(self, rows: int, length: int) -> list[np.ndarray]:
         shape = (rows, self._heads, length, self._d_head)
@@ -187,7 +186,7 @@ class SlotDecoder(Stepping):
             top_k = min(top_k, len(self._shortlists.vocabulary))
         binding = self._binding_for(n, top_k)
         self._last[:n, 0] = last_tokens
-        self._session.run_with_iobinding(binding)
+        self.backend.decoder.run_with_iobinding(binding)
         self._positions[:n] += 1
         out = {name: x.copy() for name, x in self._outputs.items()}  # the next step reuses the arrays
         attn = out[CROSS_ATTENTION] if self.with_attention else None
@@ -210,7 +209,7 @@ class SlotDecoder(Stepping):
         if self._binding is not None and self._bound == key:
             return self._binding
         layers = self._layers
-        binding = self._session.io_binding()
+        binding = self.backend.decoder.io_binding()
         self._top_k[0] = top_k
         if self._shortlists is not None:
             binding.bind_cpu_input(VOCABULARY, self._shortlists.vocabulary)
@@ -260,10 +259,13 @@ class SlotDecoder(Stepping):
         self._rows = len(rows)
 
 
-def _score_dtypes(decoder: ort.InferenceSession) -> tuple[dict[str, type[np.generic]], int]:
-    """The dtype of each score and attention output, and the vocabulary (``log_probs``' width)."""
+def _score_dtypes(
+    decoder: ort.InferenceSession, shortlisted: bool
+) -> tuple[dict[str, type[np.generic]], int]:
+    """The dtype of each score and attention output, and the vocabulary (``log_probs``' width;
+    0 for a shortlist decoder, whose width is its shortlist's)."""
     outputs = {o.name: o for o in decoder.get_outputs()}
-    vocab = outputs[LOG_PROBS].shape[1]
+    vocab = 0 if shortlisted else outputs[LOG_PROBS].shape[1]
     if not isinstance(vocab, int):
         raise ArtefactError(f"the decoder's {LOG_PROBS} output has no fixed vocabulary size: {vocab!r}")
     names = (LOG_PROBS, TOP_LOG_PROBS, TOP_TOKENS, CROSS_ATTENTION)

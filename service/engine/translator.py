@@ -115,10 +115,13 @@ class OnnxTranslator:
             directory / self.manifest.tokenizer, self.info.max_source_len, special.pad
         )
         sessions: dict[str, ort.InferenceSession] = {}
+        self.vocabulary_map: VocabularyMap | None = None
+        if shortlist:  # its decoder then steps over shortlists only: the plain one is not loaded
+            self.vocabulary_map = self._vocabulary_map(directory)
         for graph in ("encoder", "decoder"):
             if graph not in self.manifest.graphs:
                 raise ArtefactError(f"{directory / 'manifest.json'}: no {graph} graph listed")
-            spec = self.manifest.graphs[graph]
+            spec = self.manifest.graphs["decoder_shortlist" if shortlist and graph == "decoder" else graph]
             path = directory / spec.file
             sessions[graph] = create_session(path, session)
             check_io(sessions[graph], spec, path)
@@ -136,9 +139,6 @@ class OnnxTranslator:
                 "the decoder graph's inputs"
             )
         encoder, decoder = sessions["encoder"], sessions["decoder"]
-        self.vocabulary_map: VocabularyMap | None = None
-        if shortlist:
-            sessions["decoder_shortlist"], self.vocabulary_map = self._open_shortlist(directory, session)
         # The slot layout's cache lives in host buffers written in place (engine/slots.py).
         on_device = io_binding if io_binding is not None else self.provider == CUDA
         if on_device and layout != "per_layer_kv_slots":
@@ -146,27 +146,21 @@ class OnnxTranslator:
             gather = DeviceGather(session.provider, device, session.device_id)
             self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, session.device_id, layout)
         else:
-            self.backend = HostBackend(encoder, decoder, layout, sessions.get("decoder_shortlist"))
+            self.backend = HostBackend(encoder, decoder, layout, shortlisted=shortlist)
 
-    def _open_shortlist(
-        self, directory: Path, session: SessionConfig
-    ) -> tuple[ort.InferenceSession, VocabularyMap]:
-        """The shortlist decoder and the vocabulary map of an artefact exported with ``--vmap``."""
+    def _vocabulary_map(self, directory: Path) -> VocabularyMap:
+        """The vocabulary map of an artefact exported with ``--vmap`` (which then lists the
+        ``decoder_shortlist`` graph)."""
         where = directory / "manifest.json"
-        spec = self.manifest.graphs.get("decoder_shortlist")
         if self.manifest.variant == "fp16":
             raise ArtefactError(f"{where}: the fp16 variant has no shortlist (fp32 and int8 have)")
-        if self.info.vocabulary_map is None or spec is None:
+        if self.info.vocabulary_map is None or "decoder_shortlist" not in self.manifest.graphs:
             raise ArtefactError(f"{where}: no vocabulary map to shortlist with (export with --vmap FILE)")
         if self.info.decoder_layout != "per_layer_kv_slots":
             raise ArtefactError(f"{where}: shortlists need the per_layer_kv_slots decoder layout")
-        path = directory / spec.file
-        decoder = create_session(path, session)
-        check_io(decoder, spec, path)
         special = self.manifest.special_ids
         always = [i for i in (special.bos, special.eos, special.unk) if i is not None]
-        vmap = VocabularyMap.read(directory / self.info.vocabulary_map, self.tokenizer.token_to_id, always)
-        return decoder, vmap
+        return VocabularyMap.read(directory / self.info.vocabulary_map, self.tokenizer.token_to_id, always)
 
     @property
     def joins_midway(self) -> bool:
