@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 from tokenizers import Tokenizer
 
+from export import __main__ as cli
 from export.shortlist import SHORTLIST_DECODER
 from export.translation import VMAP_FILE, export_translation, load_source, up_to_date
 from service.artefacts import (
@@ -142,3 +143,28 @@ def test_an_export_without_a_map_has_no_shortlist(tmp_path: Path) -> None:
     assert "decoder_shortlist" not in manifest["graphs"]
     assert manifest["translation"]["vocabulary_map"] is None
     assert not (directory / SHORTLIST_DECODER).exists()
+
+
+def test_the_command_line_takes_a_map_for_one_translation_source(
+    exported: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--vmap`` with ``default`` or a missing file: exit 2 before anything is loaded; with a
+    translation source it exports (here: already up to date, so nothing is redone)."""
+    checkpoint, vmap, root = exported
+    assert cli.main(["default", "--vmap", str(vmap)]) == 2
+    assert cli.main([str(checkpoint), "--vmap", str(tmp_path / "missing.vmap")]) == 2
+    assert "--vmap" in capsys.readouterr().err
+    before = (root / "int8" / "manifest.json").read_bytes()
+    argv = [
+        str(checkpoint),
+        "--out",
+        str(root.parent),
+        "--variant",
+        "int8",
+        "--vmap",
+        str(vmap),
+        "--threads",
+        "1",
+    ]
+    assert cli.main(argv) == 0
+    assert (root / "int8" / "manifest.json").read_bytes() == before
