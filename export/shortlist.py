@@ -5,14 +5,14 @@ carries, beside ``decoder.onnx``, this rewrite of it. Two inputs are added:
 
 * ``vocabulary`` int64 (vocab,): the target tokens the running rows may produce, ascending
   (the union of their sentences' shortlists, service/engine/shortlist.py);
-* ``vocabulary_mask`` float64 (batch, vocab): 0 where a row's own sentence allows the token,
-  -inf elsewhere, so each row is scored over its own sentence's shortlist only.
+* ``vocabulary_mask`` bool (batch, vocab): where a row's own sentence allows the token, so each
+  row is scored over its own sentence's shortlist only.
 
 and the step's tail becomes
 
     W_v = Transpose(Gather(Wᵀ, vocabulary))          (d_model, vocab)   the output projection's columns
     logits = h · W_v (+ Gather(bias, vocabulary))    (batch, vocab)
-    log_probs = LogSoftmax(Cast(logits, float64) + vocabulary_mask)   back to float32
+    log_probs = LogSoftmax(Where(vocabulary_mask, Cast(logits, float64), -inf))   back to float32
     top_log_probs, j = TopK(log_probs, top_k);  top_tokens = Gather(vocabulary, j)
 
 so the projection, log-softmax and top-k run over the shortlist and the search still reads
@@ -86,9 +86,11 @@ def shortlist_decoder(decoder: Path, out: Path) -> None:
             dims = _constant_dims(x, initializers, producer)
             if node.op_type == "Add" and dims and dims[-1] == vocab:  # the output bias
                 node.input[i] = gather(x, len(dims) - 1, f"shortlist_bias_{i}")
+    excluded = helper.make_tensor("shortlist_excluded", TensorProto.DOUBLE, [], [-np.inf])
+    graph.initializer.append(excluded)
     added += [
         helper.make_node("Cast", [log_softmax.input[0]], ["shortlist_logits"], to=TensorProto.DOUBLE),
-        helper.make_node("Add", ["shortlist_logits", VOCABULARY_MASK], ["shortlist_masked"]),
+        helper.make_node("Where", [VOCABULARY_MASK, "shortlist_logits", excluded.name], ["shortlist_masked"]),
         helper.make_node("LogSoftmax", ["shortlist_masked"], ["shortlist_log_probs"], axis=-1),
         helper.make_node("Cast", ["shortlist_log_probs"], [LOG_PROBS], to=TensorProto.FLOAT),
         helper.make_node("Gather", [VOCABULARY, "shortlist_top"], [TOP_TOKENS], axis=0),
@@ -98,7 +100,7 @@ def shortlist_decoder(decoder: Path, out: Path) -> None:
     graph.input.extend(
         [
             helper.make_tensor_value_info(VOCABULARY, TensorProto.INT64, ["vocab"]),
-            helper.make_tensor_value_info(VOCABULARY_MASK, TensorProto.DOUBLE, ["batch", "vocab"]),
+            helper.make_tensor_value_info(VOCABULARY_MASK, TensorProto.BOOL, ["batch", "vocab"]),
         ]
     )
     for output in graph.output:

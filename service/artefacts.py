@@ -40,7 +40,7 @@ TOP_LOG_PROBS, TOP_TOKENS = "top_log_probs", "top_tokens"  # (N, top_k), best fi
 CROSS_ATTENTION = "cross_attention"  # (N, S) the last layer's, averaged over heads
 # decoder_shortlist.onnx (export/shortlist.py): the step over a vocabulary shortlist
 VOCABULARY = "vocabulary"  # (V',) ascending target ids the running rows may produce
-VOCABULARY_MASK = "vocabulary_mask"  # (N, V') float64: 0 where row n's sentence allows the token, -inf not
+VOCABULARY_MASK = "vocabulary_mask"  # (N, V') bool: whether row n's sentence allows the token
 
 
 def per_layer(name: str, layer: int) -> str:

@@ -79,16 +79,16 @@ class VocabularyMap:
 
 class StepVocabulary:
     """What ``decoder_shortlist.onnx`` is fed at a step: ``vocabulary``, the union of the running
-    sentences' shortlists (ascending), and ``mask`` (rows, len(vocabulary)) float64, 0 where the
-    row's own sentence allows the token and -inf elsewhere."""
+    sentences' shortlists (ascending), and ``mask`` (rows, len(vocabulary)) bool, whether the
+    row's own sentence allows the token."""
 
     def __init__(self) -> None:
         self._lists: dict[int, np.ndarray] = {}  # sentence → its shortlist
         self._members = np.zeros(0, dtype=np.int64)  # the sentences the union is made of
-        self._member_masks = np.zeros((0, 0))  # (members, vocabulary) each one's mask row
+        self._member_masks = np.zeros((0, 0), dtype=bool)  # (members, vocabulary) each one's mask row
         self._row_sentences = np.zeros(0, dtype=np.int64)
         self.vocabulary = np.zeros(0, dtype=np.int64)
-        self.mask = np.zeros((0, 0))
+        self.mask = np.zeros((0, 0), dtype=bool)
 
     def add(self, sentence: int, ids: np.ndarray) -> None:
         self._lists[sentence] = ids
@@ -103,9 +103,9 @@ class StepVocabulary:
             self._lists = {s: self._lists[s] for s in members.tolist()}  # the others have left
             lists = [self._lists[s] for s in members.tolist()]
             self.vocabulary = np.unique(np.concatenate(lists)) if lists else np.zeros(0, np.int64)
-            self._member_masks = np.full((len(lists), len(self.vocabulary)), -np.inf)
+            self._member_masks = np.zeros((len(lists), len(self.vocabulary)), dtype=bool)
             for row, ids in zip(self._member_masks, lists, strict=True):
-                row[np.searchsorted(self.vocabulary, ids)] = 0.0
+                row[np.searchsorted(self.vocabulary, ids)] = True
             self._members, replaced = members, True
         if replaced or not np.array_equal(row_sentences, self._row_sentences):
             mask = self._member_masks[np.searchsorted(self._members, row_sentences)]

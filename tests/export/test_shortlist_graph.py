@@ -85,7 +85,7 @@ def test_over_the_whole_vocabulary_the_step_gives_the_decoders_candidates(
     feeds = step_feeds(decoder)
     want_scores, want_tokens = decoder.run([TOP_LOG_PROBS, TOP_TOKENS], feeds)
     vocab = read_manifest(exported[2] / variant).vocab_size
-    scores, tokens = run_short(short, feeds, np.arange(vocab), np.zeros((ROWS, vocab)))
+    scores, tokens = run_short(short, feeds, np.arange(vocab), np.ones((ROWS, vocab), dtype=bool))
     np.testing.assert_array_equal(tokens, want_tokens)
     np.testing.assert_allclose(scores, want_scores, atol=1e-5)  # normalised in float64 there
 
@@ -103,9 +103,9 @@ def test_a_row_gets_only_its_tokens_and_the_same_scores_whatever_the_union(
     found = []
     for extra in (np.zeros(0, dtype=np.int64), np.arange(3, 70)):
         union = np.unique(np.concatenate([*own, extra]))
-        mask = np.full((ROWS, len(union)), -np.inf)
+        mask = np.zeros((ROWS, len(union)), dtype=bool)
         for r in range(ROWS):
-            mask[r, np.searchsorted(union, own[r])] = 0.0
+            mask[r, np.searchsorted(union, own[r])] = True
         found.append(run_short(short, feeds, union, mask))
     (scores, tokens), (wider_scores, wider_tokens) = found
     for r in range(ROWS):

@@ -46,14 +46,14 @@ def test_the_step_vocabulary_is_the_union_with_each_row_masked_to_its_sentence()
     step.add(1, np.array([2, 5]))
     assert step.update(np.array([0, 0, 1]))
     np.testing.assert_array_equal(step.vocabulary, [1, 2, 5, 9])
-    np.testing.assert_array_equal(step.mask == 0, [[1, 0, 1, 1], [1, 0, 1, 1], [0, 1, 1, 0]])
+    np.testing.assert_array_equal(step.mask, [[1, 0, 1, 1], [1, 0, 1, 1], [0, 1, 1, 0]])
     mask = step.mask
     assert not step.update(np.array([1, 0, 0]))  # rows moved, same sentences: in place
     assert step.mask is mask
-    np.testing.assert_array_equal(step.mask == 0, [[0, 1, 1, 0], [1, 0, 1, 1], [1, 0, 1, 1]])
+    np.testing.assert_array_equal(step.mask, [[0, 1, 1, 0], [1, 0, 1, 1], [1, 0, 1, 1]])
     assert step.update(np.array([1, 1]))  # sentence 0 left: a smaller union, a new array
     np.testing.assert_array_equal(step.vocabulary, [2, 5])
-    assert (step.mask == 0).all()
+    assert step.mask.all()
 
 
 @pytest.fixture(scope="module")
