@@ -149,7 +149,7 @@ class TranslationVerifier:
         found = self._determinism(f"{variant} with shortlists", engine)
         if not found.ok:
             raise VerificationError(f"{variant} with shortlists, alone vs batched: {found.describe(texts)}")
-        engine.vocabulary_map = VocabularyMap({}, range(engine.manifest.vocab_size), 0)
+        engine.vocabulary_map = VocabularyMap.whole(engine.manifest.vocab_size)
         progress(f"  {variant}: the shortlist decoder over the whole vocabulary, beam 4")
         whole = translation_determinism(engine, texts, beam_sizes=[4], max_lengths=self.reference_limits)
         agreement = _same_share(whole.beams[4].alone, plain.beams[4].alone)

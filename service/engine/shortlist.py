@@ -38,6 +38,11 @@ class VocabularyMap:
         self.max_n = max_n
 
     @classmethod
+    def whole(cls, vocab_size: int) -> VocabularyMap:
+        """Every token allowed in every sentence: the shortlist step then is the plain one."""
+        return cls({}, range(vocab_size), 0)
+
+    @classmethod
     def read(cls, path: Path, token_id: Callable[[str], int | None], special: Iterable[int]) -> VocabularyMap:
         """Parse ``path``; ``token_id`` maps a target token to its id (None: not in the
         vocabulary, skipped as CTranslate2 maps it to <unk>); ``special`` ids are always allowed."""

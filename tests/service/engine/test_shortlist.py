@@ -110,7 +110,7 @@ def test_over_the_whole_vocabulary_it_translates_as_the_decoder_does(
     plain = OnnxTranslator(shortlist_artefact, SessionConfig("cpu", 1))
     assert plain.vocabulary_map is None
     whole = OnnxTranslator(shortlist_artefact, SessionConfig("cpu", 1), shortlist=True)
-    whole.vocabulary_map = VocabularyMap({}, range(whole.manifest.vocab_size), 0)
+    whole.vocabulary_map = VocabularyMap.whole(whole.manifest.vocab_size)
     items = [TranslateItem(t, TranslateOptions(beam_size=4)) for t in TEXTS]
     for got, want in zip(whole.translate(items), plain.translate(items), strict=True):
         (got_tokens, got_score), (want_tokens, want_score) = best(got), best(want)
