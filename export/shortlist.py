@@ -65,10 +65,12 @@ def shortlist_decoder(decoder: Path, out: Path) -> None:
         raise ValueError(f"{decoder}: no TopK over {LOG_PROBS} giving {TOP_TOKENS}")
     weight = initializers[projection.input[1]]
     vocab = weight.dims[1]
-    added: list[onnx.NodeProto] = []
+    before: dict[str, list[onnx.NodeProto]] = {}  # new nodes, by the output of the node they precede
 
-    def gather(x: str, axis: int, out: str) -> str:
-        added.append(helper.make_node("Gather", [x, VOCABULARY], [out], axis=axis))
+    def gather(x: str, axis: int, out: str, consumer: onnx.NodeProto) -> str:
+        before.setdefault(consumer.output[0], []).append(
+            helper.make_node("Gather", [x, VOCABULARY], [out], axis=axis)
+        )
         return out
 
     by_token = numpy_helper.from_array(
@@ -76,27 +78,37 @@ def shortlist_decoder(decoder: Path, out: Path) -> None:
     )
     graph.initializer.remove(weight)
     graph.initializer.append(by_token)
-    rows = gather(by_token.name, 0, "shortlist_weight_rows")
-    added.append(helper.make_node("Transpose", [rows], ["shortlist_weight"], perm=[1, 0]))
+    rows = gather(by_token.name, 0, "shortlist_weight_rows", projection)
+    before[projection.output[0]].append(
+        helper.make_node("Transpose", [rows], ["shortlist_weight"], perm=[1, 0])
+    )
     projection.input[1] = "shortlist_weight"
     if projection.op_type == "MatMulIntegerToFloat":  # its per-column weight scales
-        projection.input[3] = gather(projection.input[3], 0, "shortlist_weight_scale")
+        projection.input[3] = gather(projection.input[3], 0, "shortlist_weight_scale", projection)
     for node in tail:
         for i, x in enumerate(node.input):
             dims = _constant_dims(x, initializers, producer)
             if node.op_type == "Add" and dims and dims[-1] == vocab:  # the output bias
-                node.input[i] = gather(x, len(dims) - 1, f"shortlist_bias_{i}")
+                node.input[i] = gather(x, len(dims) - 1, f"shortlist_bias_{i}", node)
     excluded = helper.make_tensor("shortlist_excluded", TensorProto.DOUBLE, [], [-np.inf])
     graph.initializer.append(excluded)
-    added += [
+    masked_log_softmax = [
         helper.make_node("Cast", [log_softmax.input[0]], ["shortlist_logits"], to=TensorProto.DOUBLE),
         helper.make_node("Where", [VOCABULARY_MASK, "shortlist_logits", excluded.name], ["shortlist_masked"]),
         helper.make_node("LogSoftmax", ["shortlist_masked"], ["shortlist_log_probs"], axis=-1),
         helper.make_node("Cast", ["shortlist_log_probs"], [LOG_PROBS], to=TensorProto.FLOAT),
-        helper.make_node("Gather", [VOCABULARY, "shortlist_top"], [TOP_TOKENS], axis=0),
     ]
-    graph.node.remove(log_softmax)
     top_k.output[1] = "shortlist_top"
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:  # in graph order, each new node right where its inputs are ready
+        if node.output[0] == LOG_PROBS:
+            nodes += masked_log_softmax
+            continue
+        nodes += [*before.get(node.output[0], []), node]
+        if node.output[0] == top_k.output[0]:
+            nodes.append(helper.make_node("Gather", [VOCABULARY, "shortlist_top"], [TOP_TOKENS], axis=0))
+    del graph.node[:]
+    graph.node.extend(nodes)
     graph.input.extend(
         [
             helper.make_tensor_value_info(VOCABULARY, TensorProto.INT64, ["vocab"]),
@@ -106,7 +118,6 @@ def shortlist_decoder(decoder: Path, out: Path) -> None:
     for output in graph.output:
         if output.name == LOG_PROBS:
             output.type.tensor_type.shape.dim[1].dim_param = "vocab"
-    _sorted_nodes(graph, [*graph.node, *added])
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
 
@@ -121,22 +132,3 @@ def _constant_dims(
     if node is not None and node.op_type == "Constant" and node.attribute[0].name == "value":
         return list(node.attribute[0].t.dims)
     return None
-
-
-def _sorted_nodes(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> None:
-    """Replace the graph's nodes by ``nodes`` in an order where each comes after its inputs."""
-    ready = {t.name for t in graph.input} | {t.name for t in graph.initializer} | {""}
-    ordered: list[onnx.NodeProto] = []
-    while nodes:
-        waiting = []
-        for node in nodes:
-            if all(x in ready for x in node.input):
-                ordered.append(node)
-                ready.update(node.output)
-            else:
-                waiting.append(node)
-        if len(waiting) == len(nodes):
-            raise ValueError(f"cycle or missing input at {waiting[0].name or waiting[0].op_type}")
-        nodes = waiting
-    del graph.node[:]
-    graph.node.extend(ordered)

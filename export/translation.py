@@ -144,8 +144,8 @@ def up_to_date(
     if manifest.translation.length_penalty != source.length_penalty:  # a retuned default
         return False
     listed = {f.path: f.sha256 for f in manifest.files}
-    shortlisted = vmap is not None and variant in SHORTLIST_VARIANTS
-    if listed.get(VMAP_FILE) != (sha256_of(vmap) if vmap is not None and shortlisted else None):
+    vmap_sha = sha256_of(vmap) if vmap is not None and variant in SHORTLIST_VARIANTS else None
+    if listed.get(VMAP_FILE) != vmap_sha:
         return False
     if source.tokenizer_file is not None:
         return listed.get(TOKENIZER_FILE) == sha256_of(source.tokenizer_file)

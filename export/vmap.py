@@ -17,7 +17,6 @@ line, the two files aligned.
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -25,11 +24,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-
-def read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+from export.data import read_lines
 
 
 def token_sets(tokenizer: Tokenizer, lines: Sequence[str]) -> Iterator[set[str]]:

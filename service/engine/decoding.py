@@ -46,6 +46,7 @@ from service.artefacts import (
     TOP_K,
     TOP_LOG_PROBS,
     TOP_TOKENS,
+    VOCABULARY,
     DecoderLayout,
     past_of,
     per_layer,
@@ -88,12 +89,12 @@ class HostBackend:
         encoder: ort.InferenceSession,
         decoder: ort.InferenceSession,
         layout: DecoderLayout = "stacked_kv",
-        shortlisted: bool = False,
     ) -> None:
         self.encoder = encoder
         self.decoder = decoder
         self.layout = layout
-        self.shortlisted = shortlisted  # the decoder is decoder_shortlist.onnx (slots layout)
+        # the decoder is decoder_shortlist.onnx (export/shortlist.py): it steps over shortlists
+        self.shortlisted = any(i.name == VOCABULARY for i in decoder.get_inputs())
         self._presents = _present_outputs(decoder)
 
     def encode(self, input_ids: np.ndarray) -> tuple[Tensor, Tensor]:

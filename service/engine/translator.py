@@ -146,7 +146,7 @@ class OnnxTranslator:
             gather = DeviceGather(session.provider, device, session.device_id)
             self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, session.device_id, layout)
         else:
-            self.backend = HostBackend(encoder, decoder, layout, shortlisted=shortlist)
+            self.backend = HostBackend(encoder, decoder, layout)
 
     def _vocabulary_map(self, directory: Path) -> VocabularyMap:
         """The vocabulary map of an artefact exported with ``--vmap`` (which then lists the
