@@ -14,6 +14,13 @@ In onnxruntime this is the ``GroupQueryAttention`` contrib operator (``kv_num_he
 ``present_*`` output, the operator writes the new column in place: a step copies no cache,
 and rows can join, leave or be reordered by writing only the rows that change
 (service/engine/slots.py). Runs on CPU (float32, float16) and CUDA (float16).
+
+Cross-attention reads each sentence's memory K, V (N, h, S, d_head) once for all its beams: the
+rows' queries are gathered into (N, h, W, d_head) by ``sentence_rows`` (each sentence's rows side
+by side, padded to the step's width W by repeating one), attend as one block per sentence, and go
+back to their rows by ``beam_index`` (``folded_cross_attention``), as CTranslate2 does with its
+beams. W is at least 2: onnxruntime's CPU MatMul takes another kernel for a single query row,
+whose sums round differently, and a sentence's result must not depend on the step's width.
 """
 
 from __future__ import annotations
@@ -123,3 +130,30 @@ def slot_self_attention(
     d_head = x.shape[-1] // num_heads
     heads, keys, values = _gqa(qkv(x), *cache, *lengths, num_heads, 1.0 / math.sqrt(d_head))
     return heads, (keys, values)
+
+
+def folded_cross_attention(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    sentence_rows: Tensor,
+    beam_index: Tensor,
+    scale: float,
+) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(Q Kᵀ · scale) V per sentence, its beams folded into Q.
+
+    q: (B, 1, h·d) the rows' projected queries; keys, values: (N, h, S, d) one per sentence;
+    mask: (N, 1, 1, S) bool, True on real source tokens; sentence_rows: (N, W) int64 rows of each
+    sentence; beam_index: (B,) int64 row b's place in the N·W folded queries. → concatenated
+    heads (B, 1, h·d) before the output projection, and weights (B, h, 1, S).
+    """
+    n, width = sentence_rows.shape
+    heads, d = keys.shape[1], keys.shape[3]
+    folded = q[:, 0][sentence_rows].view(n, width, heads, d).transpose(1, 2)  # (N, h, W, d)
+    scores = (folded @ keys.transpose(-2, -1)) * scale  # (N, h, W, S)
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    out = (weights @ values).transpose(1, 2).reshape(n * width, heads * d)[beam_index]  # (B, h·d)
+    row_weights = weights.transpose(1, 2).reshape(n * width, heads, -1)[beam_index]  # (B, h, S)
+    return out[:, None], row_weights[:, :, None]

@@ -189,21 +189,10 @@ class DecoderLayer(nn.Module):
         if past is not None:
             k = torch.cat([past[0], k], dim=2)  # (B, h, T_past + T, d_k)
             v = torch.cat([past[1], v], dim=2)
-        y, cross_weights = self.after_self_attention(
-            y, self.self_attn.attend(y, k, v, self_mask)[0], memory_kv, cross_mask
-        )
-        return y, (k, v), cross_weights
-
-    def after_self_attention(
-        self, y: Tensor, attended: Tensor, memory_kv: KeyValue, cross_mask: Tensor | None
-    ) -> tuple[Tensor, Tensor]:
-        """u = norm1(y + SelfAttn(y)), z = norm2(u + CrossAttn(u, memory)), norm3(z + FFN(z)),
-        from the self-attention output; → (output, cross-attention weights). The slot-cache
-        decoder step (export/cached_attention.py) computes SelfAttn its own way, then this."""
-        y = self.norm1(y + self.dropout(attended))
+        y = self.norm1(y + self.dropout(self.self_attn.attend(y, k, v, self_mask)[0]))
         cross, cross_weights = self.cross_attn.attend(y, *memory_kv, cross_mask)
         y = self.norm2(y + self.dropout(cross))
-        return self.norm3(y + self.dropout(self.ffn(y))), cross_weights
+        return self.norm3(y + self.dropout(self.ffn(y))), (k, v), cross_weights
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

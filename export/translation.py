@@ -40,7 +40,7 @@ from export.publish import (
 from export.reference import load_reference, reference_for
 from export.shortlist import SHORTLIST_DECODER, shortlist_decoder
 from export.sources import TranslationSource
-from export.translation_graphs import load_ours
+from export.translation_graphs import decoder_io, load_ours
 from export.translation_verify import TranslationVerifier
 from service.artefacts import (
     Manifest,
@@ -128,7 +128,8 @@ def up_to_date(
 ) -> bool:
     """A published artefact of the same weights and variant, measured on the current reference
     sentences (export/publish.py), with the same tokenizer file and vocabulary map (or none) and
-    the current default decoder layout (an older layout still loads, but the re-export is faster)."""
+    the current default decoder layout and its inputs (an older layout still loads, but the
+    re-export is faster; a slot decoder from before its memory was held per sentence does not)."""
     manifest = published_manifest(
         directory,
         task="translate",
@@ -139,8 +140,12 @@ def up_to_date(
     )
     if manifest is None or manifest.translation is None:
         return False
-    if manifest.translation.decoder_layout != variant_layout(variant):
+    layout = variant_layout(variant)
+    decoder_inputs = {t.name for t in manifest.graphs["decoder"].inputs}
+    if manifest.translation.decoder_layout != layout:
         return False
+    if decoder_inputs != set(decoder_io(layout, manifest.translation.n_layers)[0]):
+        return False  # the layout's inputs have changed since (e.g. the slots' memory per sentence)
     if manifest.translation.length_penalty != source.length_penalty:  # a retuned default
         return False
     listed = {f.path: f.sha256 for f in manifest.files}

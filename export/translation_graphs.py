@@ -39,7 +39,11 @@ step writes the new column there and outputs the whole buffer as ``present_keys_
 Q/K/V projections fused). Bound to the same memory as the input, the output is written in place:
 no step concatenates or copies a cache, and rows join, leave or follow a beam by writing only
 their own slot (service/engine/slots.py). fp16 (the GPU variant) keeps ``per_layer_kv_positions``,
-whose cache the device backend holds on the GPU.
+whose cache the device backend holds on the GPU. Its cross-attention memory is held once per
+sentence, not per row: ``memory_*_i`` (sentences, n_heads, src_len, d_head) and ``source_mask``
+(sentences, src_len), with ``sentence_rows`` int64 (sentences, width), each sentence's rows
+(padded by repeating one), and ``beam_index`` int64 (batch,), each row's place among the
+sentences × width folded queries (export/cached_attention.py: ``folded_cross_attention``).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from export.cached_attention import cache_lengths, fused_qkv, slot_self_attention
+from export.cached_attention import cache_lengths, folded_cross_attention, fused_qkv, slot_self_attention
 from export.checkpoint import load_checkpoint, read_config
 from export.data import pad
 from export.model import DecoderLayer, Transformer
@@ -66,6 +70,7 @@ from export.sources import (
 )
 from export.translate import TorchDecoder
 from service.artefacts import (
+    BEAM_INDEX,
     CACHE_KEYS,
     CACHE_VALUES,
     CROSS_ATTENTION,
@@ -78,6 +83,7 @@ from service.artefacts import (
     POSITIONS,
     PRESENT_KEYS,
     PRESENT_VALUES,
+    SENTENCE_ROWS,
     SOURCE_MASK,
     TOP_K,
     TOP_LOG_PROBS,
@@ -94,6 +100,7 @@ DECODER_INPUTS = [INPUT_IDS, SOURCE_MASK, MEMORY_KEYS, MEMORY_VALUES, PAST_KEYS,
 DECODER_OUTPUTS = [LOG_PROBS, PRESENT_KEYS, PRESENT_VALUES, CROSS_ATTENTION]
 TOP_K_OUTPUTS = [TOP_LOG_PROBS, TOP_TOKENS]
 CACHE_INPUTS = [CACHE_KEYS, CACHE_VALUES]  # layout per_layer_kv_slots, in place of past_*
+FOLD_INPUTS = [SENTENCE_ROWS, BEAM_INDEX]  # layout per_layer_kv_slots: memory per sentence
 DEFAULT_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_slots"
 DEVICE_DECODER_LAYOUT: DecoderLayout = "per_layer_kv_positions"  # fp16: the GPU variant
 
@@ -117,7 +124,7 @@ def decoder_io(layout: DecoderLayout, n_layers: int) -> tuple[list[str], list[st
 def traced_decoder_inputs(layout: DecoderLayout) -> list[str]:
     """The decoder wrapper's inputs, in order, as traced (before top-k and per-layer inputs)."""
     if layout == "per_layer_kv_slots":
-        return [*DECODER_INPUTS[:4], *CACHE_INPUTS, POSITIONS]
+        return [*DECODER_INPUTS[:4], *CACHE_INPUTS, POSITIONS, *FOLD_INPUTS]
     return [*DECODER_INPUTS, POSITIONS] if layout == "per_layer_kv_positions" else DECODER_INPUTS
 
 
@@ -142,7 +149,13 @@ DECODER_AXES: dict[str, dict[int, str]] = {
     CACHE_KEYS: {1: "batch", 3: "cache_len"},
     CACHE_VALUES: {1: "batch", 3: "cache_len"},
 }
-SLOT_OUTPUT_AXES = {
+_KV_SENTENCES = {1: "sentences", 3: "src_len"}
+SLOT_AXES = {  # what layout per_layer_kv_slots changes: memory per sentence, the cache written in place
+    SOURCE_MASK: {0: "sentences", 1: "src_len"},
+    MEMORY_KEYS: _KV_SENTENCES,
+    MEMORY_VALUES: _KV_SENTENCES,
+    SENTENCE_ROWS: {0: "sentences", 1: "width"},
+    BEAM_INDEX: {0: "batch"},
     PRESENT_KEYS: {1: "batch", 3: "cache_len"},
     PRESENT_VALUES: {1: "batch", 3: "cache_len"},
 }
@@ -221,14 +234,15 @@ class DecoderStepGraph(nn.Module):
         past_keys: Tensor,
         past_values: Tensor,
         positions: Tensor | None = None,
+        sentence_rows: Tensor | None = None,
+        beam_index: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         m = self.model
-        cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S)
+        cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S); slots: (N, 1, 1, S)
         if self.qkv is not None:
-            assert positions is not None
-            return self._slot_step(
-                input_ids, cross_mask, memory_keys, memory_values, past_keys, past_values, positions
-            )
+            assert positions is not None and sentence_rows is not None and beam_index is not None
+            memory = (memory_keys, memory_values, cross_mask, sentence_rows, beam_index)
+            return self._slot_step(input_ids, memory, past_keys, past_values, positions)
         pe, self_mask = step_positions(past_keys, positions, m.pos.pe)
         y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
         presents: list[tuple[Tensor, Tensor]] = []
@@ -244,15 +258,17 @@ class DecoderStepGraph(nn.Module):
     def _slot_step(
         self,
         input_ids: Tensor,
-        cross_mask: Tensor,
-        memory_keys: Tensor,
-        memory_values: Tensor,
+        memory: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
         cache_keys: Tensor,
         cache_values: Tensor,
         positions: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Each layer as ``DecoderLayer``: u = norm1(y + SelfAttn(y)) over the slot cache,
+        z = norm2(u + CrossAttn(u, memory)) with the beams folded onto their sentence's memory,
+        norm3(z + FFN(z)) (eval: no dropout)."""
         m = self.model
         assert self.qkv is not None
+        memory_keys, memory_values, cross_mask, sentence_rows, beam_index = memory
         pe = m.pos.pe[positions][:, None, :]  # (B, 1, d): row b's token sits at positions[b]
         y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
         lengths = cache_lengths(positions)
@@ -261,11 +277,20 @@ class DecoderStepGraph(nn.Module):
         layers = cast(list[DecoderLayer], list(m.decoder))
         for i, (layer, qkv) in enumerate(zip(layers, self.qkv, strict=True)):
             heads, kv = slot_self_attention(y, qkv, (cache_keys[i], cache_values[i]), lengths, m.cfg.n_heads)
-            memory_kv = (memory_keys[i], memory_values[i])
-            y, cross_weights = layer.after_self_attention(
-                y, layer.self_attn.w_o(heads), memory_kv, cross_mask
-            )
             presents.append(kv)
+            y = layer.norm1(y + layer.self_attn.w_o(heads))
+            cross = layer.cross_attn
+            heads, cross_weights = folded_cross_attention(
+                cross.w_q(y),
+                memory_keys[i],
+                memory_values[i],
+                cross_mask,
+                sentence_rows,
+                beam_index,
+                1.0 / math.sqrt(cross.d_k),
+            )
+            y = layer.norm2(y + cross.w_o(heads))
+            y = layer.norm3(y + layer.ffn(y))
         logits = y[:, 0] @ m.embed.weight.t()  # (B, V), tied output projection
         return step_outputs(logits, presents, cross_weights)
 
@@ -366,6 +391,17 @@ def example_inputs(
     return src, step
 
 
+def slot_step(step: tuple[Tensor, ...], last: int) -> tuple[Tensor, ...]:
+    """The tracing step of layout per_layer_kv_slots from ``example_inputs``' (5 rows): rows at
+    cache columns last, 3, 0, 5, 2 and the memory of 2 sentences, of 3 and 2 rows (the second
+    padded to the width 3)."""
+    input_ids, source_mask, memory_keys, memory_values, cache_keys, cache_values = step
+    positions = torch.tensor([last, 3, 0, 5, 2])
+    sentence_rows, beam_index = torch.tensor([[0, 1, 2], [3, 4, 4]]), torch.arange(5)
+    memory = (source_mask[:2], memory_keys[:, :2], memory_values[:, :2])
+    return (input_ids, *memory, cache_keys, cache_values, positions, sentence_rows, beam_index)
+
+
 def export_graphs(
     encoder: nn.Module,
     decoder: nn.Module,
@@ -385,9 +421,8 @@ def export_graphs(
     if layout == "per_layer_kv_positions":  # rows of the tracing batch decoded 7, 3, 0, 5, … tokens
         step = (*step, torch.tensor([past_len, 3, 0, 5, past_len][:rows] + [past_len] * (rows - 5)))
     elif layout == "per_layer_kv_slots":  # slots of 7 columns, rows at columns 6, 3, 0, 5, …
-        last = past_len - 1
-        step = (*step, torch.tensor([last, 3, 0, 5, 2][:rows] + [last] * (rows - 5)))
-        axes = {**DECODER_AXES, **SLOT_OUTPUT_AXES}
+        step = slot_step(step, past_len - 1)
+        axes = {**DECODER_AXES, **SLOT_AXES}
     enc_path = export_onnx(
         encoder,
         (src,),

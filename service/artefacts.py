@@ -28,8 +28,11 @@ DecoderLayout = Literal[
 # outputs of encoder.onnx and decoder.onnx with these, service/engine/ feeds and reads them.
 # Per-layer tensors carry the layer index: ``per_layer(PAST_KEYS, 0)`` is "past_keys_0".
 INPUT_IDS = "input_ids"  # (B, S) source ids into the encoder; (N, 1) last tokens into the decoder
-SOURCE_MASK = "source_mask"  # (N, S) 1 for real source tokens
+SOURCE_MASK = "source_mask"  # (N, S) 1 for real source tokens; slots: (sentences, S)
 MEMORY_KEYS, MEMORY_VALUES = "memory_keys", "memory_values"  # cross-attention K/V of the source
+# slots: the memory is held once per sentence and its rows (beams) are folded onto it
+SENTENCE_ROWS = "sentence_rows"  # (sentences, width) each sentence's rows, padded by repeating one
+BEAM_INDEX = "beam_index"  # (N,) row n's place in the folded (sentences · width) queries
 PAST_KEYS, PAST_VALUES = "past_keys", "past_values"  # self-attention cache in (all but slots)
 PRESENT_KEYS, PRESENT_VALUES = "present_keys", "present_values"  # the cache out, one step longer
 CACHE_KEYS, CACHE_VALUES = "cache_keys", "cache_values"  # slots: the cache, written in place
@@ -60,6 +63,11 @@ def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout:
     """The layout a decoder graph has, read from its input names (export/translation_graphs.py)."""
     names = set(decoder_inputs)
     if per_layer(CACHE_KEYS, 0) in names:
+        if SENTENCE_ROWS not in names:
+            raise ArtefactError(
+                "a slot decoder without sentence_rows: exported before the memory was held once per "
+                "sentence; export the model again"
+            )
         return "per_layer_kv_slots"
     if POSITIONS in names:
         return "per_layer_kv_positions"

@@ -294,7 +294,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
                 self._post(self._deliver, pending, result)
                 continue
             options, n = pending.item.options, todo[i].n_tokens
-            sentence = _Sentence(pending, todo[i], options.beam_size * shape.row_bytes(limit(options), n))
+            sentence = _Sentence(pending, todo[i], shape.footprint(options.beam_size, 1, limit(options), n))
             room = max(lane.share for lane in self._lanes if pending.small or not lane.express)
             if sentence.alone > room:
                 self._post(self._deliver, pending, _too_large(pending.item, sentence.alone, room))
@@ -431,7 +431,7 @@ class ContinuousBatcher(DynamicBatcher[TranslateItem, "Translation | Exception"]
         """Publish the lane's rows and room (for the other lane and the gauges)."""
         d = lane.decode
         lane.rows = d.rows
-        widest = d.shape.row_bytes(d.shape.max_target_len, max(d.decoder.source_len, 1))
+        widest = d.shape.footprint(1, 1, d.shape.max_target_len, max(d.decoder.source_len, 1))  # a greedy one
         lane.free = max(0, lane.share - d.worst_bytes()) // widest
         self._running_gauge.set(sum(len(other.running) for other in self._lanes))
         free = sum(other.free for other in self._lanes)

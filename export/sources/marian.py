@@ -27,7 +27,7 @@ from tokenizers.models import Unigram
 from tokenizers.processors import TemplateProcessing
 from torch import Tensor, nn
 
-from export.cached_attention import cache_lengths, fused_qkv, slot_self_attention
+from export.cached_attention import cache_lengths, folded_cross_attention, fused_qkv, slot_self_attention
 from export.sources import (
     IncrementalDecoder,
     TranslationSource,
@@ -108,7 +108,8 @@ class MarianDecoderStepGraph(nn.Module):
 
     ``suppressed`` token ids (Marian's ``bad_words_ids``, i.e. ``<pad>``) get the lowest finite
     logit, so they are never chosen, as in ``generate``. With ``slots`` (layout per_layer_kv_slots)
-    self-attention runs on the slot cache, in place (export/cached_attention.py).
+    self-attention runs on the slot cache, in place, and cross-attention on the memory of each
+    sentence, its beams folded together (export/cached_attention.py).
     """
 
     bias: Tensor
@@ -132,6 +133,8 @@ class MarianDecoderStepGraph(nn.Module):
         past_keys: Tensor,
         past_values: Tensor,
         positions: Tensor | None = None,
+        sentence_rows: Tensor | None = None,
+        beam_index: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         dec = self.model.model.decoder
         if self.qkv is None:
@@ -157,9 +160,14 @@ class MarianDecoderStepGraph(nn.Module):
                 presents.append(kv)
                 attn = layer.self_attn.out_proj(heads)
             x = layer.self_attn_layer_norm(x + attn)
-            cross, cross_weights = _attend(
-                layer.encoder_attn, x, memory_keys[i], memory_values[i], cross_mask
-            )
+            memory = (memory_keys[i], memory_values[i], cross_mask)
+            if sentence_rows is None or beam_index is None:
+                cross, cross_weights = _attend(layer.encoder_attn, x, *memory)
+            else:
+                cross_attn = layer.encoder_attn
+                fold = (sentence_rows, beam_index, cross_attn.scaling)
+                heads, cross_weights = folded_cross_attention(cross_attn.q_proj(x), *memory, *fold)
+                cross = cross_attn.out_proj(heads)
             x = _ffn(layer, layer.encoder_attn_layer_norm(x + cross))
         logits = self.model.lm_head(x[:, 0]).float() + self.bias
         return step_outputs(logits, presents, cross_weights)

@@ -15,7 +15,8 @@ The decoder's key/value cache lives in a backend:
   also runs on CPU OrtValues, which is how the tests check it without a GPU.
 
 The default CPU layout, ``per_layer_kv_slots``, has its own decoder (``slots.SlotDecoder``): its
-cache stays in preallocated host buffers that the graph writes in place.
+cache stays in preallocated host buffers that the graph writes in place, and its memory in
+buffers of one slot per sentence that all the sentence's beams read.
 
 A decoder of layout ``stacked_kv_top_k`` or ``per_layer_kv_top_k`` takes ``top_k`` and returns
 each row's 2 × beam best tokens (``search.Candidates``), so only (rows, 2·beam) scores leave the
@@ -211,9 +212,9 @@ class Stepping:
     def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         raise NotImplementedError
 
-    def reserve(self, rows: int, source_len: int) -> None:
-        """Room for ``rows`` rows and sources of ``source_len`` tokens before several admissions
-        in a row; a decoder that grows by concatenating needs none."""
+    def reserve(self, rows: int, sentences: int, source_len: int) -> None:
+        """Room for ``rows`` rows of ``sentences`` sentences and sources of ``source_len`` tokens
+        before several admissions in a row; a decoder that grows by concatenating needs none."""
 
     def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         scores, attn = self._run(last_tokens, 0)
@@ -274,6 +275,10 @@ class OnnxDecoder(Stepping):
     @property
     def rows(self) -> int:
         return len(self._row_sentence)
+
+    @property
+    def sentences(self) -> int:
+        return self._table_mask.shape[0]
 
     @property
     def source_len(self) -> int:

@@ -44,14 +44,17 @@ class DecodeShape:
     itemsize: int  # bytes per cache value (4: fp32, 2: fp16)
     vocab_size: int
     max_target_len: int
+    memory_per_sentence: bool  # the slot layout: one memory for all of a sentence's beams
 
-    def row_bytes(self, target_len: int, source_len: int) -> int:
-        """Self-attention cache and cross-attention memory of one row (K and V per layer), twice:
-        the slot buffers grow ahead of need (up to 1.5× the rows, 2× the history; engine/slots.py);
-        in the older layouts a step holds its past and its present cache at once, and a reorder
-        the old and the new rows."""
+    def footprint(self, rows: int, sentences: int, target_len: int, source_len: int) -> int:
+        """Self-attention cache of ``rows`` rows and the cross-attention memory of their
+        ``sentences`` sentences (once per row in the older layouts), K and V per layer, twice:
+        the slot buffers grow ahead of need (up to 1.5× the slots, 2× the history;
+        engine/slots.py); in the older layouts a step holds its past and its present cache at
+        once, and a reorder the old and the new rows."""
         per_position = 2 * self.n_layers * self.n_heads * self.d_head * self.itemsize
-        return 2 * per_position * (target_len + source_len)
+        memories = sentences if self.memory_per_sentence else rows
+        return 2 * per_position * (rows * target_len + memories * source_len)
 
 
 class RunningDecode:
@@ -105,7 +108,7 @@ class RunningDecode:
         rows = sum(k for k, _, _ in running)
         target = max(t for _, t, _ in running)
         source = max(max(n for _, _, n in running), self.decoder.source_len)
-        return rows * self.shape.row_bytes(target, source)
+        return self.shape.footprint(rows, len(running), target, source)
 
     def admit(self, entries: Sequence[tuple[Any, Encoded, TranslateOptions]]) -> list[SentenceSearch]:
         """Encode ``entries`` (key, source, options) and append their rows; → those done at once
@@ -128,7 +131,8 @@ class RunningDecode:
         runs = [(0, len(starting))] if starting else []
         if self.decoder.joins_midway and starting:
             # room for all at once, then the encoder on the runs that pad least
-            self.decoder.reserve(self.decoder.rows + sum(s.k for s, _ in starting), lengths[-1])
+            rows = self.decoder.rows + sum(s.k for s, _ in starting)
+            self.decoder.reserve(rows, self.decoder.sentences + len(starting), lengths[-1])
             runs = padded_partition(lengths, ENCODER_ROWS, sys.maxsize)
         vmap = self.vocabulary_map
         for start, end in runs:

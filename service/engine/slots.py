@@ -1,18 +1,22 @@
 """The decoder of layout ``per_layer_kv_slots``: every running row owns a slot of preallocated
-buffers, and nothing that stays put is ever copied.
+cache buffers, every running sentence one of memory buffers, and nothing that stays put is ever
+copied.
 
-Per decoder layer the slot buffers are the self-attention cache K, V (rows, heads, cache_len,
-d_head), whose first ``positions[r]`` columns are row r's history, and the cross-attention
-memory K, V (rows, heads, source_len, d_head) of row r's sentence, with its source mask. The
-running rows are the first ``rows`` slots, so every feed is a contiguous prefix view. A step
-binds each cache buffer as both the graph's ``cache_*`` input and its ``present_*`` output:
-onnxruntime's GroupQueryAttention writes the new column in place (export/cached_attention.py).
+Per decoder layer the row slots are the self-attention cache K, V (rows, heads, cache_len,
+d_head), whose first ``positions[r]`` columns are row r's history; the sentence slots are the
+cross-attention memory K, V (sentences, heads, source_len, d_head) with the source mask, held
+once for all of a sentence's beams. The running rows are the first ``rows`` row slots and the
+running sentences the first ``sentences`` memory slots, so every feed is a contiguous prefix
+view; ``sentence_rows`` and ``beam_index`` tell the graph which rows fold onto which memory
+(export/cached_attention.py). A step binds each cache buffer as both the graph's ``cache_*``
+input and its ``present_*`` output: onnxruntime's GroupQueryAttention writes the new column in
+place.
 
 Between steps (``search.IncrementalDecoder.reorder``) a row that keeps its place costs nothing;
 a row that takes another row's history (a beam that wins twice, a sentence moved into the place
-of one that left) gets that row's cache columns so far, and its memory only when the other row
-decodes a different sentence. Joining writes the new rows' memory once; buffers grow (amortised)
-when rows, source width or history outgrow them and are let go when the decode empties.
+of one that left) gets that row's cache columns so far. Joining writes each new sentence's memory
+once; when a sentence leaves, the last memory slot moves into its place. Buffers grow (amortised)
+when rows, sentences, source width or history outgrow them and are let go when the decode empties.
 
 With a vocabulary shortlist (a ``shortlisted`` backend's decoder, export/shortlist.py) every
 sentence joins with its own list of target ids; a step feeds their union and each row's mask
@@ -27,6 +31,7 @@ import numpy as np
 import onnxruntime as ort
 
 from service.artefacts import (
+    BEAM_INDEX,
     CACHE_KEYS,
     CACHE_VALUES,
     CROSS_ATTENTION,
@@ -37,6 +42,7 @@ from service.artefacts import (
     POSITIONS,
     PRESENT_KEYS,
     PRESENT_VALUES,
+    SENTENCE_ROWS,
     SOURCE_MASK,
     TOP_K,
     TOP_LOG_PROBS,
@@ -74,6 +80,7 @@ class SlotDecoder(Stepping):
         self._layers, self._heads, self._d_head = cache_shape
         self._dtype = cache_dtype
         self._rows = 0
+        self._sentences = 0  # memory slots in use
         self._next_sentence = 0
         self._binding: ort.IOBinding | None = None  # dropped whenever a buffer is replaced
         self._bound: tuple[int, int, bool] | None = None  # (rows, top_k, attention) it was made for
@@ -90,6 +97,10 @@ class SlotDecoder(Stepping):
         return self._rows
 
     @property
+    def sentences(self) -> int:
+        return self._sentences
+
+    @property
     def source_len(self) -> int:
         return self._mask.shape[1]
 
@@ -101,48 +112,50 @@ class SlotDecoder(Stepping):
     def _release(self) -> None:
         """Empty buffers: an idle decode holds no memory."""
         self._binding = None
-        self._cache = self._buffers(0, 0)  # keys then values, per layer
-        self._memory = self._buffers(0, 0)
-        self._mask = np.zeros((0, 0), dtype=np.int64)
+        self._cache = self._buffers(0, 0)  # keys then values, per layer: row slots
+        self._memory = self._buffers(0, 0)  # the same: sentence slots
+        self._mask = np.zeros((0, 0), dtype=np.int64)  # (sentence slots, S)
         self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
-        self._sentence = np.zeros(0, dtype=np.int64)  # which sentence's memory a row holds
+        self._sentence = np.zeros(0, dtype=np.int64)  # which sentence a row decodes
+        self._held = np.zeros(0, dtype=np.int64)  # which sentence a memory slot holds
+        self._fold: tuple[np.ndarray, np.ndarray] | None = None  # (sentence_rows, beam_index)
         self._shortlists = StepVocabulary() if self.backend.shortlisted else None
 
-    def _buffers(self, rows: int, length: int) -> list[np.ndarray]:
-        shape = (rows, self._heads, length, self._d_head)
+    def _buffers(self, slots: int, length: int) -> list[np.ndarray]:
+        shape = (slots, self._heads, length, self._d_head)
         return [np.zeros(shape, dtype=self._dtype) for _ in range(2 * self._layers)]
 
-    def reserve(self, rows: int, source_len: int) -> None:
-        self._reserve(rows, source_len, 1)
+    def reserve(self, rows: int, sentences: int, source_len: int) -> None:
+        self._reserve(rows, sentences, source_len, 1)
 
-    def _reserve(self, rows: int, source_len: int, cache_len: int) -> None:
-        """Grow the buffers to hold ``rows`` slots, sources of ``source_len`` tokens and
-        ``cache_len`` columns of history, keeping the running rows' contents."""
-        have_rows, have_cache = self._positions.shape[0], self._cache[0].shape[2]
-        grow_rows = rows > have_rows
-        new_rows = max(rows, have_rows * 3 // 2) if grow_rows else have_rows
-        if grow_rows or cache_len > have_cache or source_len > self.source_len:
+    def _reserve(self, rows: int, sentences: int, source_len: int, cache_len: int) -> None:
+        """Grow the buffers to hold ``rows`` row slots, ``sentences`` memory slots, sources of
+        ``source_len`` tokens and ``cache_len`` columns of history, keeping what runs."""
+        have_rows, have_sentences, have_cache = len(self._positions), len(self._held), self._cache[0].shape[2]
+        new_rows, new_sentences = _grown(rows, have_rows), _grown(sentences, have_sentences)
+        wider, longer = source_len > self.source_len, cache_len > have_cache
+        if new_rows > have_rows or new_sentences > have_sentences or wider or longer:
             self._binding = None  # it holds the buffers replaced below: let them go now
-        if grow_rows or cache_len > have_cache:
-            length = (
-                max(cache_len, 2 * have_cache, _FIRST_CACHE_LEN) if cache_len > have_cache else have_cache
-            )
-            self._cache = self._regrown(self._cache, new_rows, length)
-        if grow_rows or source_len > self.source_len:
+        if new_rows > have_rows or longer:
+            length = max(cache_len, 2 * have_cache, _FIRST_CACHE_LEN) if longer else have_cache
+            self._cache = self._regrown(self._cache, new_rows, length, self._rows)
+        if new_sentences > have_sentences or wider:
             width = max(source_len, self.source_len)
-            self._memory = self._regrown(self._memory, new_rows, width)
-            mask = np.zeros((new_rows, width), dtype=np.int64)
-            mask[: self._rows, : self.source_len] = self._mask[: self._rows]
+            self._memory = self._regrown(self._memory, new_sentences, width, self._sentences)
+            mask = np.zeros((new_sentences, width), dtype=np.int64)
+            mask[: self._sentences, : self.source_len] = self._mask[: self._sentences]
             self._mask = mask
-        if grow_rows:
+        if new_rows > have_rows:
             self._last = np.zeros((new_rows, 1), dtype=np.int64)  # written afresh every step
             self._positions = np.concatenate([self._positions, np.zeros(new_rows - have_rows, np.int64)])
             self._sentence = np.concatenate([self._sentence, np.full(new_rows - have_rows, -1)])
+        if new_sentences > have_sentences:
+            self._held = np.concatenate([self._held, np.full(new_sentences - have_sentences, -1)])
 
-    def _regrown(self, buffers: list[np.ndarray], rows: int, length: int) -> list[np.ndarray]:
-        grown = self._buffers(rows, length)
+    def _regrown(self, buffers: list[np.ndarray], slots: int, length: int, keep: int) -> list[np.ndarray]:
+        grown = self._buffers(slots, length)
         for old, new in zip(buffers, grown, strict=True):
-            new[: self._rows, :, : old.shape[2]] = old[: self._rows]
+            new[:keep, :, : old.shape[2]] = old[:keep]
         return grown
 
     def admit(
@@ -153,37 +166,44 @@ class SlotDecoder(Stepping):
         shortlists: Sequence[np.ndarray] | None = None,
     ) -> None:
         """New sentences, from one encoder call ((n_layers, n, heads, S, d_head) K/V and their
-        (n, S) mask): sentence i gets ``repeats[i]`` rows after the running ones (and, with a
-        shortlist session, the target ids ``shortlists[i]``)."""
+        (n, S) mask): sentence i gets a memory slot and ``repeats[i]`` rows after the running ones
+        (and, with a shortlist session, the target ids ``shortlists[i]``)."""
         if self._shortlists is not None:
             if shortlists is None or len(shortlists) != len(repeats):
                 raise ValueError("this decoder steps over shortlists: every sentence needs one")
             for i, ids in enumerate(shortlists):
                 self._shortlists.add(self._next_sentence + i, ids)
         keys, values = (np.asarray(x) for x in memory)
-        sentence = np.repeat(np.arange(len(repeats)), repeats)
-        start, width = self._rows, source_mask.shape[1]  # an empty decode holds no buffers (reorder)
-        self._reserve(start + len(sentence), width, 1)
-        new = slice(start, start + len(sentence))
+        ids = self._next_sentence + np.arange(len(repeats))
+        rows, width = self._rows, source_mask.shape[1]  # an empty decode holds no buffers (reorder)
+        new = slice(self._sentences, self._sentences + len(repeats))
+        self._reserve(rows + sum(repeats), new.stop, width, 1)
         for i in range(self._layers):
-            self._memory[i][new, :, :width] = keys[i][sentence]
-            self._memory[self._layers + i][new, :, :width] = values[i][sentence]
+            self._memory[i][new, :, :width] = keys[i]
+            self._memory[self._layers + i][new, :, :width] = values[i]
         self._mask[new] = 0
-        self._mask[new, :width] = source_mask[sentence]
-        self._positions[new] = 0
-        self._sentence[new] = self._next_sentence + sentence
+        self._mask[new, :width] = source_mask
+        self._held[new] = ids
+        self._sentences = new.stop
+        new_rows = slice(rows, rows + sum(repeats))
+        self._positions[new_rows] = 0
+        self._sentence[new_rows] = np.repeat(ids, repeats)
         self._next_sentence += len(repeats)
-        self._rows = new.stop
+        self._rows = new_rows.stop
+        self._fold = None
 
     def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         n = self._rows
-        self._reserve(n, 0, int(self._positions[:n].max()) + 1)
+        self._reserve(n, 0, 0, int(self._positions[:n].max()) + 1)
         if self._shortlists is not None:
             if not top_k:
                 raise ValueError("a shortlist step gives each row's candidates only (top_k > 0)")
             if self._shortlists.update(self._sentence[:n]):
                 self._binding = None  # it holds the arrays replaced
             top_k = min(top_k, len(self._shortlists.vocabulary))
+        if self._fold is None:
+            self._fold = fold_beams(self._sentence[:n], self._held[: self._sentences])
+            self._binding = None  # it holds the arrays replaced
         binding = self._binding_for(n, top_k)
         self._last[:n, 0] = last_tokens
         self.backend.decoder.run_with_iobinding(binding)
@@ -200,7 +220,7 @@ class SlotDecoder(Stepping):
 
     def _binding_for(self, n: int, top_k: int) -> ort.IOBinding:
         """The step's IO binding. Every input and output is bound to an array of this decoder:
-        tokens, positions, mask, memory and cache as views of the slot buffers, which the steps
+        tokens, positions, masks, memory and cache as views of the slot buffers, which the steps
         and ``reorder`` change in place, the outputs to arrays made with the binding. So one
         binding serves every step until the rows, ``top_k``, the attention output or a buffer
         change, and a step binds nothing (about 0.2 ms of binding a step saved at first; then
@@ -208,7 +228,8 @@ class SlotDecoder(Stepping):
         key = (n, top_k, self.with_attention)
         if self._binding is not None and self._bound == key:
             return self._binding
-        layers = self._layers
+        assert self._fold is not None
+        layers, sentences = self._layers, self._sentences
         binding = self.backend.decoder.io_binding()
         self._top_k[0] = top_k
         if self._shortlists is not None:
@@ -217,10 +238,12 @@ class SlotDecoder(Stepping):
         binding.bind_cpu_input(INPUT_IDS, self._last[:n])
         binding.bind_cpu_input(TOP_K, self._top_k)
         binding.bind_cpu_input(POSITIONS, self._positions[:n])
-        binding.bind_cpu_input(SOURCE_MASK, self._mask[:n])
+        binding.bind_cpu_input(SOURCE_MASK, self._mask[:sentences])
+        binding.bind_cpu_input(SENTENCE_ROWS, self._fold[0])
+        binding.bind_cpu_input(BEAM_INDEX, self._fold[1])
         for j, name in enumerate((MEMORY_KEYS, MEMORY_VALUES)):
             for i in range(layers):
-                binding.bind_cpu_input(per_layer(name, i), self._memory[j * layers + i][:n])
+                binding.bind_cpu_input(per_layer(name, i), self._memory[j * layers + i][:sentences])
         self._outputs = {}
         for name in self._wanted(top_k):
             width = {LOG_PROBS: self._vocab, CROSS_ATTENTION: self.source_len}.get(name, top_k)
@@ -235,28 +258,68 @@ class SlotDecoder(Stepping):
         return binding
 
     def reorder(self, rows: np.ndarray) -> None:
-        """Row i takes row ``rows[i]``'s history (and memory): only the rows that change move."""
+        """Row i takes row ``rows[i]``'s history: only the rows that change move; memory slots
+        move only when sentences leave."""
         if not len(rows):
-            self._rows = 0
+            self._rows = self._sentences = 0
             self._release()
             return
-        self._reserve(len(rows), 0, 0)
+        self._reserve(len(rows), 0, 0, 0)
         moved = np.flatnonzero(rows != np.arange(len(rows)))
+        regrouped = len(rows) != self._rows
         if len(moved):
             src = rows[moved]
             length = int(self._positions[src].max())
             if length:
                 for buffer in self._cache:  # the right side is gathered first: overlaps are safe
                     buffer[moved, :, :length] = buffer[src, :, :length]
-            other = self._sentence[src] != self._sentence[moved]
-            if other.any():
-                to, src_other = moved[other], src[other]
-                for buffer in self._memory:
-                    buffer[to] = buffer[src_other]
-                self._mask[to] = self._mask[src_other]
+            regrouped = regrouped or bool(np.any(self._sentence[src] != self._sentence[moved]))
             self._positions[moved] = self._positions[src]
             self._sentence[moved] = self._sentence[src]
         self._rows = len(rows)
+        if regrouped:
+            self._drop_left_sentences()
+            self._fold = None
+
+    def _drop_left_sentences(self) -> None:
+        """Free the memory slots of sentences no row decodes any more: the last slots in use move
+        into the gaps, so the running sentences stay a prefix."""
+        held = self._held[: self._sentences]
+        going = ~np.isin(held, self._sentence[: self._rows])
+        if not going.any():
+            return
+        keep = self._sentences - int(going.sum())
+        gaps, last = np.flatnonzero(going[:keep]), np.flatnonzero(~going[keep:]) + keep
+        if len(gaps):
+            for buffer in self._memory:
+                buffer[gaps] = buffer[last]
+            self._mask[gaps] = self._mask[last]
+            self._held[gaps] = self._held[last]
+        self._sentences = keep
+
+
+def _grown(wanted: int, have: int) -> int:
+    """Slots to allocate for ``wanted``: at least half as many again as ``have`` (amortised)."""
+    return max(wanted, have * 3 // 2) if wanted > have else have
+
+
+def fold_beams(row_sentence: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The decoder's ``sentence_rows`` and ``beam_index`` for rows decoding ``row_sentence`` (N,)
+    whose memory is in the slots holding ``held`` (sentences,): slot s's rows side by side,
+    padded to a width of at least 2 by repeating its first row, and row n's place among the
+    sentences × width folded queries."""
+    n, slots = len(row_sentence), len(held)
+    order = np.argsort(held)
+    slot = order[np.searchsorted(held, row_sentence, sorter=order)]  # each row's memory slot
+    counts = np.bincount(slot, minlength=slots)
+    width = max(2, int(counts.max()))
+    by_slot = np.argsort(slot, kind="stable")
+    starts = np.cumsum(counts) - counts
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_slot] = np.arange(n) - starts[slot[by_slot]]
+    sentence_rows = np.repeat(by_slot[starts][:, None], width, axis=1)
+    sentence_rows[slot, rank] = np.arange(n)
+    return sentence_rows, slot * width + rank
 
 
 def _score_dtypes(

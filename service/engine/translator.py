@@ -231,6 +231,7 @@ class OnnxTranslator:
             np.dtype(self.cache_dtype).itemsize,
             self.manifest.vocab_size,
             info.max_target_len,
+            info.decoder_layout == "per_layer_kv_slots",
         )
         return RunningDecode(
             self.backend,

@@ -14,6 +14,8 @@ from export import __main__ as cli
 from export.shortlist import SHORTLIST_DECODER
 from export.translation import VMAP_FILE, export_translation, load_source, up_to_date
 from service.artefacts import (
+    BEAM_INDEX,
+    SENTENCE_ROWS,
     TOP_K,
     TOP_LOG_PROBS,
     TOP_TOKENS,
@@ -22,6 +24,7 @@ from service.artefacts import (
     read_manifest,
     sha256_of_files,
 )
+from service.engine.slots import fold_beams
 from tests.tiny_models import tiny_translation_checkpoint
 
 ROWS = 5
@@ -45,9 +48,10 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
 
 
 def step_feeds(session: ort.InferenceSession, rows: int = ROWS, top_k: int = 6) -> dict[str, np.ndarray]:
-    """Random but fixed inputs of one slot-layout decoder step."""
+    """Random but fixed inputs of one slot-layout decoder step, every row a sentence of its own."""
     rng = np.random.default_rng(0)
-    feeds: dict[str, np.ndarray] = {}
+    sentence_rows, beam_index = fold_beams(np.arange(rows), np.arange(rows))
+    feeds: dict[str, np.ndarray] = {SENTENCE_ROWS: sentence_rows, BEAM_INDEX: beam_index}
     for spec in session.get_inputs():
         name, shape = spec.name, spec.shape
         if name == "input_ids":

@@ -113,7 +113,10 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
     decoder = {t.name: t for t in fp32.graphs["decoder"].inputs}
     presents = {t.name: t for t in fp32.graphs["decoder"].outputs}
     assert decoder["cache_keys_1"].shape == presents["present_keys_1"].shape == ["batch", 4, "cache_len", 8]
-    assert decoder["memory_values_0"].shape == ["batch", 4, "src_len", 8]
+    assert decoder["memory_values_0"].shape == ["sentences", 4, "src_len", 8]  # once per sentence
+    assert decoder["source_mask"].shape == ["sentences", "src_len"]
+    assert decoder["sentence_rows"].shape == ["sentences", "width"]
+    assert decoder["beam_index"].shape == ["batch"]
     assert decoder["cache_keys_1"].dtype == "float32" and decoder["input_ids"].dtype == "int64"
     assert decoder["positions"].shape == ["batch"]
     assert decoder["top_k"].shape == [1] and decoder["top_k"].dtype == "int64"

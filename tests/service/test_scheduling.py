@@ -208,7 +208,7 @@ async def test_the_decode_stays_within_its_memory_budget(
 ) -> None:
     """Sentences wait for room instead of allocating; one that could never fit is refused."""
     decode = engine.new_decode()
-    one = 4 * decode.shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
+    one = decode.shape.footprint(4, 1, ENDLESS, max(engine.count_tokens(t) for t in LONG))
     budget = 2 * one + one // 2  # room for two long beam-4 sentences at a time
     worst: list[int] = []
     held: list[int] = []  # what the slot buffers really take
@@ -240,7 +240,7 @@ async def test_a_small_request_passes_a_full_decode_through_the_express_share(
 ) -> None:
     """Long sentences fill the main decode's share (three quarters of the budget); a one-word
     request still starts at once, in the express decode, and ends long before them."""
-    one = 4 * engine.new_decode().shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
+    one = engine.new_decode().shape.footprint(4, 1, ENDLESS, max(engine.count_tokens(t) for t in LONG))
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
     b = batcher_for(engine, memory_bytes=4 * one, policy=policy)  # main share: three long sentences
     b.start()
@@ -301,7 +301,7 @@ async def test_the_queue_stays_bounded_while_sentences_wait_for_room(
 ) -> None:
     """One long sentence fills the decode, a second waits for room, a third queues: the next
     request is refused with 429 (QueueFull) and nothing is allocated for it."""
-    one = 4 * engine.new_decode().shape.row_bytes(ENDLESS, max(engine.count_tokens(t) for t in LONG))
+    one = engine.new_decode().shape.footprint(4, 1, ENDLESS, max(engine.count_tokens(t) for t in LONG))
     policy = BatchPolicy(max_batch_size=1, max_queue=1)
     b = batcher_for(engine, memory_bytes=one, policy=policy)
     b.start()
