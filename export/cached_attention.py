@@ -134,26 +134,27 @@ def slot_self_attention(
 
 def folded_cross_attention(
     q: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    mask: Tensor,
-    sentence_rows: Tensor,
-    beam_index: Tensor,
+    memory: tuple[Tensor, Tensor, Tensor],
+    fold: tuple[Tensor, Tensor],
+    heads: tuple[int, int],
     scale: float,
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q Kᵀ · scale) V per sentence, its beams folded into Q.
 
-    q: (B, 1, h·d) the rows' projected queries; keys, values: (N, h, S, d) one per sentence;
-    mask: (N, 1, 1, S) bool, True on real source tokens; sentence_rows: (N, W) int64 rows of each
-    sentence; beam_index: (B,) int64 row b's place in the N·W folded queries. → concatenated
-    heads (B, 1, h·d) before the output projection, and weights (B, h, 1, S).
+    q: (B, 1, h·d) the rows' projected queries; memory: keys, values (N, h, S, d) one per
+    sentence and their mask (N, 1, 1, S), True on real source tokens; fold: ``sentence_rows``
+    (N, W) int64, the rows of each sentence, and ``beam_index`` (B,) int64, row b's place among
+    the N·W folded queries; heads: (h, d) as Python ints, so that the reshapes are constants of
+    the graph. → concatenated heads (B, 1, h·d) before the output projection, and weights
+    (B, h, 1, S).
     """
-    n, width = sentence_rows.shape
-    heads, d = keys.shape[1], keys.shape[3]
-    folded = q[:, 0][sentence_rows].view(n, width, heads, d).transpose(1, 2)  # (N, h, W, d)
+    keys, values, mask = memory
+    sentence_rows, beam_index = fold
+    num_heads, d = heads
+    folded = q.reshape(-1, num_heads, d)[sentence_rows].transpose(1, 2)  # (N, h, W, d)
     scores = (folded @ keys.transpose(-2, -1)) * scale  # (N, h, W, S)
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
-    out = (weights @ values).transpose(1, 2).reshape(n * width, heads * d)[beam_index]  # (B, h·d)
-    row_weights = weights.transpose(1, 2).reshape(n * width, heads, -1)[beam_index]  # (B, h, S)
+    out = (weights @ values).transpose(1, 2).reshape(-1, num_heads * d)[beam_index]  # (B, h·d)
+    row_weights = weights.transpose(1, 2).flatten(0, 1)[beam_index]  # (B, h, S)
     return out[:, None], row_weights[:, :, None]

@@ -241,8 +241,8 @@ class DecoderStepGraph(nn.Module):
         cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S); slots: (N, 1, 1, S)
         if self.qkv is not None:
             assert positions is not None and sentence_rows is not None and beam_index is not None
-            memory = (memory_keys, memory_values, cross_mask, sentence_rows, beam_index)
-            return self._slot_step(input_ids, memory, past_keys, past_values, positions)
+            memory, fold = (memory_keys, memory_values, cross_mask), (sentence_rows, beam_index)
+            return self._slot_step(input_ids, memory, fold, (past_keys, past_values), positions)
         pe, self_mask = step_positions(past_keys, positions, m.pos.pe)
         y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
         presents: list[tuple[Tensor, Tensor]] = []
@@ -258,9 +258,9 @@ class DecoderStepGraph(nn.Module):
     def _slot_step(
         self,
         input_ids: Tensor,
-        memory: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
-        cache_keys: Tensor,
-        cache_values: Tensor,
+        memory: tuple[Tensor, Tensor, Tensor],
+        fold: tuple[Tensor, Tensor],
+        cache: tuple[Tensor, Tensor],
         positions: Tensor,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Each layer as ``DecoderLayer``: u = norm1(y + SelfAttn(y)) over the slot cache,
@@ -268,7 +268,7 @@ class DecoderStepGraph(nn.Module):
         norm3(z + FFN(z)) (eval: no dropout)."""
         m = self.model
         assert self.qkv is not None
-        memory_keys, memory_values, cross_mask, sentence_rows, beam_index = memory
+        memory_keys, memory_values, cross_mask = memory
         pe = m.pos.pe[positions][:, None, :]  # (B, 1, d): row b's token sits at positions[b]
         y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
         lengths = cache_lengths(positions)
@@ -276,18 +276,13 @@ class DecoderStepGraph(nn.Module):
         cross_weights = memory_keys.new_zeros(0)
         layers = cast(list[DecoderLayer], list(m.decoder))
         for i, (layer, qkv) in enumerate(zip(layers, self.qkv, strict=True)):
-            heads, kv = slot_self_attention(y, qkv, (cache_keys[i], cache_values[i]), lengths, m.cfg.n_heads)
+            heads, kv = slot_self_attention(y, qkv, (cache[0][i], cache[1][i]), lengths, m.cfg.n_heads)
             presents.append(kv)
             y = layer.norm1(y + layer.self_attn.w_o(heads))
             cross = layer.cross_attn
+            memory_kv = (memory_keys[i], memory_values[i], cross_mask)
             heads, cross_weights = folded_cross_attention(
-                cross.w_q(y),
-                memory_keys[i],
-                memory_values[i],
-                cross_mask,
-                sentence_rows,
-                beam_index,
-                1.0 / math.sqrt(cross.d_k),
+                cross.w_q(y), memory_kv, fold, (cross.n_heads, cross.d_k), 1.0 / math.sqrt(cross.d_k)
             )
             y = layer.norm2(y + cross.w_o(heads))
             y = layer.norm3(y + layer.ffn(y))

@@ -164,10 +164,10 @@ class MarianDecoderStepGraph(nn.Module):
             if sentence_rows is None or beam_index is None:
                 cross, cross_weights = _attend(layer.encoder_attn, x, *memory)
             else:
-                cross_attn = layer.encoder_attn
-                fold = (sentence_rows, beam_index, cross_attn.scaling)
-                heads, cross_weights = folded_cross_attention(cross_attn.q_proj(x), *memory, *fold)
-                cross = cross_attn.out_proj(heads)
+                attn, fold = layer.encoder_attn, (sentence_rows, beam_index)
+                q, shape = attn.q_proj(x), (attn.num_heads, attn.head_dim)
+                heads, cross_weights = folded_cross_attention(q, memory, fold, shape, attn.scaling)
+                cross = attn.out_proj(heads)
             x = _ffn(layer, layer.encoder_attn_layer_norm(x + cross))
         logits = self.model.lm_head(x[:, 0]).float() + self.bias
         return step_outputs(logits, presents, cross_weights)
