@@ -35,7 +35,15 @@ from export.translation_graphs import (
     decoder_io,
 )
 from export.translation_verify import FP32_TOLERANCE
-from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest
+from service.artefacts import (
+    BEAM_INDEX,
+    SENTENCE_ROWS,
+    ArtefactError,
+    Manifest,
+    decoder_layout_of,
+    load_and_verify,
+    read_manifest,
+)
 from service.engine.slots import SlotDecoder
 from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
@@ -248,6 +256,25 @@ def test_an_artefact_of_an_older_decoder_layout_is_re_exported(
     assert (fp32 / "manifest.json").stat().st_mtime_ns == before[fp32]
     rebuilt = load_and_verify(int8)
     assert rebuilt.translation is not None and rebuilt.translation.decoder_layout == DEFAULT_DECODER_LAYOUT
+
+
+def test_a_slot_artefact_from_before_the_memory_per_sentence_is_refused_and_re_exported(
+    checkpoint: Path, exported: Path, tmp_path: Path
+) -> None:
+    """A slot decoder without sentence_rows / beam_index (memory per row) cannot be served: the
+    service says to export again, and the next export does."""
+    out = tmp_path / "artefacts"
+    shutil.copytree(exported, out)
+    int8 = out / "transformer-en-de" / "int8"
+    manifest = json.loads((int8 / "manifest.json").read_text())
+    decoder = manifest["graphs"]["decoder"]
+    decoder["inputs"] = [t for t in decoder["inputs"] if t["name"] not in (SENTENCE_ROWS, BEAM_INDEX)]
+    (int8 / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtefactError, match="export the model again"):
+        decoder_layout_of(t["name"] for t in decoder["inputs"])
+    export_translation(checkpoint, out, ["int8"])
+    rebuilt = load_and_verify(int8)
+    assert {SENTENCE_ROWS, BEAM_INDEX} <= {t.name for t in rebuilt.graphs["decoder"].inputs}
 
 
 def test_the_generation_configs_length_penalty_goes_into_the_manifest(
