@@ -39,11 +39,12 @@ step writes the new column there and outputs the whole buffer as ``present_keys_
 Q/K/V projections fused). Bound to the same memory as the input, the output is written in place:
 no step concatenates or copies a cache, and rows join, leave or follow a beam by writing only
 their own slot (service/engine/slots.py). fp16 (the GPU variant) keeps ``per_layer_kv_positions``,
-whose cache the device backend holds on the GPU. The slot layout holds the cross-attention memory
-once per sentence, not per row: ``memory_*_i`` (sentences, n_heads, src_len, d_head) and ``source_mask``
-(sentences, src_len), with ``sentence_rows`` int64 (sentences, width), each sentence's rows
-(padded by repeating one), and ``beam_index`` int64 (batch,), each row's place among the
-sentences × width folded queries (export/cached_attention.py: ``folded_cross_attention``).
+whose cache the device backend holds on the GPU. The slot layout holds the cross-attention
+memory once per sentence, not per row: ``memory_*_i`` (sentences, n_heads, src_len, d_head) and
+``source_mask`` (sentences, src_len), with ``sentence_rows`` int64 (sentences, width), each
+sentence's rows (padded by repeating one), and ``beam_index`` int64 (batch,), each row's place
+among the sentences × width folded queries (export/cached_attention.py:
+``folded_cross_attention``).
 """
 
 from __future__ import annotations
