@@ -141,9 +141,9 @@ def up_to_date(
     if manifest is None or manifest.translation is None:
         return False
     layout = variant_layout(variant)
-    decoder_inputs = {t.name for t in manifest.graphs["decoder"].inputs}
     if manifest.translation.decoder_layout != layout:
         return False
+    decoder_inputs = {t.name for t in manifest.graphs["decoder"].inputs}
     if decoder_inputs != set(decoder_io(layout, manifest.translation.n_layers)[0]):
         return False  # the layout's inputs have changed since (e.g. the slots' memory per sentence)
     if manifest.translation.length_penalty != source.length_penalty:  # a retuned default

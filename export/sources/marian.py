@@ -164,10 +164,10 @@ class MarianDecoderStepGraph(nn.Module):
             if sentence_rows is None or beam_index is None:
                 cross, cross_weights = _attend(layer.encoder_attn, x, *memory)
             else:
-                attn, fold = layer.encoder_attn, (sentence_rows, beam_index)
-                q, shape = attn.q_proj(x), (attn.num_heads, attn.head_dim)
-                heads, cross_weights = folded_cross_attention(q, memory, fold, shape, attn.scaling)
-                cross = attn.out_proj(heads)
+                encoder_attn, fold = layer.encoder_attn, (sentence_rows, beam_index)
+                q, shape = encoder_attn.q_proj(x), (encoder_attn.num_heads, encoder_attn.head_dim)
+                heads, cross_weights = folded_cross_attention(q, memory, fold, shape, encoder_attn.scaling)
+                cross = encoder_attn.out_proj(heads)
             x = _ffn(layer, layer.encoder_attn_layer_norm(x + cross))
         logits = self.model.lm_head(x[:, 0]).float() + self.bias
         return step_outputs(logits, presents, cross_weights)
