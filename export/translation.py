@@ -40,6 +40,7 @@ from export.publish import (
 from export.reference import load_reference, reference_for
 from export.shortlist import SHORTLIST_DECODER, shortlist_decoder
 from export.sources import TranslationSource
+from export.top_k_blocks import block_size, block_top_k, choose_block
 from export.translation_graphs import decoder_io, load_ours
 from export.translation_verify import TranslationVerifier
 from service.artefacts import (
@@ -54,7 +55,8 @@ from service.artefacts import (
 
 TOKENIZER_FILE = "tokenizer.json"
 VMAP_FILE = "vmap.txt"
-SHORTLIST_VARIANTS = ("fp32", "int8")  # the slot layout's (fp16 keeps the GPU's)
+# the slot layout's, with a shortlist and blocked candidates (fp16 keeps the GPU's layout)
+SLOT_VARIANTS = ("fp32", "int8")
 
 
 def load_source(path: Path, name: str | None = None) -> TranslationSource:
@@ -110,6 +112,7 @@ def build_manifest(
             decoder_layout=decoder_layout(directory / "decoder.onnx"),
             length_penalty=source.length_penalty,
             vocabulary_map=VMAP_FILE if shortlist else None,
+            top_k_block=block_size(directory / "decoder.onnx"),
         ),
         parity={k: round(float(v), 8) for k, v in parity_figures.items()},
         fusions=fusions,
@@ -128,8 +131,9 @@ def up_to_date(
 ) -> bool:
     """A published artefact of the same weights and variant, measured on the current reference
     sentences (export/publish.py), with the same tokenizer file and vocabulary map (or none) and
-    the current default decoder layout and its inputs (an older layout still loads, but the
-    re-export is faster; a slot decoder from before its memory was held per sentence does not)."""
+    the current default decoder layout, its inputs and its candidates' selection (an older layout
+    or a single TopK still loads, but the re-export is faster; a slot decoder from before its
+    memory was held per sentence does not)."""
     manifest = published_manifest(
         directory,
         task="translate",
@@ -148,8 +152,11 @@ def up_to_date(
         return False  # the layout's inputs have changed since (e.g. the slots' memory per sentence)
     if manifest.translation.length_penalty != source.length_penalty:  # a retuned default
         return False
+    blocked = choose_block(source.vocab_size) if variant in SLOT_VARIANTS else None
+    if manifest.translation.top_k_block != blocked:  # from before the blocked candidates
+        return False
     listed = {f.path: f.sha256 for f in manifest.files}
-    vmap_sha = sha256_of(vmap) if vmap is not None and variant in SHORTLIST_VARIANTS else None
+    vmap_sha = sha256_of(vmap) if vmap is not None and variant in SLOT_VARIANTS else None
     if listed.get(VMAP_FILE) != vmap_sha:
         return False
     if source.tokenizer_file is not None:
@@ -222,10 +229,12 @@ class _VariantExport:
             progress("  tracing the fp16 graphs and optimising")
             fusions = build_fp16(self.source, staging)
         write_tokenizer(self.source, staging)
-        if self.vmap is not None and variant in SHORTLIST_VARIANTS:
+        if self.vmap is not None and variant in SLOT_VARIANTS:
             progress("  the decoder over vocabulary shortlists")
             shutil.copyfile(self.vmap, staging / VMAP_FILE)
             shortlist_decoder(staging / "decoder.onnx", staging / SHORTLIST_DECODER)
+        if variant in SLOT_VARIANTS:  # after the shortlist, whose rewrite reads the single TopK
+            block_top_k(staging / "decoder.onnx", self.source.vocab_size)
         return fusions
 
     def manifest(

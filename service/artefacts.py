@@ -141,6 +141,9 @@ class TranslationInfo(_Strict):
     # The vocabulary map (CTranslate2's vmap format) of an export with --vmap, whose manifest
     # then also lists the "decoder_shortlist" graph (export/shortlist.py); None: no shortlist.
     vocabulary_map: str | None = None
+    # The decoder's candidates are picked by blocks of this many tokens (export/top_k_blocks.py;
+    # the same output as one TopK); None: one TopK over the vocabulary (fp16, older artefacts).
+    top_k_block: int | None = None
 
 
 class EmbeddingInfo(_Strict):

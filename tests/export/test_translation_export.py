@@ -23,6 +23,7 @@ from export.model import padding_mask
 from export.onnx_tools import VerificationError
 from export.reference import MIN_CHRF_VS_FP32, load_reference
 from export.sources import GENERATION_CONFIG
+from export.top_k_blocks import block_size, choose_block
 from export.translate import translate_ids as torch_translate_ids
 from export.translation import export_translation, load_source
 from export.translation_checks import BUILTIN_SENTENCES, engine_decoder, open_engine, translate_ids
@@ -55,7 +56,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``transformer-en-de/model.safetensors`` + tokenizer.json, trained 40 steps on reversal."""
     directory = tmp_path_factory.mktemp("ckpt") / "transformer-en-de"
     return tiny_translation_checkpoint(
-        directory, max_len=48, vocab_size=90, n_heads=4, n_encoder_layers=2, n_decoder_layers=2
+        directory, max_len=48, vocab_size=80, n_heads=4, n_encoder_layers=2, n_decoder_layers=2
     )
 
 
@@ -88,6 +89,7 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
         assert [t.name for t in m.graphs["encoder"].inputs] == ENCODER_INPUTS
         assert [t.name for t in m.graphs["encoder"].outputs] == ENCODER_OUTPUTS
         assert m.translation is not None and m.translation.decoder_layout == DEFAULT_DECODER_LAYOUT
+        assert m.translation.top_k_block == choose_block(m.vocab_size) is not None  # blocked candidates
         inputs, outputs = decoder_io(DEFAULT_DECODER_LAYOUT, 2)
         assert [t.name for t in m.graphs["decoder"].inputs] == inputs
         assert [t.name for t in m.graphs["decoder"].outputs] == outputs
@@ -256,6 +258,24 @@ def test_an_artefact_of_an_older_decoder_layout_is_re_exported(
     assert (fp32 / "manifest.json").stat().st_mtime_ns == before[fp32]
     rebuilt = load_and_verify(int8)
     assert rebuilt.translation is not None and rebuilt.translation.decoder_layout == DEFAULT_DECODER_LAYOUT
+
+
+def test_an_artefact_from_before_the_blocked_candidates_is_re_exported(
+    checkpoint: Path, exported: Path, tmp_path: Path
+) -> None:
+    """Its single TopK gives the same output, but the next export replaces it (that variant only)."""
+    out = tmp_path / "artefacts"
+    shutil.copytree(exported, out)
+    fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
+    manifest = json.loads((int8 / "manifest.json").read_text())
+    del manifest["translation"]["top_k_block"]
+    (int8 / "manifest.json").write_text(json.dumps(manifest))
+    before = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
+    export_translation(checkpoint, out, ["fp32", "int8"])
+    assert (fp32 / "manifest.json").stat().st_mtime_ns == before[fp32]
+    rebuilt = load_and_verify(int8)
+    assert rebuilt.translation is not None and rebuilt.translation.top_k_block is not None
+    assert rebuilt.translation.top_k_block == block_size(int8 / "decoder.onnx")
 
 
 def test_a_slot_artefact_from_before_the_memory_per_sentence_is_refused_and_re_exported(
