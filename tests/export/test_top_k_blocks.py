@@ -40,15 +40,15 @@ def run(path: Path, scores: np.ndarray, k: int) -> list[np.ndarray]:
 
 
 def test_block_sizes() -> None:
-    """A divisor near √V / 2 leaving two blocks at least; none for a vocabulary without one."""
+    """Near √V / 2: a divisor of V when one is within a factor of 2, else padded blocks."""
     assert choose_block(8_000) == 40  # the default models' vocabulary: 200 blocks
-    assert choose_block(58_101) == 107  # a base Marian's (3 · 107 · 181)
-    assert choose_block(90) == 9
-    assert choose_block(16) == 8
-    assert choose_block(8) is None and choose_block(97) is None and choose_block(2 * 131) is None
+    assert choose_block(58_101) == 107  # opus-mt-en-de's (3 · 107 · 181)
+    assert choose_block(19_001) == 69  # a prime: 276 blocks, the last 43 tokens of padding
+    assert choose_block(90) == 9 and choose_block(97) == 8
+    assert choose_block(16) == 8 and choose_block(15) is None
 
 
-@pytest.mark.parametrize(("vocab", "opset"), [(90, 17), (8_000, 21), (58_101, 17)])
+@pytest.mark.parametrize(("vocab", "opset"), [(90, 17), (97, 21), (8_000, 21), (19_001, 17), (58_101, 17)])
 def test_the_same_values_and_indices_as_one_top_k(tmp_path: Path, vocab: int, opset: int) -> None:
     """Random rows, rows of exact ties within and across blocks, a row all equal; k from 0 (the
     full log-probs only) to more than the number of blocks."""
@@ -65,14 +65,14 @@ def test_the_same_values_and_indices_as_one_top_k(tmp_path: Path, vocab: int, op
     scores[4, -1] = scores[4].max() + 1.0  # the best token in the last block
     # a tie between block 0 and a later block with a better best: the lower token still wins
     scores[5, [0, 5 * block + 1, 5 * block + 2]] = [5.0, 9.0, 5.0]
-    for k in sorted({0, 1, 2, 8, vocab // block + 3}):
+    for k in sorted({0, 1, 2, 8, -(-vocab // block) + 3}):
         want, got = run(plain, scores, k), run(blocked, scores, k)
         assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1]), k
     assert run(blocked, scores, 8)[1][3].tolist() == list(range(8))
     assert run(blocked, scores, 2)[1][5].tolist() == [5 * block + 1, 0]
 
 
-def test_a_vocabulary_without_a_block_size_keeps_the_single_top_k(tmp_path: Path) -> None:
-    path = candidates_graph(tmp_path / "decoder.onnx", 97, 17)
+def test_a_vocabulary_too_small_for_blocks_keeps_the_single_top_k(tmp_path: Path) -> None:
+    path = candidates_graph(tmp_path / "decoder.onnx", 15, 17)
     before = path.read_bytes()
-    assert block_top_k(path, 97) is None and path.read_bytes() == before
+    assert block_top_k(path, 15) is None and path.read_bytes() == before
