@@ -2,11 +2,11 @@
 becomes a cheap pass and two small ``TopK``s, with the same values and indices.
 
 onnxruntime's CPU ``TopK`` walks each row element by element (≈ 0.5 ns a token), while
-``ReduceMax`` over a contiguous block is vectorised. With the vocabulary cut into ``V / B``
-blocks of ``B`` consecutive tokens:
+``ReduceMax`` over a contiguous block is vectorised. With the vocabulary cut into n = ⌈V / B⌉
+blocks of ``B`` consecutive tokens (the last padded with -inf when B does not divide V):
 
-    blocks = ReduceMax(Reshape(log_probs, (rows, V/B, B)), -1)      (rows, V/B)   each block's best
-    chosen = TopK(blocks, min(k, V/B))                              (rows, k)     the k best blocks…
+    blocks = ReduceMax(Reshape(log_probs, (rows, n, B)), -1)        (rows, n)     each block's best
+    chosen = TopK(blocks, min(k, n))                                (rows, k)     the k best blocks…
     chosen = ascending(chosen)                                                    …in token order
     tokens = chosen · B + arange(B)                                 (rows, k·B)   their tokens
     top_log_probs, j = TopK(GatherElements(log_probs, tokens), k)
