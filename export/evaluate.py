@@ -1,6 +1,8 @@
 """sacreBLEU of a PyTorch checkpoint on a parallel test set (the figure in the model card).
 
 python -m export.evaluate --data-dir ../shared/data/multi30k --split test_2016_flickr --beam 4
+
+With several ``--checkpoint``s (one vocabulary), their ensemble's score (export/translate.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    p.add_argument(
+        "--checkpoint", type=Path, nargs="+", default=[DEFAULT_CHECKPOINT], help="several: their ensemble"
+    )
     p.add_argument("--tokenizer", type=Path, help="default: tokenizer.json next to the checkpoint")
     p.add_argument("--data-dir", type=Path, required=True)
     p.add_argument("--split", default="test_2016_flickr")
@@ -40,17 +44,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
 
-    model = load_checkpoint(args.checkpoint)
-    tokenizer = Tokenizer.from_file(str(args.tokenizer or args.checkpoint.parent / "tokenizer.json"))
+    models = [load_checkpoint(c) for c in args.checkpoint]
+    first = args.checkpoint[0]
+    tokenizer = Tokenizer.from_file(str(args.tokenizer or first.parent / "tokenizer.json"))
     sources, references = read_parallel(args.data_dir, args.split, args.src_lang, args.tgt_lang)
     start = time.time()
-    penalty = checkpoint_length_penalty(args.checkpoint, args.length_penalty)
-    hyps = translate(model, tokenizer, sources, beam_size=args.beam, length_penalty=penalty)
+    penalty = checkpoint_length_penalty(first, args.length_penalty)
+    hyps = translate(models, tokenizer, sources, beam_size=args.beam, length_penalty=penalty)
     bleu = sacrebleu.BLEU()
     score = bleu.corpus_score(hyps, [references])
     print(
         json.dumps(
             {
+                "checkpoints": [str(c) for c in args.checkpoint],
                 "split": args.split,
                 "beam": args.beam,
                 "length_penalty": penalty,

@@ -2,6 +2,10 @@
 
 python -m export.translate "A man is riding a bike." --beam 4
 python -m export.translate --input test.en --beam 4 > hyp.de
+
+``translate_ids`` and ``translate`` also take several models of one vocabulary: an ensemble whose
+every step averages the models' probabilities (``EnsembleDecoder``), for evaluation and for
+distillation data (export/distill.py).
 """
 
 from __future__ import annotations
@@ -49,25 +53,55 @@ class TorchDecoder:
             self.past = [(k[idx], v[idx]) for k, v in self.past]
 
 
+class EnsembleDecoder:
+    """Several models' cached decoders as one: log p = log(mean_i p_i) at every step (equal
+    weights, as Marian's ensembles); the alignments are the first model's."""
+
+    def __init__(self, decoders: Sequence[TorchDecoder]) -> None:
+        self.decoders = list(decoders)
+        self.log_n = float(np.log(len(self.decoders)))
+
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        outputs = [d.step(last_tokens) for d in self.decoders]
+        logp = np.logaddexp.reduce(np.stack([lp for lp, _ in outputs]), axis=0) - self.log_n
+        return logp.astype(np.float32), outputs[0][1]
+
+    def reorder(self, rows: np.ndarray) -> None:
+        for d in self.decoders:
+            d.reorder(rows)
+
+
+def ensemble_of(models: Transformer | Sequence[Transformer]) -> list[Transformer]:
+    """The models as a list, checked to share a vocabulary and special ids (ValueError if not)."""
+    members = [models] if isinstance(models, Transformer) else list(models)
+    kinds = {(m.cfg.vocab_size, m.cfg.pad_id, m.cfg.bos_id, m.cfg.eos_id) for m in members}
+    if len(kinds) != 1:
+        raise ValueError("an ensemble's models must share one vocabulary and its special ids")
+    return members
+
+
 @torch.no_grad()
 def translate_ids(
-    model: Transformer,
+    model: Transformer | Sequence[Transformer],
     src_ids: Sequence[Sequence[int]],
     beam_size: int = 4,
     max_len: int | None = None,
     batch_size: int = 64,
     length_penalty: float = 1.0,
 ) -> list[list[int]]:
-    """Best hypothesis ids per source, batched in length order, returned in input order."""
-    cfg = model.cfg
-    device = next(model.parameters()).device
+    """Best hypothesis ids per source, batched in length order, returned in input order; with
+    several models, their ensemble's."""
+    models = ensemble_of(model)
+    cfg = models[0].cfg
+    device = next(models[0].parameters()).device
     out: list[list[int]] = [[] for _ in src_ids]
     for chunk in length_sorted_batches([len(s) for s in src_ids], batch_size):
         src = pad([src_ids[i] for i in chunk], cfg.pad_id).to(device)
         chunk_ids = [src_ids[i] for i in chunk]
         limits = [max_len] * len(chunk) if max_len else output_limits(chunk_ids, cfg.max_len)
+        decoders = [TorchDecoder(m, src) for m in models]
         hyps: list[list[TokenHypothesis]] = beam_search(
-            TorchDecoder(model, src),
+            decoders[0] if len(decoders) == 1 else EnsembleDecoder(decoders),
             len(chunk),
             beam_size=beam_size,
             max_len=limits,
@@ -81,9 +115,13 @@ def translate_ids(
 
 
 def translate(
-    model: Transformer, tokenizer: Tokenizer, texts: Sequence[str], beam_size: int = 4, **kwargs: int | float
+    model: Transformer | Sequence[Transformer],
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    beam_size: int = 4,
+    **kwargs: int | float,
 ) -> list[str]:
-    src_ids = encode_source(tokenizer, texts, model.cfg.max_len)
+    src_ids = encode_source(tokenizer, texts, ensemble_of(model)[0].cfg.max_len)
     ids = translate_ids(model, src_ids, beam_size=beam_size, **kwargs)  # type: ignore[arg-type]
     return tokenizer.decode_batch(ids)
 

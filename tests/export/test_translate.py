@@ -13,7 +13,7 @@ import torch
 from export.checkpoint import load_checkpoint, save_checkpoint
 from export.data import encode_source, pad, train_tokenizer
 from export.model import Transformer, TransformerConfig
-from export.translate import TorchDecoder, main, translate, translate_ids
+from export.translate import EnsembleDecoder, TorchDecoder, main, translate, translate_ids
 from service.engine.search import TokenHypothesis, beam_search
 from tests.tiny_models import WORDS
 
@@ -175,3 +175,58 @@ def test_torch_beam_search_is_independent_of_batching() -> None:
         (alone,) = run([s])
         assert [x.tokens for x in h] == [x.tokens for x in alone]
         np.testing.assert_allclose([x.score for x in h], [x.score for x in alone], rtol=1e-5)
+
+
+# Ensembles: several models of one vocabulary, each step's probabilities averaged.
+
+
+def tiny(seed: int, vocab_size: int = 40) -> Transformer:
+    cfg = TransformerConfig(
+        vocab_size=vocab_size,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        max_len=32,
+        dropout=0.0,
+    )
+    torch.manual_seed(seed)
+    return Transformer(cfg).double().eval()
+
+
+def test_an_ensemble_step_averages_the_models_probabilities() -> None:
+    """log p = log((p_a + p_b) / 2) per token, rows reordered together; the alignments are the
+    first model's."""
+    a, b = tiny(2), tiny(3)
+    src = pad([[5, 6, 7, 2], [8, 2]], a.cfg.pad_id)
+    rows = np.array([0, 0, 1], dtype=np.int64)
+    with torch.no_grad():
+        ensemble = EnsembleDecoder([TorchDecoder(a, src, with_attention=True), TorchDecoder(b, src)])
+        alone_a, alone_b = TorchDecoder(a, src, with_attention=True), TorchDecoder(b, src)
+        for decoder in (ensemble, alone_a, alone_b):
+            decoder.reorder(rows)
+        tokens = np.array([a.cfg.bos_id] * 3, dtype=np.int64)
+        for _ in range(3):
+            logp, attention = ensemble.step(tokens)
+            (logp_a, attention_a), (logp_b, _) = alone_a.step(tokens), alone_b.step(tokens)
+            expected = np.log((np.exp(logp_a) + np.exp(logp_b)) / 2)
+            np.testing.assert_allclose(logp, expected, rtol=1e-5, atol=1e-6)
+            assert attention is not None and attention_a is not None
+            np.testing.assert_array_equal(attention, attention_a)
+            tokens = logp.argmax(-1)
+
+
+def test_an_ensemble_of_one_model_twice_translates_as_the_model() -> None:
+    model = tiny(4)
+    with torch.no_grad():
+        model.embed.weight[model.cfg.eos_id] *= 3
+    sources = [[5, 6, 7, 2], [8, 2], [9, 10, 11, 12, 13, 2]]
+    alone = translate_ids(model, sources, beam_size=3, max_len=8)
+    assert translate_ids([model, model], sources, beam_size=3, max_len=8) == alone
+    assert translate_ids([model], sources, beam_size=3, max_len=8) == alone
+
+
+def test_an_ensemble_needs_one_vocabulary() -> None:
+    with pytest.raises(ValueError, match="one vocabulary"):
+        translate_ids([tiny(5), tiny(5, vocab_size=41)], [[5, 2]], beam_size=2)
