@@ -139,11 +139,10 @@ def test_torch_greedy_search_equals_a_naive_full_recompute_loop() -> None:
         assert (alignment[:, len(s) :] == 0).all()  # padded source positions get no attention
 
 
-def test_torch_beam_search_is_independent_of_batching() -> None:
-    """Beam search over a padded batch (rows leaving as sentences finish) equals searching each
-    sentence alone: TorchDecoder.reorder keeps the caches and masks of the right rows."""
+def tiny(seed: int, vocab_size: int = 40) -> Transformer:
+    """A random one-layer model in float64, eval mode."""
     cfg = TransformerConfig(
-        vocab_size=40,
+        vocab_size=vocab_size,
         d_model=16,
         n_heads=2,
         d_ff=32,
@@ -152,8 +151,15 @@ def test_torch_beam_search_is_independent_of_batching() -> None:
         max_len=32,
         dropout=0.0,
     )
-    torch.manual_seed(1)
-    model = Transformer(cfg).double().eval()
+    torch.manual_seed(seed)
+    return Transformer(cfg).double().eval()
+
+
+def test_torch_beam_search_is_independent_of_batching() -> None:
+    """Beam search over a padded batch (rows leaving as sentences finish) equals searching each
+    sentence alone: TorchDecoder.reorder keeps the caches and masks of the right rows."""
+    model = tiny(1)
+    cfg = model.cfg
     with torch.no_grad():
         model.embed.weight[cfg.eos_id] *= 3
     sources = [[5, 6, 7, 2], [8, 2], [9, 10, 11, 12, 13, 2]]
@@ -178,21 +184,6 @@ def test_torch_beam_search_is_independent_of_batching() -> None:
 
 
 # Ensembles: several models of one vocabulary, each step's probabilities averaged.
-
-
-def tiny(seed: int, vocab_size: int = 40) -> Transformer:
-    cfg = TransformerConfig(
-        vocab_size=vocab_size,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        max_len=32,
-        dropout=0.0,
-    )
-    torch.manual_seed(seed)
-    return Transformer(cfg).double().eval()
 
 
 def test_an_ensemble_step_averages_the_models_probabilities() -> None:

@@ -243,39 +243,29 @@ def test_rerun_skips_until_an_artefact_is_corrupted(checkpoint: Path, exported: 
     assert sorted(p.name for p in (out / "transformer-en-de").iterdir()) == ["fp32", "int8"]
 
 
-def test_an_artefact_of_an_older_decoder_layout_is_re_exported(
-    checkpoint: Path, exported: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("field", "before"),
+    [("decoder_layout", "stacked_kv"), ("top_k_block", None)],
+    ids=["older decoder layout", "single TopK"],
+)
+def test_an_older_artefact_still_loads_and_is_re_exported(
+    checkpoint: Path, exported: Path, tmp_path: Path, field: str, before: str | None
 ) -> None:
-    """It still loads, but the next export replaces it by the default layout's (that variant only)."""
+    """An artefact of an older decoder layout, or from before the candidates by blocks (a single
+    TopK, the same output), still loads, but the next export replaces it (that variant only)."""
     out = tmp_path / "artefacts"
     shutil.copytree(exported, out)
     fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
     manifest = json.loads((int8 / "manifest.json").read_text())
-    manifest["translation"]["decoder_layout"] = "stacked_kv"  # as exported before the field
+    manifest["translation"][field] = before  # as exported before the field (or its value)
     (int8 / "manifest.json").write_text(json.dumps(manifest))
-    before = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
+    assert load_and_verify(int8).translation is not None
+    stamps = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
     export_translation(checkpoint, out, ["fp32", "int8"])
-    assert (fp32 / "manifest.json").stat().st_mtime_ns == before[fp32]
-    rebuilt = load_and_verify(int8)
-    assert rebuilt.translation is not None and rebuilt.translation.decoder_layout == DEFAULT_DECODER_LAYOUT
-
-
-def test_an_artefact_from_before_the_blocked_candidates_is_re_exported(
-    checkpoint: Path, exported: Path, tmp_path: Path
-) -> None:
-    """Its single TopK gives the same output, but the next export replaces it (that variant only)."""
-    out = tmp_path / "artefacts"
-    shutil.copytree(exported, out)
-    fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
-    manifest = json.loads((int8 / "manifest.json").read_text())
-    del manifest["translation"]["top_k_block"]
-    (int8 / "manifest.json").write_text(json.dumps(manifest))
-    before = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
-    export_translation(checkpoint, out, ["fp32", "int8"])
-    assert (fp32 / "manifest.json").stat().st_mtime_ns == before[fp32]
-    rebuilt = load_and_verify(int8)
-    assert rebuilt.translation is not None and rebuilt.translation.top_k_block is not None
-    assert rebuilt.translation.top_k_block == block_size(int8 / "decoder.onnx")
+    assert (fp32 / "manifest.json").stat().st_mtime_ns == stamps[fp32]
+    rebuilt = load_and_verify(int8).translation
+    assert rebuilt is not None and rebuilt.decoder_layout == DEFAULT_DECODER_LAYOUT
+    assert rebuilt.top_k_block is not None and rebuilt.top_k_block == block_size(int8 / "decoder.onnx")
 
 
 def test_a_slot_artefact_from_before_the_memory_per_sentence_is_refused_and_re_exported(
