@@ -30,18 +30,20 @@ def read_lines(path: Path) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
+def split_file(data_dir: Path, split: str, lang: str) -> Path:
+    """``{split}.{lang}.gz``, else ``{split}.{lang}``, in ``data_dir``."""
+    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
+        if (data_dir / name).exists():
+            return data_dir / name
+    raise FileNotFoundError(f"no {split}.{lang}[.gz] in {data_dir}")
+
+
 def read_parallel(
     data_dir: Path, split: str, src: str = "en", tgt: str = "de"
 ) -> tuple[list[str], list[str]]:
     """Read ``{split}.{src}[.gz]`` and ``{split}.{tgt}[.gz]`` as aligned sentence lists."""
-
-    def find(lang: str) -> Path:
-        for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
-            if (data_dir / name).exists():
-                return data_dir / name
-        raise FileNotFoundError(f"no {split}.{lang}[.gz] in {data_dir}")
-
-    sources, targets = read_lines(find(src)), read_lines(find(tgt))
+    sources = read_lines(split_file(data_dir, split, src))
+    targets = read_lines(split_file(data_dir, split, tgt))
     if len(sources) != len(targets):
         raise ValueError(f"{split}: {len(sources)} {src} lines but {len(targets)} {tgt} lines")
     return sources, targets

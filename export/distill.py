@@ -25,7 +25,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from export.checkpoint import load_checkpoint
-from export.data import read_parallel
+from export.data import read_parallel, split_file
 from export.translate import checkpoint_length_penalty, translate
 
 CHUNK = 2048  # sentences translated between two progress lines
@@ -68,10 +68,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     write_lines(args.out / f"train.{args.src_lang}.gz", sources)
     write_lines(args.out / f"train.{args.tgt_lang}.gz", outputs)
     for lang in (args.src_lang, args.tgt_lang):
-        found = [p for p in (args.data_dir / f"val.{lang}.gz", args.data_dir / f"val.{lang}") if p.exists()]
-        if not found:
-            raise FileNotFoundError(f"no val.{lang}[.gz] in {args.data_dir}")
-        shutil.copyfile(found[0], args.out / found[0].name)
+        val = split_file(args.data_dir, "val", lang)
+        shutil.copyfile(val, args.out / val.name)
 
 
 if __name__ == "__main__":
