@@ -141,10 +141,6 @@ class DynamicBatcher(Generic[ItemT, ResultT]):
             )
 
     @property
-    def accepting(self) -> bool:
-        return self._accepting
-
-    @property
     def queued(self) -> int:
         return self._queued
 

@@ -239,7 +239,3 @@ class DeviceGather:
         session.run_with_iobinding(binding)
         out: ort.OrtValue = binding.get_outputs()[0]
         return out
-
-
-def to_device(x: np.ndarray, device: str, device_id: int = 0) -> ort.OrtValue:
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x), device, device_id)
