@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from service.app import create_app
 from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
 from service.lifecycle import Runtime
+from service.memory import limit_heaps
 from service.settings import Settings
 
 log = logging.getLogger("service")
@@ -91,6 +92,7 @@ def serve(app: FastAPI, settings: Settings) -> int:
 
 def main() -> int:
     settings = Settings()
+    limit_heaps(settings.malloc_heaps)  # before any thread of the service starts
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -5,10 +5,15 @@ stopped: no header read timeout, no header size, count or request-line limit wit
 and ``limit_concurrency`` counts connections only to answer 503 once their headers are complete,
 after they have held a descriptor for as long as they liked. This protocol adds, per connection:
 
-- a **head deadline**: from the moment a connection waits for a request (opened, or its last
-  response sent) the request line and headers must be complete within ``header_timeout_s``,
-  else 408 (or a plain close when not one byte came) — a slow-header client holds a descriptor
-  that long at most, and a client trickling an unread body after its response is cut too;
+- a **head deadline**: the request line and headers must be complete within ``header_timeout_s``
+  of the connection's opening, or of the first byte of its next request, else 408 (or a plain
+  close when not one byte came) — a slow-header client holds a descriptor that long at most;
+  a client still trickling the unread body of a request already answered is cut
+  ``header_timeout_s`` after the answer. Between requests a keep-alive connection idles up to
+  uvicorn's ``timeout_keep_alive`` (``keep_alive_timeout_s``), longer than the clients' and
+  proxies' own idle expiry, so that they, not the server, close it: a request sent on a
+  connection the server is closing that instant is reset (httpx, thus the OpenAI SDK, expires
+  idle connections after 5 s, and met resets against a 5 s server timeout under load);
 - a **head budget**: the request target within ``max_request_line_bytes`` (else 414), the
   header lines within ``max_header_bytes`` (else 431) and ``max_header_count`` (else 431). The
   parser is fed at most the budget, so an endless header costs that many bytes, not more;
@@ -194,6 +199,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             )
             return
         self._wait_for_request()
+        self._start_head_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
         OPEN_CONNECTIONS.dec()
@@ -211,9 +217,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         return False
 
     def _wait_for_request(self) -> None:
-        """No request in progress: the head deadline runs, and this connection may be shed."""
+        """No request in progress: this connection may be shed."""
         self.waiting[self] = None
         self.waiting.move_to_end(self)
+
+    def _start_head_deadline(self) -> None:
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
 
@@ -241,6 +249,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return
         self._unset_keepalive_if_required()
+        if self._reading_head:  # the first bytes of a request after a keep-alive wait start its clock
+            self._start_head_deadline()
         while data:
             if self._reading_head:  # feed no more than the head budget has room for
                 room = self.limits.max_head_bytes - self._head_bytes
@@ -318,6 +328,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
             self._wait_for_request()
+            if not self._reading_head:  # answered before its body came: what still comes is cut
+                self._start_head_deadline()
 
     # ---- answering --------------------------------------------------------------------------
 

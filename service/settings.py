@@ -44,7 +44,9 @@ class Settings(BaseSettings):
     # Connections and headers (hostile clients): enforced by the HTTP server (service/http_limits.py)
     header_timeout_s: float = Field(default=10.0, gt=0)  # request line + headers must arrive → 408, closed
     body_timeout_s: float = Field(default=15.0, gt=0)  # the whole body, from the end of the headers → 408
-    keep_alive_timeout_s: int = Field(default=5, ge=1)  # an idle keep-alive connection is then closed
+    # How long an idle keep-alive connection is kept: longer than clients' and proxies' own idle
+    # expiry (httpx 5 s, load balancers 60 s), so that they close it first (http_limits.py).
+    keep_alive_timeout_s: int = Field(default=75, ge=1)
     max_connections: int = Field(default=0, ge=0)  # 0: RLIMIT_NOFILE − connection_fd_reserve
     connection_fd_reserve: int = Field(default=256, ge=16)  # descriptors kept for models, logs, probes
     max_request_line_bytes: int = Field(default=8192, ge=256, le=1 << 20)  # request target → 414
@@ -91,6 +93,10 @@ class Settings(BaseSettings):
     # Once every model is idle after requests, give freed memory back to the OS (glibc's
     # malloc_trim; service/memory.py), checked this often; 0: never.
     memory_trim_interval_s: float = Field(default=2.0, ge=0)
+    # glibc heaps shared by all the process's threads (mallopt M_ARENA_MAX, set at start-up):
+    # fewer heaps hold less free memory at a peak (service/memory.py: limit_heaps); 0: glibc's
+    # default (8 per core).
+    malloc_heaps: int = Field(default=2, ge=0)
     # Net new Python objects between two collections of the youngest generation once serving
     # (Python's default: 700; the heap at start-up is frozen; service/memory.py: FrozenHeap).
     gc_young_threshold: int = Field(default=10_000, ge=100)

@@ -11,6 +11,7 @@ point of keeping it on the device.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +64,10 @@ def session_options(
     """Thread counts (0 = onnxruntime's default, one per core), full graph optimisation.
 
     Memory patterns are off: they are planned per input shape, and ours change on every call,
-    so they would only be recomputed and cached. The CPU arena stays on (reuses buffers).
-    Spinning threads lower latency but burn CPU between calls; turn it off on shared hosts.
+    so they would only be recomputed and cached. The CPU arena stays on (reuses buffers; without
+    it a beam-4 batch decoded 3–7 % slower) and is one arena for every session of the process
+    (``shared_cpu_arena``). Spinning threads lower latency but burn CPU between calls; turn it
+    off on shared hosts.
     """
     so = ort.SessionOptions()
     so.intra_op_num_threads = intra_op_threads
@@ -74,11 +77,26 @@ def session_options(
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.enable_mem_pattern = False
     so.enable_cpu_mem_arena = True
+    shared_cpu_arena()
+    so.add_session_config_entry("session.use_env_allocators", "1")
     so.log_severity_level = 3  # errors only; warnings about unused initialisers are noise here
     if not allow_spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return so
+
+
+@functools.cache
+def shared_cpu_arena() -> None:
+    """Register one CPU arena in onnxruntime's environment, for the sessions that opt in.
+
+    Each session otherwise keeps an arena of its own, grown to that graph's peak and never given
+    back: a service with several models and encoder/decoder graphs holds the sum of their peaks.
+    Shared, the arena holds the peak of what runs at once (the three default models: 325 → 270
+    MB resident once idle after translating test2016 with both translators).
+    """
+    cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    ort.create_and_register_allocator(cpu, ort.OrtArenaCfg({}))  # onnxruntime's default arena
 
 
 @dataclass(frozen=True)

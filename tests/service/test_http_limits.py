@@ -1,9 +1,13 @@
 """The server's protocol writes each response in one piece: head and body together, a head
-alone only where no body follows (HEAD, 204), and ``100 Continue`` at once, before the body."""
+alone only where no body follows (HEAD, 204), and ``100 Continue`` at once, before the body.
+Its clocks: a keep-alive connection idles up to the keep-alive timeout, the head deadline
+counts from a connection's opening or from its next request's first byte."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -59,6 +63,13 @@ async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, li
         real_write(self, data)
 
     monkeypatch.setattr(transport_type, "write", recording_write)
+    async with serving(LIMITS) as port:
+        yield port, writes
+
+
+@contextlib.asynccontextmanager
+async def serving(limits: ConnectionLimits, keep_alive_s: int = 5) -> AsyncIterator[int]:
+    """A uvicorn server with the limited protocol on a free port."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -67,17 +78,20 @@ async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, li
         host="127.0.0.1",
         port=port,
         loop="asyncio",
-        http=LimitedHttpToolsProtocol.for_limits(LIMITS),
+        http=LimitedHttpToolsProtocol.for_limits(limits),
         lifespan="off",
         log_level="warning",
+        timeout_keep_alive=keep_alive_s,
     )
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
-    yield port, writes
-    server.should_exit = True
-    await task
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        await task
 
 
 async def _a_transport() -> asyncio.Transport:
@@ -130,3 +144,69 @@ async def test_100_continue_goes_before_the_body_is_sent(server: tuple[int, list
     got = await exchange(port, head, then=b"ok", until=b"echo:ok")
     assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
     assert [w[:12] for w in responses(writes)] == [b"HTTP/1.1 100", b"HTTP/1.1 200"]
+
+
+QUICK_HEAD = dataclasses.replace(LIMITS, header_timeout_s=0.5)
+GET = b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+async def _answer(reader: asyncio.StreamReader) -> bytes:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    return head + await asyncio.wait_for(reader.readexactly(length), 5)
+
+
+async def _closed_after(reader: asyncio.StreamReader) -> float:
+    """Seconds until the server closes the connection (EOF or reset), reading what it sends."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with contextlib.suppress(ConnectionError):
+        while await asyncio.wait_for(reader.read(65536), 10):
+            pass
+    return loop.time() - start
+
+
+async def test_a_keep_alive_connection_idle_past_the_head_deadline_is_still_served() -> None:
+    """Idle between requests is the keep-alive timeout's business, not the head deadline's: a
+    client's next request on a connection idle longer than the head deadline is answered."""
+    async with serving(QUICK_HEAD, keep_alive_s=5) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(GET)
+        assert (await _answer(reader)).startswith(b"HTTP/1.1 200")
+        await asyncio.sleep(1.2)
+        writer.write(GET)
+        assert (await _answer(reader)).startswith(b"HTTP/1.1 200")
+        writer.close()
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_keep_alive_timeout() -> None:
+    async with serving(QUICK_HEAD, keep_alive_s=1) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(GET)
+        assert (await _answer(reader)).startswith(b"HTTP/1.1 200")
+        assert 0.8 <= await _closed_after(reader) <= 2.5
+        writer.close()
+
+
+async def test_the_head_deadline_runs_from_the_next_requests_first_byte() -> None:
+    """After a keep-alive wait longer than the head deadline, a head begun and left incomplete
+    gets 408 one head deadline later, not at once."""
+    async with serving(QUICK_HEAD, keep_alive_s=5) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(GET)
+        assert (await _answer(reader)).startswith(b"HTTP/1.1 200")
+        await asyncio.sleep(1.2)
+        writer.write(b"GET /x HTTP/1.1\r\nHost:")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        answer = await _answer(reader)
+        assert answer.startswith(b"HTTP/1.1 408") and b"header_timeout" in answer
+        assert 0.4 <= loop.time() - start <= 1.5
+        writer.close()
+
+
+async def test_a_connection_that_sends_nothing_is_closed_after_the_head_deadline() -> None:
+    async with serving(QUICK_HEAD, keep_alive_s=5) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert 0.4 <= await _closed_after(reader) <= 1.5
+        writer.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
 import weakref
 from dataclasses import dataclass
 
@@ -31,6 +33,41 @@ def test_freed_heap_pages_go_back_to_the_os() -> None:
     assert memory.release_free_memory()
     assert _resident_mib() < kept - 80, (kept, _resident_mib())
     del pin
+
+
+_HEAPS_SCRIPT = """
+import sys, threading
+from service import memory
+limited = memory.limit_heaps(int(sys.argv[1]))
+hold, go = threading.Barrier(9), threading.Event()
+def run():
+    block = bytearray(1000)  # a thread's first allocation takes it a heap
+    hold.wait()
+    go.wait()
+threads = [threading.Thread(target=run) for _ in range(8)]
+for t in threads:
+    t.start()
+hold.wait()
+memory._glibc("malloc_stats")()  # one "Arena N:" block a heap, on stderr
+go.set()
+print(limited)
+"""
+
+
+@pytest.mark.skipif(memory._MALLOPT is None, reason="not glibc: no heaps per thread")
+def test_the_threads_share_the_heaps_they_are_limited_to() -> None:
+    """Eight threads allocating at once get a heap each from glibc (up to 8 per core), or share
+    the 2 they are limited to."""
+
+    def heaps(limit: int) -> tuple[int, str]:
+        run = subprocess.run(
+            [sys.executable, "-c", _HEAPS_SCRIPT, str(limit)], capture_output=True, text=True, check=True
+        )
+        return run.stderr.count("Arena "), run.stdout.strip()
+
+    default, applied = heaps(0)
+    assert default >= 8 and applied == "False"  # 0: glibc's default, nothing set
+    assert heaps(2) == (2, "True")
 
 
 def _counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:

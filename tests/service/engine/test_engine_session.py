@@ -84,6 +84,21 @@ def test_used_provider_reports_the_session_provider(tmp_path: Path) -> None:
     sess.warmup(s, {"data": np.ones(3, np.float32), "indices": np.array([0], np.int64)})
 
 
+def test_sessions_share_the_process_cpu_arena(tmp_path: Path) -> None:
+    """Every session takes its CPU buffers from the one arena registered in onnxruntime's
+    environment (registering it again is a no-op), and runs with it."""
+    assert session_options(1, 1).get_session_config_entry("session.use_env_allocators") == "1"
+    sess.shared_cpu_arena()
+    path = tmp_path / "g.onnx"
+    path.write_bytes(gather_model_bytes("float32", 0, 1))
+    x = np.arange(6, dtype=np.float32)
+    for _ in range(2):
+        out = create_session(path, SessionConfig("cpu", 1)).run(
+            None, {"data": x, "indices": np.array([4, 1])}
+        )
+        np.testing.assert_array_equal(out[0], [4.0, 1.0])
+
+
 def _fusable_graph(path: Path) -> Path:
     """x → MatMul → Add(bias) → Gelu → Add(x) → LayerNormalization: what an int8 encoder layer
     looks like to onnxruntime once its MatMuls write (…, N) directly."""
