@@ -178,6 +178,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._reading_head = True  # the next bytes belong to a request line or headers
         self._head_bytes = 0
+        self._head_begun = False  # a byte of the next request's head has been parsed
         self._header_count = 0
         self._refused = False
 
@@ -236,7 +237,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         CONNECTIONS_CLOSED.labels(reason="header_timeout").inc()
-        if self._head_bytes == 0:  # not a byte of a request: nobody to answer
+        if not self._head_begun:  # not a byte of a request: nobody to answer
             self._stop_waiting()
             self.transport.close()
             return
@@ -249,8 +250,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return
         self._unset_keepalive_if_required()
-        if self._reading_head:  # the first bytes of a request after a keep-alive wait start its clock
-            self._start_head_deadline()
         while data:
             if self._reading_head:  # feed no more than the head budget has room for
                 room = self.limits.max_head_bytes - self._head_bytes
@@ -297,6 +296,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_count = 0
+        self._head_begun = True
+        self._start_head_deadline()  # a request's first byte, also after a keep-alive wait
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -312,7 +313,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self._reading_head = False
+        self._reading_head = self._head_begun = False
         self._head_bytes = 0
         self._stop_waiting()
         super().on_headers_complete()

@@ -210,3 +210,17 @@ async def test_a_connection_that_sends_nothing_is_closed_after_the_head_deadline
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         assert 0.4 <= await _closed_after(reader) <= 1.5
         writer.close()
+
+
+async def test_a_pipelined_head_left_incomplete_gets_408_after_the_head_deadline() -> None:
+    """A request and the beginning of the next in one write: the first is answered, the second
+    head, begun already, has the head deadline to complete, not the keep-alive timeout."""
+    async with serving(QUICK_HEAD, keep_alive_s=5) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(GET + b"GET /x HTTP/1.1\r\nHost:")
+        assert (await _answer(reader)).startswith(b"HTTP/1.1 200")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        answer = await _answer(reader)
+        assert answer.startswith(b"HTTP/1.1 408") and loop.time() - start <= 1.5
+        writer.close()
