@@ -1,5 +1,6 @@
-"""Memory the service holds: freed memory goes back to the operating system once the service is
-quiet, and Python's garbage collector is tuned for serving (``FrozenHeap``).
+"""Memory the service holds: its threads share a few glibc heaps (``limit_heaps``), freed memory
+goes back to the operating system once the service is quiet, and Python's garbage collector is
+tuned for serving (``FrozenHeap``).
 
 A busy period frees its memory when it ends — a decode's buffers, onnxruntime's step outputs,
 request and response objects — but glibc keeps freed pages in its heaps and returns to the OS
