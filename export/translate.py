@@ -121,8 +121,9 @@ def translate(
     beam_size: int = 4,
     **kwargs: int | float,
 ) -> list[str]:
-    src_ids = encode_source(tokenizer, texts, ensemble_of(model)[0].cfg.max_len)
-    ids = translate_ids(model, src_ids, beam_size=beam_size, **kwargs)  # type: ignore[arg-type]
+    models = ensemble_of(model)
+    src_ids = encode_source(tokenizer, texts, models[0].cfg.max_len)
+    ids = translate_ids(models, src_ids, beam_size=beam_size, **kwargs)  # type: ignore[arg-type]
     return tokenizer.decode_batch(ids)
 
 

@@ -35,14 +35,20 @@ class Quiet(Protocol):
     def idle(self) -> bool: ...  # nothing queued or running
 
 
+def _load_libc() -> ctypes.CDLL | None:
+    try:  # find_library runs ldconfig: once, at import
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+_LIBC = _load_libc()
+
+
 def _glibc(name: str) -> Callable[..., int] | None:
     """A glibc function; None on other C libraries (musl, macOS), which have neither heaps per
     thread to limit nor free pages to trim in this way."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    function: Callable[..., int] | None = getattr(libc, name, None)
+    function: Callable[..., int] | None = getattr(_LIBC, name, None)
     return function
 
 
