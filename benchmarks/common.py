@@ -101,6 +101,15 @@ def rss_mb(pid: int) -> float:
     return total / 1e6
 
 
+def peak_rss_mb(pid: int) -> float:
+    """The highest resident memory a process has had since it started (the kernel's ``VmHWM``),
+    in MB: exact, where sampling (:class:`RssPeak`) can miss a short spike."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / 1e6
+    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
+
+
 class RssPeak:
     """The highest resident memory of a process (and its children) while it runs, sampled on a
     thread every ``period_s``: a load's peak, which a reading after the load misses."""
@@ -253,13 +262,14 @@ def free_port() -> int:
 
 
 class Service:
-    """``python -m service`` on a free port, both models, CPU, a fixed variant, on ``threads``
-    cores, which it divides among its concurrent runs as its default settings do."""
+    """``python -m service`` on a free port, CPU, a fixed variant, on ``threads`` cores, which it
+    divides among its concurrent runs as its default settings do; serving the translation models
+    named (none: no translation) and the embedding model named ("": none)."""
 
     def __init__(
         self,
         artefact_root: Path,
-        translate_model: str,
+        translate_models: Sequence[str],
         embed_model: str,
         *,
         variant: str,
@@ -274,7 +284,12 @@ class Service:
             "TSERVE_HOST": "127.0.0.1",
             "TSERVE_PORT": str(self.port),
             "TSERVE_ARTEFACT_ROOT": str(artefact_root.resolve()),
-            "TSERVE_TRANSLATE_MODEL": translate_model,
+            # an empty list would mean the defaults: no translation is an empty model name
+            **(
+                {"TSERVE_TRANSLATE_MODELS": ",".join(translate_models)}
+                if translate_models
+                else {"TSERVE_TRANSLATE_MODEL": ""}
+            ),
             "TSERVE_EMBED_MODEL": embed_model,
             "TSERVE_PROVIDER": "cpu",
             "TSERVE_VARIANT": variant,

@@ -29,6 +29,7 @@ class Need(Enum):
     OUR_CHECKPOINT = auto()  # Marian + CTranslate2 conversions of --checkpoint, its fp32/int8 export
     BASE_MARIAN = auto()  # the random base-sized Marian, its conversions and export
     EMBEDDING = auto()  # the fp32/int8 export of the embedding model
+    DEFAULT_TRANSLATORS = auto()  # the fp32/int8 export of every default translation checkpoint
     SERVICE = auto()  # our service on the int8 artefacts (not with --no-http)
 
 
@@ -99,6 +100,8 @@ class Bench:
             self.base = self.guard("prepare the base Marian", preparation.prepare_base, self)
         if Need.EMBEDDING in needs:
             self.guard("export the embedding model", preparation.export_embedding, self)
+        if Need.DEFAULT_TRANSLATORS in needs:
+            self.guard("export the default translators", preparation.export_default_translators, self)
         if Need.SERVICE in needs and not self.args.no_http:
             self.service = self.start_service()
 
@@ -117,7 +120,7 @@ class Bench:
         try:
             return Service(
                 self.artefacts,
-                t.parent.name if t else "",
+                [t.parent.name] if t else [],
                 e.parent.name if e else "",
                 variant="int8",
                 threads=self.threads,

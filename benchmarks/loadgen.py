@@ -5,10 +5,10 @@ wait for the answer and send the next, so at most ``concurrency`` requests are i
 client is a few lines over asyncio streams (uvloop when installed) rather than a full HTTP
 library: it shares the cores with the server under test, and httpx cost 3–9 ms of CPU per
 request at 16–64 clients here, which the server would lose. A warm-up round (one request per
-client) is not counted. Then requests run for ``duration_s`` (or ``n_requests`` in all);
-throughput counts the items of the requests completed in the window over the window's length,
-and every completed request's latency goes into the percentiles. Errors (non-2xx, timeouts,
-dropped connections) are counted, never retried.
+client; ``warm_up=False``: none) is not counted. Then requests run for ``duration_s`` (or
+``n_requests`` in all); throughput counts the items of the requests completed in the window over
+the window's length, and every completed request's latency goes into the percentiles. Errors
+(non-2xx, timeouts, dropped connections) are counted, never retried.
 
 The generator runs in the benchmark process, on the same cores as the server under test: it
 takes CPU from it. That cost is the same for every system, so ratios stay fair.
@@ -128,6 +128,7 @@ async def _load(
     timeout_s: float,
     headers: dict[str, str] | None,
     server_cpu: Callable[[], float] | None,
+    warm_up: bool,
 ) -> LoadResult:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
@@ -156,7 +157,9 @@ async def _load(
         return ok, time.perf_counter() - t0, err
 
     try:
-        await asyncio.gather(*(one(c, next(counter)) for c in connections))  # warm-up round
+        if warm_up:
+            await asyncio.gather(*(one(c, next(counter)) for c in connections))
+        first_timed = concurrency if warm_up else 0  # the counter's next index
 
         cpu_at_start = server_cpu() if server_cpu else 0.0
         start = time.perf_counter()
@@ -167,7 +170,7 @@ async def _load(
             nonlocal last_done
             while time.perf_counter() < deadline:
                 i = next(counter)
-                if n_requests is not None and i >= n_requests + concurrency:
+                if n_requests is not None and i >= first_timed + n_requests:
                     return
                 ok, latency, err = await one(conn, i)
                 if ok:
@@ -198,8 +201,10 @@ def run_load(
     timeout_s: float = 120.0,
     headers: dict[str, str] | None = None,
     server_cpu: Callable[[], float] | None = None,
+    warm_up: bool = True,
 ) -> LoadResult:
     """Drive ``url`` with POSTs of ``body(i)`` from ``concurrency`` clients; see the module doc.
+    ``warm_up=False``: no warm-up round, every request is counted (bodies 0 … n_requests−1).
 
     ``server_cpu``: the server's cumulative CPU seconds (``CpuMeter.cpu_seconds``), read at the
     start and the end of the timed window to fill ``LoadResult.server_cpu_s``."""
@@ -223,6 +228,7 @@ def run_load(
                 timeout_s,
                 headers,
                 server_cpu,
+                warm_up,
             )
         )
 

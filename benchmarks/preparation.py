@@ -3,7 +3,8 @@
 * our checkpoint as a ``MarianMTModel`` (checked: equal logits) and as CTranslate2 fp32/int8
   models, keyed by the checkpoint's sha256, and its fp32/int8 ONNX export;
 * a random-weight base-sized Marian, its CTranslate2 conversions and its export;
-* the fp32/int8 export of the embedding model.
+* the fp32/int8 export of the embedding model;
+* the fp32/int8 export of the default translation checkpoints (``make serve``'s models).
 
 The exports are ``export_translation`` / ``export_embedding`` themselves, which skip a variant
 that is up to date. A variant that fails to export is noted and not measured.
@@ -67,6 +68,20 @@ def export_embedding(bench: Bench) -> None:
             bench.models[f"embed/{variant}"] = Path(paths[0])
         except Exception as e:
             bench.results.note(f"embedding export {variant} failed: {type(e).__name__}: {str(e)[:300]}")
+
+
+def export_default_translators(bench: Bench) -> None:
+    """Every default translation checkpoint (service/settings.py), as ``<name>/fp32|int8``; one
+    that is missing is noted. The en→de one is ``--checkpoint``'s export when that is the default."""
+    from export.__main__ import CHECKPOINTS_DIR
+    from service.settings import DEFAULT_TRANSLATE_MODELS
+
+    for name in DEFAULT_TRANSLATE_MODELS:
+        checkpoint = CHECKPOINTS_DIR / name / "model.safetensors"
+        if checkpoint.is_file():
+            export_translation(bench, checkpoint, name)
+        else:
+            bench.results.note(f"default translator {name} not exported: no {checkpoint}")
 
 
 def prepare_small(bench: Bench) -> dict[str, Path]:

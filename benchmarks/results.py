@@ -43,6 +43,8 @@ class Figure(StrEnum):
     TRANSLATE_DYNAMIC = "serving.translate.dynamic"
     TRANSLATE_SERIAL = "serving.translate.serial"
     SERVICE_RSS_AFTER_LOAD = "serving.rss_after_load"
+    # the three default models in one service, peak under their load (stage memory)
+    SERVICE_RSS_THREE_MODELS_PEAK = "memory.rss_three_models.peak"
     # mixed traffic: continuous vs whole-batch ("batch") decoding, and the hostile load
     MIXED_SHORT_P99_CONTINUOUS = "mixed.short_p99.continuous"
     MIXED_SHORT_P99_BATCH = "mixed.short_p99.batch"

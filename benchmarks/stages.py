@@ -6,7 +6,7 @@ A new stage is one module with ``run(bench)`` and ``STAGE = Stage(name, label, n
 
 from __future__ import annotations
 
-from benchmarks import base_marian, embedding, mixed_traffic, serving, translation
+from benchmarks import base_marian, embedding, memory, mixed_traffic, serving, translation
 from benchmarks.harness import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -15,4 +15,5 @@ STAGES: tuple[Stage, ...] = (
     embedding.STAGE,
     serving.STAGE,
     mixed_traffic.STAGE,
+    memory.STAGE,
 )

@@ -205,6 +205,16 @@ TARGETS = (
         False,
         read=_column("p50_ms"),
     ),
+    # issue 16: several translation models in one service
+    Target(
+        16,
+        "service RSS, the three default models, peak under their load",
+        F.SERVICE_RSS_THREE_MODELS_PEAK,
+        None,
+        "MB",
+        500,
+        False,
+    ),
     # issue 17: iteration-level batching
     Target(
         17,

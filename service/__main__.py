@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from service.app import create_app
 from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
 from service.lifecycle import Runtime
-from service.memory import limit_heaps
+from service.memory import limit_heaps, map_large_blocks
 from service.settings import Settings
 
 log = logging.getLogger("service")
@@ -93,6 +93,7 @@ def serve(app: FastAPI, settings: Settings) -> int:
 def main() -> int:
     settings = Settings()
     limit_heaps(settings.malloc_heaps)  # before any thread of the service starts
+    map_large_blocks(settings.malloc_mmap_threshold_kb)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -1,6 +1,6 @@
-"""Memory the service holds: its threads share a few glibc heaps (``limit_heaps``), freed memory
-goes back to the operating system once the service is quiet, and Python's garbage collector is
-tuned for serving (``FrozenHeap``).
+"""Memory the service holds: its threads share a few glibc heaps (``limit_heaps``), large buffers
+get mappings of their own (``map_large_blocks``), freed memory goes back to the operating system
+once the service is quiet, and Python's garbage collector is tuned for serving (``FrozenHeap``).
 
 A busy period frees its memory when it ends — a decode's buffers, onnxruntime's step outputs,
 request and response objects — but glibc keeps freed pages in its heaps and returns to the OS
@@ -8,8 +8,8 @@ only what lies at the top of one, so the resident size stays at the period's pea
 ``malloc_trim(0)`` releases every free page of every heap. Measured on the default service
 (three models, one onnxruntime thread) after translating test2016 (1,000 sentences, beam 4)
 with each translator: 582 MB resident kept, 354 MB when trimmed once idle, the load as fast;
-lowering glibc's mmap threshold instead (each large buffer its own mapping, unmapped when
-freed) gave 330 MB but ran the same load 40 % slower (page faults on every fresh buffer).
+a low mmap threshold instead (every buffer above 128 KiB its own mapping, unmapped when freed)
+gave 330 MB but ran the same load 40 % slower (page faults on every fresh buffer).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def _glibc(name: str) -> Callable[..., int] | None:
 
 
 _MALLOC_TRIM, _MALLOPT = _glibc("malloc_trim"), _glibc("mallopt")
-_M_ARENA_MAX = -8  # malloc.h
+_M_ARENA_MAX, _M_MMAP_THRESHOLD = -8, -3  # malloc.h
+MAX_MMAP_THRESHOLD_KB = 32 * 1024  # glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit)
 
 
 def limit_heaps(heaps: int) -> bool:
@@ -68,6 +69,25 @@ def limit_heaps(heaps: int) -> bool:
     before the threads start: one that has a heap keeps it.
     """
     return heaps > 0 and _MALLOPT is not None and bool(_MALLOPT(_M_ARENA_MAX, heaps))
+
+
+def map_large_blocks(threshold_kb: int) -> bool:
+    """Give every block of at least ``threshold_kb`` KiB a mapping of its own, unmapped when it is
+    freed (``mallopt(M_MMAP_THRESHOLD)``, what ``MALLOC_MMAP_THRESHOLD_`` sets); whether it was
+    applied. 0 leaves glibc's default.
+
+    By default the threshold starts at 128 KiB and rises to the size of each mapped block freed,
+    up to 32 MiB, so that a decode's large buffers (its cache and memory slots, megabytes each,
+    regrown as it runs) soon come from the heaps. There a freed buffer's pages stay resident
+    until an idle trim, and a fresh one that reuses them is zeroed page by page; a mapping is
+    returned when freed, and its untouched pages cost nothing. The three default models peaked
+    at 474–542 MB resident under the load of ``benchmarks/memory.py``, 432–457 MB with 1–2 MiB,
+    as fast; at 128–512 KiB 407–438 MB, but beam search ran 20–30 % slower (page faults on the
+    many smaller buffers mapped afresh). Call it before the threads start.
+    """
+    return (
+        threshold_kb > 0 and _MALLOPT is not None and bool(_MALLOPT(_M_MMAP_THRESHOLD, threshold_kb * 1024))
+    )
 
 
 def release_free_memory() -> bool:

@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.artefacts import Variant
+from service.memory import MAX_MMAP_THRESHOLD_KB
 
 # Absolute ceilings: the request schemas declare them (OpenAPI shows them); settings may only
 # lower them, and the routes check the configured values.
@@ -97,6 +98,9 @@ class Settings(BaseSettings):
     # fewer heaps hold less free memory at a peak (service/memory.py: limit_heaps); 0: glibc's
     # default (8 per core).
     malloc_heaps: int = Field(default=2, ge=0)
+    # Blocks of at least this many KiB get a mapping of their own, returned when freed, instead
+    # of glibc's threshold that rises to 32 MiB (service/memory.py: map_large_blocks); 0: glibc's.
+    malloc_mmap_threshold_kb: int = Field(default=2048, ge=0, le=MAX_MMAP_THRESHOLD_KB)
     # Net new Python objects between two collections of the youngest generation once serving
     # (Python's default: 700; the heap at start-up is frozen; service/memory.py: FrozenHeap).
     gc_young_threshold: int = Field(default=10_000, ge=100)

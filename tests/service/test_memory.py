@@ -70,6 +70,46 @@ def test_the_threads_share_the_heaps_they_are_limited_to() -> None:
     assert heaps(2) == (2, "True")
 
 
+_MAPPED_SCRIPT = """
+import ctypes, sys
+from service import memory
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+        "keepcost")]
+
+libc = memory._LIBC
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallInfo2
+applied = memory.map_large_blocks(int(sys.argv[1]))
+libc.free(libc.malloc(8 << 20))  # mapped (above 128 KiB); freed, it raises glibc's own threshold
+before = libc.mallinfo2().hblkhd
+block = libc.malloc(3 << 20)
+print(applied, libc.mallinfo2().hblkhd - before >= 3 << 20)
+libc.free(block)
+"""
+
+
+@pytest.mark.skipif(getattr(memory._LIBC, "mallinfo2", None) is None, reason="not glibc ≥ 2.33")
+def test_large_blocks_keep_mappings_of_their_own() -> None:
+    """By default a freed 8 MiB block raises glibc's threshold, so a 3 MiB one then comes from a
+    heap; with the threshold fixed at 2 MiB it is mapped afresh."""
+
+    def mapped(threshold_kb: int) -> str:
+        run = subprocess.run(
+            [sys.executable, "-c", _MAPPED_SCRIPT, str(threshold_kb)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return run.stdout.strip()
+
+    assert mapped(0) == "False False"
+    assert mapped(2048) == "True True"
+
+
 def _counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """The trims made from now on (none really made)."""
     trims: list[bool] = []
