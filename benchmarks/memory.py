@@ -56,11 +56,12 @@ def phases(translators: dict[str, list[str]], sentences: list[str]) -> list[Phas
     return out
 
 
-def drive(service: Service, phase: Phase) -> float:
-    """Send every request of ``phase`` once from ``CLIENTS`` clients; its seconds. Raises if any
-    request failed: a figure under a load that was not served would mean nothing."""
+def drive(base_url: str, phase: Phase) -> float:
+    """Send every request of ``phase`` to the server at ``base_url`` once, from ``CLIENTS``
+    clients; its seconds. Raises if any request failed: a figure under a load that was not
+    served would mean nothing."""
     res = run_load(
-        f"{service.base}{phase.path}",
+        f"{base_url}{phase.path}",
         phase.bodies.__getitem__,
         concurrency=min(CLIENTS, len(phase.bodies)),
         n_requests=len(phase.bodies),
@@ -98,14 +99,13 @@ def run(bench: Bench) -> None:
         log=bench.out / "service-memory.log",
     )
     try:
-        started = service.rss_mb()
-        seconds = sum(drive(service, phase) for phase in load)
+        seconds = sum(drive(service.base, phase) for phase in load)
         peak = peak_rss_mb(service.pid)
         idle = service.settled_rss_mb()
     finally:
         service.stop()
     rows = (
-        ("after start-up", started, None),
+        ("after start-up", service.rss_at_start, None),
         ("peak over the load (VmHWM)", peak, Figure.SERVICE_RSS_THREE_MODELS_PEAK),
         (f"after the load, idle {SETTLE_S:g} s", idle, None),
     )

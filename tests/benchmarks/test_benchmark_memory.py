@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from benchmarks import memory
-from benchmarks.common import Service
 from tests.servers import server_process, small_server_command
 
 
@@ -40,20 +39,13 @@ def test_the_load_sends_each_translator_s_sentences_at_beam_4_then_greedy_then_t
     assert [t for b in embed.bodies for t in b["input"]] == sentences
 
 
-def _service(url: str) -> Service:
-    """A ``Service`` facade over a server the test started: ``drive`` needs its base URL only."""
-    service = Service.__new__(Service)
-    service.base = url
-    return service
-
-
 def test_a_phase_sends_every_request_once_and_a_refused_one_fails_it(tmp_path: Path) -> None:
     sentences = [f"sentence {i}" for i in range(100)]
     bodies = [{"input": chunk, "model": "small-embed"} for chunk in memory.chunks(sentences, 7)]
     with server_process(small_server_command(), {}, tmp_path / "server.log") as server:
-        memory.drive(_service(server.url), memory.Phase("embed", "/v1/embeddings", bodies))
+        memory.drive(server.url, memory.Phase("embed", "/v1/embeddings", bodies))
         assert server.metric("tserve_batch_size_sum", model="small-embed") == 100
         assert server.metric("tserve_requests_total", endpoint="/v1/embeddings", status="200") == 15
         refused = memory.Phase("unknown model", "/v1/embeddings", [{"input": ["x"], "model": "nope"}])
         with pytest.raises(RuntimeError, match="unknown model: 1 requests failed"):
-            memory.drive(_service(server.url), refused)
+            memory.drive(server.url, refused)
