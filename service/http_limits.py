@@ -22,7 +22,10 @@ after they have held a descriptor for as long as they liked. This protocol adds,
   progress, so probes and real clients get in while an attacker's idle sockets go; when every
   connection carries a request in progress, the new one gets 503 and is closed;
 - every error it answers itself in the service's JSON shape with ``X-Request-ID``, parse errors
-  (garbage, Content-Length with Transfer-Encoding, two Content-Lengths) included.
+  (garbage, Content-Length with Transfer-Encoding, two Content-Lengths) included;
+- a **disconnect signal**: each request's scope carries a future in its ASGI extensions
+  (``DISCONNECT_EXTENSION``), done when the connection is lost before the response completes,
+  so a route can stop the work of a client gone without a watcher task of its own.
 
 The body deadline (``body_timeout_s`` → 408) is enforced where the body is read, in
 ``service.api.middleware.BodyLimitMiddleware``, so it passes through the app's error handling.
@@ -43,6 +46,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from service.api.dependencies import DISCONNECT_EXTENSION
 from service.api.middleware import request_id_from
 from service.api.schemas import ErrorBody, ErrorResponse
 from service.settings import Settings
@@ -151,6 +155,11 @@ class _HeadWithBody:
         return getattr(self._transport, name)
 
 
+def _extensions(scope: Any) -> dict[str, Any]:
+    extensions: dict[str, Any] = scope.setdefault("extensions", {})
+    return extensions
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the head deadline, head budget and connection cap.
 
@@ -206,6 +215,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         OPEN_CONNECTIONS.dec()
         self._stop_waiting()
         super().connection_lost(exc)
+        if self.cycle is not None and not self.cycle.response_complete:
+            disconnected = _extensions(self.cycle.scope)[DISCONNECT_EXTENSION]
+            if not disconnected.done():
+                disconnected.set_result(None)
 
     def _shed_longest_waiting(self) -> bool:
         while self.waiting:
@@ -295,6 +308,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        _extensions(self.scope)[DISCONNECT_EXTENSION] = self.loop.create_future()
         self._header_count = 0
         self._head_begun = True
         self._start_head_deadline()  # a request's first byte, also after a keep-alive wait

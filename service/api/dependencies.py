@@ -9,6 +9,7 @@ is read with ``runtime_of``, a plain function.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import secrets
 from collections.abc import Awaitable
 from typing import TypeVar
@@ -70,11 +71,51 @@ require_api_key = ApiKeyGate(
 )
 
 
+# ASGI extension set by the service's HTTP protocol (``service.http_limits``): a future per
+# request, done once its client's connection is lost.
+DISCONNECT_EXTENSION = "tserve.disconnected"
+
+
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await ``work`` unless the client disconnects first: then cancel it (its queued items are
     dropped by the batcher) and raise ``ClientDisconnected``. Starlette does not cancel a
     handler when its client leaves, so without this the work would be computed for nobody.
+
+    Under the service's own server the connection says when it is lost (``DISCONNECT_EXTENSION``):
+    the request's task is cancelled from that future, no task is made per request. Elsewhere a
+    watcher task waits for ASGI's ``http.disconnect`` (a task and a wait per request cost a sixth
+    of a one-sentence request's event-loop time: benchmarks/README.md, "Serving cost per request").
     """
+    disconnected = request.scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
+    if disconnected is None:
+        return await _watching_receive(request, work)
+    if disconnected.done():
+        if inspect.iscoroutine(work):
+            work.close()  # never started
+        raise ClientDisconnected()
+    task = asyncio.current_task()
+    assert task is not None
+    waiting, cancelled = True, False
+
+    def cancel(_: object) -> None:
+        nonlocal cancelled
+        if waiting:  # a callback scheduled just before the work ended must not cancel what follows
+            cancelled = True
+            task.cancel()
+
+    disconnected.add_done_callback(cancel)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if cancelled and task.uncancel() == 0:  # ours alone: nobody else cancelled the request
+            raise ClientDisconnected() from None
+        raise
+    finally:
+        waiting = False
+        disconnected.remove_done_callback(cancel)
+
+
+async def _watching_receive(request: Request, work: Awaitable[T]) -> T:
     task = asyncio.ensure_future(work)
 
     async def disconnected() -> None:
