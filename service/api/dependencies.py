@@ -82,9 +82,9 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     handler when its client leaves, so without this the work would be computed for nobody.
 
     Under the service's own server the connection says when it is lost (``DISCONNECT_EXTENSION``):
-    the request's task is cancelled from that future, no task is made per request. Elsewhere a
-    watcher task waits for ASGI's ``http.disconnect`` (a task and a wait per request cost a sixth
-    of a one-sentence request's event-loop time: benchmarks/README.md, "Serving cost per request").
+    the request's task is cancelled from that future, with no task or wait of its own per
+    request (benchmarks/README.md, "The floor of a Python HTTP path"). Elsewhere a watcher task
+    waits for ASGI's ``http.disconnect``.
     """
     disconnected = request.scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
     if disconnected is None:
@@ -92,6 +92,8 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     if disconnected.done():
         if inspect.iscoroutine(work):
             work.close()  # never started
+        elif isinstance(work, asyncio.Future):
+            work.cancel()
         raise ClientDisconnected()
     task = asyncio.current_task()
     assert task is not None

@@ -75,6 +75,10 @@ async def test_a_client_already_gone_gets_no_work_started() -> None:
     with pytest.raises(ClientDisconnected):
         await until_disconnect(_request(disconnected), work())
     assert not ran
+    pending: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    with pytest.raises(ClientDisconnected):
+        await until_disconnect(_request(disconnected), pending)
+    assert pending.cancelled()
 
 
 async def test_another_cancellation_stays_a_cancellation() -> None:
