@@ -27,6 +27,11 @@ class Figure(StrEnum):
     SHORT_P50_OURS_INT8 = "small.short_p50.ours_int8"
     SHORT_P50_OURS_HTTP = "small.short_p50.ours_http"
     SHORT_P50_CT2_INT8 = "small.short_p50.ct2_int8"
+    # one thread each, beam 4: CTranslate2 int8's whole decode, our graphs' runs alone (tok/s)
+    KERNELS_BATCH32_CT2_INT8 = "small.kernels.beam4_batch32.ct2_int8"
+    KERNELS_BATCH32_OURS_GRAPHS = "small.kernels.beam4_batch32.ours_graphs"
+    KERNELS_ONE_CT2_INT8 = "small.kernels.beam4_one.ct2_int8"
+    KERNELS_ONE_OURS_GRAPHS = "small.kernels.beam4_one.ours_graphs"
     # embed, sentences/s
     EMBED_SENTENCE_TRANSFORMERS = "embed.sentence_transformers"
     EMBED_OURS_FP32 = "embed.ours_fp32"

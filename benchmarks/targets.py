@@ -147,6 +147,25 @@ TARGETS = (
         1.0,
         False,
     ),
+    # the same ratios' ceiling without any Python around the graphs (benchmarks/kernels.py)
+    Target(
+        12,
+        "beam 4, batch 32, 1 thread: our graphs' runs alone / CTranslate2 int8's whole decode",
+        F.KERNELS_BATCH32_OURS_GRAPHS,
+        F.KERNELS_BATCH32_CT2_INT8,
+        "×",
+        1.5,
+        True,
+    ),
+    Target(  # a time ratio: CTranslate2's tok/s over the graphs' alone
+        12,
+        "beam 4, one sentence at a time, 1 thread: our graphs' runs alone, time / CTranslate2 int8's",
+        F.KERNELS_ONE_CT2_INT8,
+        F.KERNELS_ONE_OURS_GRAPHS,
+        "×",
+        1.0,
+        False,
+    ),
     Target(
         12,
         "service RSS, both models, after its load runs (≤ 400 MB)",

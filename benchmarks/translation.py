@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import kernels
 from benchmarks import translators as tr
 from benchmarks.common import CpuMeter, percentiles_ms
 from benchmarks.harness import Bench, Need, Stage
@@ -263,10 +264,14 @@ def run(bench: Bench) -> None:
     ]
     short = [s for s in src if len(s.split()) <= 8][: 10 if bench.quick else 50]
     print("== translation: our checkpoint", flush=True)
+    label = (
+        f"{ckpt.parent.name} (d{cfg.d_model}, {cfg.n_encoder_layers}+"
+        f"{cfg.n_decoder_layers}, vocab {cfg.vocab_size})"
+    )
+    F = Figure
     run_suite(
         bench.results,
-        f"{ckpt.parent.name} (d{cfg.d_model}, {cfg.n_encoder_layers}+"
-        f"{cfg.n_decoder_layers}, vocab {cfg.vocab_size})",
+        label,
         systems,
         src,
         ref,
@@ -275,17 +280,34 @@ def run(bench: Bench) -> None:
         short,
         rounds=bench.rounds,
         figures={
-            (BEAM4_BATCH32, OURS_INT8): Figure.SMALL_BEAM4_BATCH32_OURS_INT8,
-            (BEAM4_BATCH32, CT2_INT8): Figure.SMALL_BEAM4_BATCH32_CT2_INT8,
-            (BEAM4_BATCH32_FORCED, OURS_INT8): Figure.SMALL_FORCED20_OURS_INT8,
-            (BEAM4_BATCH32_FORCED, CT2_INT8): Figure.SMALL_FORCED20_CT2_INT8,
+            (BEAM4_BATCH32, OURS_INT8): F.SMALL_BEAM4_BATCH32_OURS_INT8,
+            (BEAM4_BATCH32, CT2_INT8): F.SMALL_BEAM4_BATCH32_CT2_INT8,
+            (BEAM4_BATCH32_FORCED, OURS_INT8): F.SMALL_FORCED20_OURS_INT8,
+            (BEAM4_BATCH32_FORCED, CT2_INT8): F.SMALL_FORCED20_CT2_INT8,
         },
         latency_figures={
-            OURS_INT8: Figure.SHORT_P50_OURS_INT8,
-            OURS_HTTP: Figure.SHORT_P50_OURS_HTTP,
-            CT2_INT8: Figure.SHORT_P50_CT2_INT8,
+            OURS_INT8: F.SHORT_P50_OURS_INT8,
+            OURS_HTTP: F.SHORT_P50_OURS_HTTP,
+            CT2_INT8: F.SHORT_P50_CT2_INT8,
         },
     )
+    if "small/int8" in bench.models:
+        ct2 = tr.CTranslate2(paths["ct2-int8"], codec, 1, kernels.CT2_ONE_THREAD)
+        ours = tr.OursInProcess(bench.models["small/int8"], 1, kernels.OURS_ONE_THREAD)
+        graphs = kernels.time_graphs(ours.engine)
+        kernels.kernel_bound(
+            bench.results,
+            label,
+            ct2,
+            ours,
+            graphs,
+            [
+                (kernels.BEAM4_BATCH32, src, F.KERNELS_BATCH32_CT2_INT8, F.KERNELS_BATCH32_OURS_GRAPHS),
+                (kernels.BEAM4_ONE, src[:n_one], F.KERNELS_ONE_CT2_INT8, F.KERNELS_ONE_OURS_GRAPHS),
+            ],
+            codec,
+            bench.rounds,
+        )
     del systems
     gc.collect()
 
