@@ -262,9 +262,9 @@ def free_port() -> int:
 
 
 class Service:
-    """``python -m service`` on a free port, CPU, a fixed variant, on ``threads`` cores, which it
-    divides among its concurrent runs as its default settings do; serving the translation models
-    named (none: no translation) and the embedding model named ("": none)."""
+    """``python -m service`` (or ``module``) on a free port, CPU, a fixed variant, on ``threads``
+    cores, which it divides among its concurrent runs as its default settings do; serving the
+    translation models named (none: no translation) and the embedding model named ("": none)."""
 
     def __init__(
         self,
@@ -277,6 +277,7 @@ class Service:
         log: Path,
         extra_env: dict[str, str] | None = None,
         ready_timeout_s: float = 600,
+        module: str = "service",
     ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -302,7 +303,7 @@ class Service:
             "OMP_NUM_THREADS": str(threads),
             **(extra_env or {}),
         }
-        self.server = Server([sys.executable, "-m", "service"], env, log, cores=threads)
+        self.server = Server([sys.executable, "-m", module], env, log, cores=threads)
         try:
             wait_ready(f"{self.base}/health/ready", ready_timeout_s, self.server.alive)
         except Exception as e:

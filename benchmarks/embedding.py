@@ -31,6 +31,7 @@ BASELINE = "sentence-transformers (in-process)"
 SECTION = "embed: sentences/s"
 OURS_HTTP = "ours HTTP (int8)"
 INFINITY = "Infinity (torch)"
+FLOOR = "bare handler, same batcher and engine (benchmarks/bare_service.py)"  # issue 13's floor
 
 T = TypeVar("T")
 
@@ -299,11 +300,14 @@ def run(bench: Bench) -> None:
                 )
     best = in_process(systems, sents, bench.rounds - 1, bench.duration)
     targets: list[HttpTarget] = []
-    infinity = None
+    infinity = floor = None
     if bench.service is not None and "embed/int8" in bench.models:
         targets.append(
             HttpTarget(OURS_HTTP, f"{bench.service.base}/v1/embeddings", None, [bench.service.pid])
         )
+        floor = bench.start_service(tag=" (bare handler)", module="benchmarks.bare_service")
+        if floor is not None:
+            targets.append(HttpTarget(FLOOR, f"{floor.base}/v1/embeddings", None, [floor.pid]))
     if not bench.args.no_infinity:
         exe = find_infinity(bench.args.infinity_venv)
         if exe is None:
@@ -336,13 +340,15 @@ def run(bench: Bench) -> None:
                     (OURS_HTTP, level_label(64, 1)): Figure.EMBED_HTTP_64_CLIENTS,
                     (OURS_HTTP, level_label(4, 32)): Figure.EMBED_HTTP_4_CLIENTS_32,
                     (INFINITY, level_label(64, 1)): Figure.EMBED_INFINITY_64_CLIENTS,
+                    (FLOOR, level_label(64, 1)): Figure.EMBED_FLOOR_64_CLIENTS,
                 },
             )
         if infinity is not None:
             bench.results.series["infinity_rss_mb"] = rss_mb(infinity.pid)
     finally:
-        if infinity is not None:
-            infinity.stop()
+        for server in (infinity, floor):
+            if server is not None:
+                server.stop()
     # The in-process systems once more, after the HTTP runs: the best of all runs is kept.
     for name, again in in_process(systems, sents, 1, bench.duration).items():
         if name not in best or again.sentences_per_s > best[name].sentences_per_s:

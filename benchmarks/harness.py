@@ -105,9 +105,12 @@ class Bench:
         if Need.SERVICE in needs and not self.args.no_http:
             self.service = self.start_service()
 
-    def start_service(self, extra_env: dict[str, str] | None = None, tag: str = "") -> Service | None:
+    def start_service(
+        self, extra_env: dict[str, str] | None = None, tag: str = "", module: str = "service"
+    ) -> Service | None:
         """Our service on the int8 artefacts prepared (both models when both are), or None with a
-        note; ``extra_env`` sets further TSERVE_* variables, ``tag`` names its log file."""
+        note; ``extra_env`` sets further TSERVE_* variables, ``tag`` names its log file, ``module``
+        is the one ``python -m`` runs."""
         t, e = self.models.get("small/int8"), self.models.get("embed/int8")
         if t is None and e is None:
             self.results.note("service not measured: no int8 artefact of either model")
@@ -126,6 +129,7 @@ class Bench:
                 threads=self.threads,
                 log=self.out / f"service{tag.replace(' ', '-')}.log",
                 extra_env=extra_env,
+                module=module,
             )
         except Exception as ex:
             self.results.note(f"service{tag} failed to start: {str(ex)[:500]}")

@@ -40,6 +40,7 @@ class Figure(StrEnum):
     EMBED_HTTP_64_CLIENTS = "embed.http.64x1"
     EMBED_HTTP_4_CLIENTS_32 = "embed.http.4x32"
     EMBED_INFINITY_64_CLIENTS = "embed.infinity.64x1"
+    EMBED_FLOOR_64_CLIENTS = "embed.bare_handler.64x1"  # the floor of a Python HTTP path
     # serving efficiency
     EMBED_VS_ENGINE_HTTP = "serving.embed_vs_engine.http"
     EMBED_VS_ENGINE_IN_PROCESS = "serving.embed_vs_engine.in_process"

@@ -185,6 +185,15 @@ TARGETS = (
         0.7,
         True,
     ),
+    Target(  # the same with nothing but JSON, tokenizing and batching on the path: its ceiling
+        13,
+        "embed, 64 clients × 1 sentence, a bare handler over HTTP / in-process engine (stage embedding)",
+        F.EMBED_FLOOR_64_CLIENTS,
+        F.EMBED_OURS_INT8,
+        "×",
+        0.7,
+        True,
+    ),
     Target(
         13,
         "embed, 64 clients × 1 sentence over HTTP / in-process engine (stage serving)",

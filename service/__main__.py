@@ -90,13 +90,18 @@ def serve(app: FastAPI, settings: Settings) -> int:
     return server.exit_code
 
 
-def main() -> int:
-    settings = Settings()
-    limit_heaps(settings.malloc_heaps)  # before any thread of the service starts
+def prepare_process(settings: Settings) -> None:
+    """What the process sets before any of its threads starts: glibc's heaps, logging."""
+    limit_heaps(settings.malloc_heaps)
     map_large_blocks(settings.malloc_mmap_threshold_kb)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+
+
+def main() -> int:
+    settings = Settings()
+    prepare_process(settings)
     return serve(create_app(settings), settings)
 
 
