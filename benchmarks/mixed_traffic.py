@@ -228,7 +228,11 @@ def report(results: Results, mode: str, p: Pooled) -> None:
     tokens = p.tokens / mix.seconds
     results.add(Row(SECTION_TOKENS, mode, tokens, "tok/s", baseline, True, long_p50, figure=tokens_figure))
     rate = sum(p.uniform.statuses.values()) / p.uniform.seconds
-    extra = {"p50_ms": ms(p.uniform.short_latencies_s, 50), "statuses": dict(p.uniform.statuses)}
+    extra = {
+        "p50_ms": ms(p.uniform.short_latencies_s, 50),
+        "p99_ms": ms(p.uniform.short_latencies_s, 99),
+        "statuses": dict(p.uniform.statuses),
+    }
     results.add(Row(SECTION_UNIFORM, mode, rate, "req/s", baseline, True, extra, figure=uniform_figure))
 
 

@@ -253,6 +253,16 @@ TARGETS = (
         0.5,
         False,
     ),
+    Target(  # short requests with nothing long beside them: the least the ratio above can be
+        17,
+        "short-request p99 with no long inputs (16 clients of captions, continuous) / whole-batch's mixed",
+        F.UNIFORM_CONTINUOUS,
+        F.MIXED_SHORT_P99_BATCH,
+        "×",
+        0.5,
+        False,
+        read=_column("p99_ms"),
+    ),
     Target(
         17,
         "mixed traffic, tokens/s: continuous / whole-batch",

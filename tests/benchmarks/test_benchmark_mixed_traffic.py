@@ -6,7 +6,9 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.mixed_traffic import Mix, Pooled, Round, ms
+from benchmarks.mixed_traffic import Mix, Pooled, Round, ms, report
+from benchmarks.results import Figure, Results
+from benchmarks.targets import TARGETS
 
 
 def _round(short_ms: list[float], tokens: float, seconds: float) -> Round:
@@ -23,3 +25,15 @@ def test_rounds_are_pooled_not_averaged() -> None:
     assert pooled.uniform.seconds == 15 and sum(pooled.uniform.statuses.values()) == 2
     assert pooled.round_p99_ms[1] == 100.0 and pooled.round_p99_ms[0] > 100.0
     assert ms(pooled.mixed.short_latencies_s, 50) == pytest.approx(100.0)
+
+
+def test_the_short_p99_without_long_inputs_is_set_against_whole_batch_s_mixed_p99() -> None:
+    results = Results()
+    for mode, mixed_ms, uniform_ms in (("batch", 200.0, 90.0), ("continuous", 150.0, 80.0)):
+        pooled = Pooled()
+        one = _round([mixed_ms] * 100, tokens=1000, seconds=10)
+        one.uniform = Mix([uniform_ms / 1000] * 100, [], Counter({200: 100}), 5)
+        pooled.add(one)
+        report(results, mode, pooled)
+    floor = next(t for t in TARGETS if t.figure is Figure.UNIFORM_CONTINUOUS and t.bound == 0.5)
+    assert floor.value(results) == pytest.approx(80.0 / 200.0)
