@@ -20,8 +20,6 @@ from benchmarks.translators import TextCodec, Translator, Workload
 CT2_ONE_THREAD = "CTranslate2 int8, 1 thread"
 OURS_ONE_THREAD = "ours int8, 1 thread"
 OURS_GRAPHS_ALONE = "ours int8, 1 thread: onnxruntime's runs alone"
-BEAM4_BATCH32 = Workload(4, 32, 0, False)
-BEAM4_ONE = Workload(4, 1, 0, False)
 
 
 class TimedSession:
@@ -33,16 +31,15 @@ class TimedSession:
         self.seconds = 0.0
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self._session.run(*args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - start
+        return self._timed(self._session.run, *args, **kwargs)
 
     def run_with_iobinding(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed(self._session.run_with_iobinding, *args, **kwargs)
+
+    def _timed(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return self._session.run_with_iobinding(*args, **kwargs)
+            return call(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
 

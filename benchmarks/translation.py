@@ -268,7 +268,6 @@ def run(bench: Bench) -> None:
         f"{ckpt.parent.name} (d{cfg.d_model}, {cfg.n_encoder_layers}+"
         f"{cfg.n_decoder_layers}, vocab {cfg.vocab_size})"
     )
-    F = Figure
     run_suite(
         bench.results,
         label,
@@ -280,15 +279,15 @@ def run(bench: Bench) -> None:
         short,
         rounds=bench.rounds,
         figures={
-            (BEAM4_BATCH32, OURS_INT8): F.SMALL_BEAM4_BATCH32_OURS_INT8,
-            (BEAM4_BATCH32, CT2_INT8): F.SMALL_BEAM4_BATCH32_CT2_INT8,
-            (BEAM4_BATCH32_FORCED, OURS_INT8): F.SMALL_FORCED20_OURS_INT8,
-            (BEAM4_BATCH32_FORCED, CT2_INT8): F.SMALL_FORCED20_CT2_INT8,
+            (BEAM4_BATCH32, OURS_INT8): Figure.SMALL_BEAM4_BATCH32_OURS_INT8,
+            (BEAM4_BATCH32, CT2_INT8): Figure.SMALL_BEAM4_BATCH32_CT2_INT8,
+            (BEAM4_BATCH32_FORCED, OURS_INT8): Figure.SMALL_FORCED20_OURS_INT8,
+            (BEAM4_BATCH32_FORCED, CT2_INT8): Figure.SMALL_FORCED20_CT2_INT8,
         },
         latency_figures={
-            OURS_INT8: F.SHORT_P50_OURS_INT8,
-            OURS_HTTP: F.SHORT_P50_OURS_HTTP,
-            CT2_INT8: F.SHORT_P50_CT2_INT8,
+            OURS_INT8: Figure.SHORT_P50_OURS_INT8,
+            OURS_HTTP: Figure.SHORT_P50_OURS_HTTP,
+            CT2_INT8: Figure.SHORT_P50_CT2_INT8,
         },
     )
     if "small/int8" in bench.models:
@@ -302,8 +301,8 @@ def run(bench: Bench) -> None:
             ours,
             graphs,
             [
-                (kernels.BEAM4_BATCH32, src, F.KERNELS_BATCH32_CT2_INT8, F.KERNELS_BATCH32_OURS_GRAPHS),
-                (kernels.BEAM4_ONE, src[:n_one], F.KERNELS_ONE_CT2_INT8, F.KERNELS_ONE_OURS_GRAPHS),
+                (BEAM4_BATCH32, src, Figure.KERNELS_BATCH32_CT2_INT8, Figure.KERNELS_BATCH32_OURS_GRAPHS),
+                (W(4, 1, 0, False), src[:n_one], Figure.KERNELS_ONE_CT2_INT8, Figure.KERNELS_ONE_OURS_GRAPHS),
             ],
             codec,
             bench.rounds,
