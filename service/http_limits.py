@@ -216,8 +216,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_waiting()
         super().connection_lost(exc)
         if self.cycle is not None and not self.cycle.response_complete:
-            disconnected = _extensions(self.cycle.scope)[DISCONNECT_EXTENSION]
-            if not disconnected.done():
+            disconnected = _extensions(self.cycle.scope).get(DISCONNECT_EXTENSION)
+            if disconnected is not None and not disconnected.done():
                 disconnected.set_result(None)
 
     def _shed_longest_waiting(self) -> bool:
