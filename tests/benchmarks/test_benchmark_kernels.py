@@ -12,13 +12,7 @@ from benchmarks.kernels import OURS_GRAPHS_ALONE, TimedSession, kernel_bound
 from benchmarks.results import Figure, Results
 from benchmarks.targets import TARGETS
 from benchmarks.translators import Workload
-
-
-class WordCodec:
-    eos_id = 0
-
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return [[1] * len(t.split()) + [0] for t in texts]
+from tests.benchmarks.test_benchmark_translation import WordCodec
 
 
 class Graph:
