@@ -14,6 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import embed, health, libretranslate, openai, translate
 from service.api.dependencies import require_api_key
+from service.api.direct_dispatch import DirectDispatch
 from service.api.errors import install_error_handlers
 from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware, ServerTimingMiddleware
 from service.api.playground import install_playground
@@ -64,6 +65,8 @@ def create_app(
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
     if settings.playground:
         install_playground(app)  # open like /docs: the page asks for a key and sends it itself
+    # Added first, so innermost: below every middleware, in place of the router for the JSON routes.
+    app.add_middleware(DirectDispatch, service=app)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
     )

@@ -48,46 +48,52 @@ class GatedRoute(APIRoute):
     """An ``APIRoute`` whose request handler runs the shape the module doc names (checked here)."""
 
     def get_route_handler(self) -> Handler:
-        route = _effective(self)
-        dependant: Dependant = route.dependant
-        _refuse_params(dependant, self.path)
-        if _special_params(dependant):
-            raise TypeError(f"{self.path}: a GatedRoute's endpoint takes the request, its body and gates")
-        gates = _gates(dependant, self.path)
-        body = dependant.body_params[0] if dependant.body_params else None
+        return gated_handler(_effective(self))
+
+
+def gated_handler(route: Any) -> Handler:
+    """The request handler of a ``GatedRoute`` as served: ``route`` is the route itself or its
+    effective form where a router included it (its ``dependant`` then carries the router's gates)."""
+    path: str = route.path
+    dependant: Dependant = route.dependant
+    _refuse_params(dependant, path)
+    if _special_params(dependant):
+        raise TypeError(f"{path}: a GatedRoute's endpoint takes the request, its body and gates")
+    gates = _gates(dependant, path)
+    body = dependant.body_params[0] if dependant.body_params else None
+    if body is not None:
+        if len(dependant.body_params) > 1 or isinstance(body.field_info, Form):
+            raise TypeError(f"{path}: a GatedRoute takes one JSON body")
+        if getattr(body.field_info, "embed", False) or not body.field_info.is_required():
+            raise TypeError(f"{path}: a GatedRoute's body is one required, unembedded model")
+    endpoint = dependant.call
+    assert endpoint is not None and inspect.iscoroutinefunction(endpoint), path
+    request_name = dependant.request_param_name
+
+    async def handle(request: Request) -> Response:
+        received = await _json_body(request) if body is not None else _NO_BODY
+        values: dict[str, Any] = {}
+        for gate, names in gates:
+            result = await gate(request)
+            for name in names:
+                values[name] = result
         if body is not None:
-            if len(dependant.body_params) > 1 or isinstance(body.field_info, Form):
-                raise TypeError(f"{self.path}: a GatedRoute takes one JSON body")
-            if getattr(body.field_info, "embed", False) or not body.field_info.is_required():
-                raise TypeError(f"{self.path}: a GatedRoute's body is one required, unembedded model")
-        endpoint = dependant.call
-        assert endpoint is not None and inspect.iscoroutinefunction(endpoint), self.path
-        request_name = dependant.request_param_name
+            value, errors = (
+                body.validate(received, {}, loc=("body",))
+                if received is not _NO_BODY
+                else (None, [get_missing_field_error(("body",))])
+            )
+            if errors:
+                raise RequestValidationError(errors, body=None if received is _NO_BODY else received)
+            values[body.name] = value
+        if request_name is not None:
+            values[request_name] = request
+        response = await endpoint(**values)
+        if not isinstance(response, Response):
+            raise TypeError(f"{path}: a GatedRoute's endpoint returns a Response")
+        return response
 
-        async def handle(request: Request) -> Response:
-            received = await _json_body(request) if body is not None else _NO_BODY
-            values: dict[str, Any] = {}
-            for gate, names in gates:
-                result = await gate(request)
-                for name in names:
-                    values[name] = result
-            if body is not None:
-                value, errors = (
-                    body.validate(received, {}, loc=("body",))
-                    if received is not _NO_BODY
-                    else (None, [get_missing_field_error(("body",))])
-                )
-                if errors:
-                    raise RequestValidationError(errors, body=None if received is _NO_BODY else received)
-                values[body.name] = value
-            if request_name is not None:
-                values[request_name] = request
-            response = await endpoint(**values)
-            if not isinstance(response, Response):
-                raise TypeError(f"{self.path}: a GatedRoute's endpoint returns a Response")
-            return response
-
-        return handle
+    return handle
 
 
 def _effective(route: APIRoute) -> Any:
