@@ -11,9 +11,10 @@ handlers as the router would have run it; every other request goes on down the s
 route that an earlier route also matches stays with the router, which picks the first match.
 
 Everything above this middleware is unchanged (the server-error layer, the app's middlewares,
-body limits, request ids, metrics), and so is what the route does; the routes it takes must
-not use what the skipped layers provide to other routes (files closed by the exit stack,
-dependencies with ``yield``, ``app.dependency_overrides``): ``GatedRoute`` refuses all three.
+body limits, request ids, metrics), and so is what the route does. What the skipped layers give
+other routes, the routes it takes do not use: ``GatedRoute`` refuses form bodies (files closed
+by the exit stack) and dependencies with ``yield``, and does not consult
+``app.dependency_overrides``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class DirectDispatch:
 
     def __init__(self, app: ASGIApp, service: FastAPI) -> None:
         self.app = app
-        # Built with the middleware stack, at the app's first request: its routes and exception
-        # handlers are complete by then.
+        # Built with the middleware stack, when the app is first called (its lifespan's start):
+        # its routes and exception handlers are complete by then.
         handlers = {k: v for k, v in service.exception_handlers.items() if k not in (500, Exception)}
         self.routes: dict[tuple[str, str], tuple[Any, ASGIApp]] = {
             key: (route, ExceptionMiddleware(_served(handler), handlers))
