@@ -25,10 +25,12 @@ after they have held a descriptor for as long as they liked. This protocol adds,
   (garbage, Content-Length with Transfer-Encoding, two Content-Lengths) included;
 - a **disconnect signal**: each request's scope carries a future in its ASGI extensions
   (``DISCONNECT_EXTENSION``), done when the connection is lost before the response completes,
-  so a route can stop the work of a client gone without a watcher task of its own.
+  so a route can stop the work of a client gone without a watcher task of its own; and a
+  future done once the request's whole body has arrived (``BODY_RECEIVED_EXTENSION``).
 
 The body deadline (``body_timeout_s`` → 408) is enforced where the body is read, in
-``service.api.middleware.BodyLimitMiddleware``, so it passes through the app's error handling.
+``service.api.middleware.BodyLimitMiddleware``, so it passes through the app's error handling;
+it arms no timer for a body that has already arrived.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from service.api.dependencies import DISCONNECT_EXTENSION
-from service.api.middleware import request_id_from
+from service.api.middleware import BODY_RECEIVED_EXTENSION, request_id_from
 from service.api.schemas import ErrorBody, ErrorResponse
 from service.settings import Settings
 
@@ -308,7 +310,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        _extensions(self.scope)[DISCONNECT_EXTENSION] = self.loop.create_future()
+        extensions = _extensions(self.scope)
+        extensions[DISCONNECT_EXTENSION] = self.loop.create_future()
+        extensions[BODY_RECEIVED_EXTENSION] = self.loop.create_future()
         self._header_count = 0
         self._head_begun = True
         self._start_head_deadline()  # a request's first byte, also after a keep-alive wait
@@ -338,6 +342,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._reading_head = True  # what comes next is the next request's head
         super().on_message_complete()
+        _extensions(self.scope)[BODY_RECEIVED_EXTENSION].set_result(None)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from service.api.middleware import BODY_RECEIVED_EXTENSION
 from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
 
 pytestmark = pytest.mark.anyio
@@ -35,9 +36,12 @@ def anyio_backend() -> str:
 
 
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
-    """Echoes the request body; ``/empty`` answers 204."""
+    """Echoes the request body; ``/empty`` answers 204; ``/arrived`` whether the body-received
+    signal was done when the app started and once it had read the body."""
     if scope["type"] != "http":
         return
+    arrived = scope["extensions"][BODY_RECEIVED_EXTENSION]
+    at_start = arrived.done()
     body = b""
     while True:
         message = await receive()
@@ -45,6 +49,8 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if not message.get("more_body"):
             break
     status, content = (204, b"") if scope["path"] == "/empty" else (200, b"echo:" + body)
+    if scope["path"] == "/arrived":
+        content = f"arrived: {at_start} {arrived.done()}".encode()
     headers = [(b"content-length", str(len(content)).encode())] if status == 200 else []
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
@@ -144,6 +150,17 @@ async def test_100_continue_goes_before_the_body_is_sent(server: tuple[int, list
     got = await exchange(port, head, then=b"ok", until=b"echo:ok")
     assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
     assert [w[:12] for w in responses(writes)] == [b"HTTP/1.1 100", b"HTTP/1.1 200"]
+
+
+async def test_the_body_received_signal_is_done_once_the_whole_body_is_in(
+    server: tuple[int, list[bytes]],
+) -> None:
+    port, _ = server
+    whole = b"POST /arrived HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
+    assert (await exchange(port, whole, until=b"arrived: ")).endswith(b"arrived: True True")
+    head = b"POST /arrived HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+    later = await exchange(port, head, then=b"ok", until=b"arrived: ")  # the body after the answer's start
+    assert later.endswith(b"arrived: False True")
 
 
 QUICK_HEAD = dataclasses.replace(LIMITS, header_timeout_s=0.5)
