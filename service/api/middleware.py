@@ -76,8 +76,8 @@ class BodyLimitMiddleware:
     - size: 413 over ``max_bytes``, at once from Content-Length, else while it streams in;
     - time: 408 when the whole body has not arrived ``timeout_s`` after the headers (a client
       that declares 1000 bytes and sends 13 is answered, not waited for); a body the server says
-      has arrived (``BODY_RECEIVED_EXTENSION``, the usual one-packet request) is read without a
-      timer, which costs more than the rest of its reading;
+      has arrived (``BODY_RECEIVED_EXTENSION``, the usual one-packet request) is read without
+      arming a timer;
     - format: 415 for a ``Content-Encoding`` (bodies are not decompressed), 400 for a JSON body
       declaring a charset other than UTF-8 or encoded in UTF-16/32 (which ``json.loads`` would
       otherwise detect and accept).

@@ -159,7 +159,7 @@ async def test_the_body_received_signal_is_done_once_the_whole_body_is_in(
     whole = b"POST /arrived HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
     assert (await exchange(port, whole, until=b"arrived: ")).endswith(b"arrived: True True")
     head = b"POST /arrived HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
-    later = await exchange(port, head, then=b"ok", until=b"arrived: ")  # the body after the answer's start
+    later = await exchange(port, head, then=b"ok", until=b"arrived: ")  # the body after 100 Continue
     assert later.endswith(b"arrived: False True")
 
 
