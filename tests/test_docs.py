@@ -1,0 +1,91 @@
+"""The user-facing docs stay true to the code and within their budgets.
+
+docs/configuration.md documents every setting of ``service/settings.py`` with its exact default;
+no doc names a ``TSERVE_*`` variable that does not exist; relative links resolve; README.md and
+benchmarks/README.md stay short enough to read (issue 43); the one name for engine runs in flight
+per model is "worker threads".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic.fields import FieldInfo
+
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BENCHMARKS_README = ROOT / "benchmarks" / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+USER_DOCS = [README, BENCHMARKS_README, *DOCS]
+LINE_BUDGETS = {README: 400, BENCHMARKS_README: 300}
+
+ENV_NAME = re.compile(r"\bTSERVE_[A-Z0-9_]*[A-Z0-9]")
+SETTING_ROW = re.compile(r"^\| `(TSERVE_[A-Z0-9_]+)` \| `([^`]*)` \|", re.MULTILINE)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+RETIRED_TERMS = re.compile(r"\blanes?\b|\bmain decodes?\b", re.IGNORECASE)
+
+
+def env_name(field: str) -> str:
+    return f"TSERVE_{field.upper()}"
+
+
+def documented_default(field: FieldInfo) -> str:
+    """A default as configuration.md writes it: the value as an environment variable would
+    spell it, ``unset`` for None, ``empty`` for an empty list."""
+    value: Any = field.get_default(call_default_factory=True, validated_data={})
+    if value is None:
+        return "unset"
+    if value == []:
+        return "empty"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def test_every_setting_is_documented_with_its_default() -> None:
+    documented = dict(SETTING_ROW.findall(CONFIGURATION.read_text(encoding="utf-8")))
+    expected = {env_name(name): documented_default(field) for name, field in Settings.model_fields.items()}
+    missing = sorted(expected.keys() - documented.keys())
+    assert not missing, f"docs/configuration.md has no row for {missing}"
+    wrong = {
+        name: (documented[name], default) for name, default in expected.items() if documented[name] != default
+    }
+    assert not wrong, f"documented default differs from service/settings.py (doc, code): {wrong}"
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_name_only_existing_settings(doc: Path) -> None:
+    known = {env_name(name) for name in Settings.model_fields}
+    unknown = sorted(set(ENV_NAME.findall(doc.read_text(encoding="utf-8"))) - known)
+    assert not unknown, f"{doc.relative_to(ROOT)} names settings that service/settings.py lacks: {unknown}"
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc: Path) -> None:
+    broken = []
+    for target in LINK.findall(doc.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a URL or an anchor in the same page
+        if not (doc.parent / target.split("#")[0]).exists():
+            broken.append(target)
+    assert not broken, f"{doc.relative_to(ROOT)} links to missing files: {broken}"
+
+
+@pytest.mark.parametrize("doc", list(LINE_BUDGETS), ids=lambda p: str(p.relative_to(ROOT)))
+def test_readmes_stay_within_their_line_budget(doc: Path) -> None:
+    lines = len(doc.read_text(encoding="utf-8").splitlines())
+    assert lines <= LINE_BUDGETS[doc], f"{doc.relative_to(ROOT)}: {lines} lines, budget {LINE_BUDGETS[doc]}"
+
+
+@pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_engine_runs_per_model_have_one_name(doc: Path) -> None:
+    retired = sorted({m.group(0) for m in RETIRED_TERMS.finditer(doc.read_text(encoding="utf-8"))})
+    assert not retired, f'{doc.relative_to(ROOT)} says {retired}: the setting\'s name is "worker threads"'
