@@ -1,10 +1,9 @@
 """The user-facing docs stay true to the code and within their budgets.
 
 docs/configuration.md documents every setting of ``service/settings.py``, and every settings table
-(README.md's too) gives its exact default;
-no doc names a ``TSERVE_*`` variable that does not exist; relative links resolve; README.md and
-benchmarks/README.md stay short enough to read (issue 43); the one name for engine runs in flight
-per model is "worker threads".
+(README.md's too) gives its exact default; no doc names a ``TSERVE_*`` variable that does not
+exist; relative links resolve; README.md and benchmarks/README.md stay short enough to read
+(issue 43); the one name for engine runs in flight per model is "worker threads".
 """
 
 from __future__ import annotations
