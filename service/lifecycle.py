@@ -21,13 +21,18 @@ from typing import Any, Literal, cast
 
 from service.api.schemas import RequestLimits
 from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest
-from service.batch_forming import BatchPolicy
-from service.batching import DynamicBatcher
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.running import ContinuousEngine
 from service.memory import FrozenHeap, trim_when_idle
 from service.metrics import MODEL_INFO, READY
-from service.scheduling import ContinuousBatcher, DecodeBudget
+from service.queue import (
+    BatchPolicy,
+    ContinuousExecutor,
+    DecodeBudget,
+    Executor,
+    RequestQueue,
+    WholeBatchExecutor,
+)
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
 
 log = logging.getLogger(__name__)
@@ -42,7 +47,7 @@ _EXPORTED_BY_DEFAULT = {*DEFAULT_TRANSLATE_MODELS, DEFAULT_EMBED_MODEL}  # `pyth
 @dataclass
 class ServedTranslator:
     engine: TranslateEngine
-    batcher: DynamicBatcher[TranslateItem, Any]
+    batcher: RequestQueue[TranslateItem, Any]
 
     @property
     def name(self) -> str:
@@ -75,7 +80,7 @@ class ServedTranslator:
 @dataclass
 class ServedEmbedder:
     engine: EmbedEngine
-    batcher: DynamicBatcher[EmbedItem, Any]
+    batcher: RequestQueue[EmbedItem, Any]
 
 
 @dataclass
@@ -104,7 +109,7 @@ class Runtime:
         return [m.engine for m in self.models]
 
     @property
-    def batchers(self) -> list[DynamicBatcher[Any, Any]]:
+    def batchers(self) -> list[RequestQueue[Any, Any]]:
         return [m.batcher for m in self.models]
 
     @property
@@ -127,7 +132,7 @@ class Runtime:
             max_batch_tokens=s.max_batch_tokens,
             max_wait_s=s.max_wait_ms / 1000,
             max_queue=s.max_queue,
-            workers=s.worker_threads,
+            worker_threads=s.worker_threads,
             express_max_tokens=s.express_max_tokens,
         )
         for engine in engines:
@@ -141,7 +146,7 @@ class Runtime:
             else:
                 embed: EmbedEngine = engine  # type: ignore[assignment]
                 self.embedder = ServedEmbedder(
-                    embed, DynamicBatcher(name, embed.embed, _embed_cost(embed), policy)
+                    embed, RequestQueue(name, _embed_cost(embed), policy, WholeBatchExecutor(embed.embed))
                 )
                 self.embedder.batcher.start()
             MODEL_INFO.labels(
@@ -162,21 +167,18 @@ class Runtime:
 
     def _translate_batcher(
         self, engine: TranslateEngine, policy: BatchPolicy
-    ) -> DynamicBatcher[TranslateItem, Any]:
+    ) -> RequestQueue[TranslateItem, Any]:
         """Iteration-level batching where the setting asks for it and the engine can admit
         sentences into a running decode; whole-batch decoding otherwise."""
         s = self.settings
+        executor: Executor[TranslateItem, Any]
         if s.translate_batching == "continuous" and getattr(engine, "joins_midway", False):
             continuous = cast(ContinuousEngine, engine)
             budget = DecodeBudget(s.decode_memory_mb << 20, continuous.max_decode_rows, s.decode_admit_tokens)
-            return ContinuousBatcher(continuous, _translate_cost(engine), policy, budget)
-        return DynamicBatcher(
-            engine.manifest.name,
-            engine.translate,
-            _translate_cost(engine),
-            policy,
-            on_abandon=lambda item: item.abandoned.set(),
-        )
+            executor = ContinuousExecutor(continuous, budget)
+        else:
+            executor = WholeBatchExecutor(engine.translate, on_abandon=lambda item: item.abandoned.set())
+        return RequestQueue(engine.manifest.name, _translate_cost(engine), policy, executor)
 
     def fail(self, error: BaseException) -> None:
         self.state = "failed"

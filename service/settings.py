@@ -76,13 +76,13 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(default=8192, ge=1)  # padded tokens: longest item × items
     max_wait_ms: float = Field(default=5.0, ge=0, le=1000)
     max_queue: int = Field(default=4096, ge=1)  # queued items (texts, sentences); beyond it → 429
-    # One extra worker per model for requests of at most this many tokens while the regular
-    # workers are busy: a short request does not wait behind a long batch. 0: off.
+    # One extra worker per model (express) for requests of at most this many tokens while its
+    # worker threads are busy: a short request does not wait behind a long batch. 0: off.
     express_max_tokens: int = Field(default=64, ge=0)
     request_timeout_s: float = Field(default=30.0, gt=0)  # deadline from arrival to result → 504
     # Translation: "batch" decodes each batch to its end before the next starts; "continuous"
     # admits sentences into the running decode between any two decoder steps and answers each as
-    # soon as it is done (service/scheduling.py; needs a decoder exported with per-row positions
+    # soon as it is done (service/queue/continuous.py; needs a decoder exported with per-row positions
     # or slots, on the CPU backend, else batch is used). Continuous is the default: under mixed
     # traffic it measured a lower short-request p99 at the same throughput (benchmarks/README.md).
     translate_batching: Literal["continuous", "batch"] = "continuous"
@@ -110,9 +110,9 @@ class Settings(BaseSettings):
     # flight at once (``session_threads``)
     intra_op_threads: int = Field(default=0, ge=0)
     inter_op_threads: int = Field(default=1, ge=1)
-    # Engine runs at once per model: whole-batch workers, or the main decodes of continuous
-    # decoding (each with an equal share of the decode memory). Two single-threaded runs beat
-    # one on two threads on small kernels (benchmarks/README.md, "Lanes").
+    # Engine runs at once per model, each on its worker thread: a whole batch each, or a running
+    # decode each under continuous decoding (with an equal share of the decode memory). Two
+    # single-threaded runs beat one on two threads on small kernels (benchmarks/README.md, "Lanes").
     worker_threads: int = Field(default=2, ge=1, le=64)
 
     # Request limits
@@ -210,8 +210,8 @@ class Settings(BaseSettings):
 
     def session_threads(self) -> int:
         """onnxruntime intra-op threads per session: as set, or with 0 the usable cores divided
-        among the engine runs one model may have in flight at once (its workers, and the express
-        one), at least 1. Two concurrent runs on one session's pool of every core lost about half
+        among the engine runs one model may have in flight at once (its worker threads, and the
+        express one), at least 1. Two concurrent runs on one session's pool of every core lost about half
         their throughput (benchmarks/README.md, "intra-op threads")."""
         if self.intra_op_threads:
             return self.intra_op_threads

@@ -12,9 +12,9 @@ from service.api.errors import ERROR_RESPONSES, ModelNotFound, unpack_results, v
 from service.api.gated_route import GatedRoute
 from service.api.middleware import timed_stage
 from service.api.schemas import EmbedRequest, EmbedResponse, check_texts, json_response
-from service.batching import off_the_loop_if_large
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.lifecycle import ServedEmbedder
+from service.queue import off_the_loop_if_large
 
 router = APIRouter(tags=["embed"], route_class=GatedRoute)
 

@@ -19,9 +19,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.schemas import ErrorBody, ErrorDetail, ErrorResponse
-from service.batching import BatcherClosed, DeadlineExceeded, EngineFailure, QueueFull
 from service.engine.base import TextTooLong
-from service.scheduling import DecodeTooLarge
+from service.queue import BatcherClosed, DeadlineExceeded, DecodeTooLarge, EngineFailure, QueueFull
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from service.api.dependencies import ready_runtime, runtime_of
 from service.api.errors import InternalError, ModelNotFound, ServiceError, documented
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.api.translate import translate_texts
-from service.batching import BatcherClosed, DeadlineExceeded, QueueFull
 from service.engine.base import TranslateOptions
 from service.lifecycle import Runtime, ServedTranslator
+from service.queue import BatcherClosed, DeadlineExceeded, QueueFull
 
 log = logging.getLogger(__name__)
 

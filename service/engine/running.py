@@ -3,7 +3,7 @@
 It ties the encoder, the decoder's cache (``slots.SlotDecoder``, or ``decoding.OnnxDecoder`` for
 the older layouts) and the per-sentence search
 (``search.Search``) together, for whole batches (``OnnxTranslator.translate``) and for the
-iteration-level scheduler (``service/scheduling.py``) alike: admitting runs the encoder on the
+continuous executor (``service/queue/continuous.py``) alike: admitting runs the encoder on the
 new sentences and appends their rows; a step runs the decoder once over every running row and
 moves each sentence's search on; finished sentences come back at once. Sentences with different
 beam sizes, n-best, length penalties and limits share the steps; each one's result depends only
@@ -170,12 +170,10 @@ class RunningDecode:
 
 
 class ContinuousEngine(Protocol):
-    """What the iteration-level scheduler needs of a translation engine (``OnnxTranslator``)."""
+    """What the continuous executor needs of a translation engine (``OnnxTranslator``)."""
 
     name: str
     max_decode_rows: int  # sentences × beams at once
-
-    def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]: ...
 
     def new_decode(self) -> RunningDecode: ...
 

@@ -9,7 +9,7 @@ their outputs can be compared token for token.
 Each sentence is a ``SentenceSearch`` holding a block of ``beam_size`` consecutive rows, with
 its own beam size, n-best, length penalty and length limit; a ``Search`` steps any set of them
 together, and sentences may join it between steps (iteration-level batching, where the decoder
-supports it: ``service/scheduling.py``). A sentence's result depends only on its own rows'
+supports it: ``service/queue/continuous.py``). A sentence's result depends only on its own rows'
 scores, never on the other sentences of the step.
 """
 

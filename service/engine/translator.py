@@ -3,8 +3,8 @@
 Per batch: tokenize every source (pre), then one running decode (``running.py``): sentences are
 encoded as they join, every decoder step serves all running sentences whatever their search
 options, and each leaves as soon as it is done (core); the hypotheses become text, scores, token
-strings and alignments (post). The same running decode serves the iteration-level scheduler
-(``service/scheduling.py``), which admits sentences from new requests between steps.
+strings and alignments (post). The same running decode serves the continuous executor
+(``service/queue/continuous.py``), which admits sentences from new requests between steps.
 
 The decoder's key/value cache lives in a backend (``decoding.py``: ``HostBackend`` on CPU,
 ``DeviceBackend`` with IO binding on CUDA).
@@ -79,8 +79,8 @@ class OnnxTranslator:
     cores, N lanes of one intra-op thread each keep every core busy, where one decode's intra-op
     threads split kernels too small to gain from it (2 cores, beam 4, batches of 32: 2 lanes
     decoded 1.5–1.7× the tokens/s of one decode on 2 intra-op threads, which was no faster than
-    on one; benchmarks/README.md, "Lanes"). The service leaves it at 1: its scheduler runs
-    decodes side by side itself (``service/scheduling.py``). shortlist: decode each sentence over
+    on one; benchmarks/README.md, "Lanes"). The service leaves it at 1: its continuous executor runs
+    decodes side by side itself (``service/queue/continuous.py``). shortlist: decode each sentence over
     its vocabulary shortlist (service/engine/shortlist.py; the artefact must carry a vocabulary map).
     """
 
@@ -164,7 +164,7 @@ class OnnxTranslator:
 
     @property
     def joins_midway(self) -> bool:
-        """Whether sentences can join a running decode (``service/scheduling.py``)."""
+        """Whether sentences can join a running decode (``service/queue/continuous.py``)."""
         return self.new_decode().decoder.joins_midway
 
     # -- Engine protocol --

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from service.batching import DynamicBatcher, off_the_loop_if_large
 from service.engine.base import Encoded, TranslateEngine, TranslateItem, TranslateOptions, Translation
+from service.queue import RequestQueue, off_the_loop_if_large
 from service.text.document import Document, TextTranslation, assemble, html_document, plain_document
 from service.text.html import HtmlError
 
@@ -64,7 +64,7 @@ def _prepare(texts: Sequence[str], fmt: Format, language: str, engine: Translate
 
 
 async def translate_documents(
-    batcher: DynamicBatcher[TranslateItem, Any],
+    batcher: RequestQueue[TranslateItem, Any],
     prepared: Prepared,
     options: TranslateOptions,
     timeout_s: float,

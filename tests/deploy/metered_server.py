@@ -2,7 +2,7 @@
 server — the real entry point ``service.__main__.serve`` over the small NumPy engines — with the
 engine-level metrics the ONNX engines record (service/engine/embedder.py, translator.py):
 tokenize/encoder/pool/decoder/detokenize stage times and the input/output token counters, and
-those of continuous decoding (service/scheduling.py, which drives only the ONNX translator):
+those of continuous decoding (service/queue/continuous.py, which drives only the ONNX translator):
 running sentences, free rows, step time, sentences admitted per step.
 
 The small engines model the engines' results, not their instrumentation; without this, the

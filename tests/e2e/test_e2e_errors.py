@@ -123,7 +123,7 @@ TIGHT = {
     "TSERVE_MAX_ITEMS_PER_REQUEST": "1",
     # Whole-batch decoding, where a batch waits up to 1 s for company, longer than any request
     # may wait: a lone request stays queued until its deadline (504), and meanwhile the queue is
-    # full (429). (Continuous decoding admits it at once: tests/service/test_scheduling.py.)
+    # full (429). (Continuous decoding admits it at once: tests/service/queue/test_continuous.py.)
     "TSERVE_TRANSLATE_BATCHING": "batch",
     "TSERVE_MAX_WAIT_MS": "1000",
     "TSERVE_REQUEST_TIMEOUT_S": str(DEADLINE_S),

@@ -1,6 +1,6 @@
-"""ContinuousBatcher on a tiny real model: sentences join and leave the running decode at every
-step, with results equal to decoding alone, slots freed on cancel, failures contained and the
-decode memory bounded."""
+"""The request queue with the continuous executor on a tiny real model: sentences join and leave
+the running decode at every step, with results equal to decoding alone, slots freed on cancel,
+failures contained and the decode memory bounded."""
 
 from __future__ import annotations
 
@@ -13,15 +13,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.batch_forming import BatchPolicy
-from service.batching import EngineFailure, QueueFull
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.running import RunningDecode
 from service.engine.search import SentenceSearch
 from service.engine.session import SessionConfig
 from service.engine.slots import SlotDecoder
 from service.engine.translator import OnnxTranslator
-from service.scheduling import ContinuousBatcher, DecodeBudget, DecodeTooLarge
+from service.queue import (
+    BatchPolicy,
+    ContinuousExecutor,
+    DecodeBudget,
+    DecodeTooLarge,
+    EngineFailure,
+    QueueFull,
+    RequestQueue,
+)
 from tests.service.engine.conftest import translation_artefact, translation_checkpoint  # noqa: F401
 
 pytestmark = pytest.mark.anyio
@@ -32,6 +38,7 @@ LONG = [
     "dogs sits street street bike cat",
     "a small cat sits on the big red street",
 ]
+ContinuousQueue = RequestQueue[TranslateItem, Translation | Exception]
 ENDLESS = 39  # the max_length of sentences that ignore </s> (see ``endless``; the model allows 40)
 
 
@@ -80,17 +87,17 @@ def batcher_for(
     memory_bytes: int = 64 << 20,
     max_rows: int = 512,
     policy: BatchPolicy | None = None,
-) -> ContinuousBatcher:
-    return ContinuousBatcher(
-        engine,
+) -> ContinuousQueue:
+    return RequestQueue(
+        engine.name,
         lambda item: engine.count_tokens(item.text),
         policy or BatchPolicy(max_batch_size=32, max_queue=1024),
-        DecodeBudget(memory_bytes, max_rows, 4096),
+        ContinuousExecutor(engine, DecodeBudget(memory_bytes, max_rows, 4096)),
     )
 
 
 @pytest.fixture
-async def batcher(engine: OnnxTranslator) -> AsyncIterator[ContinuousBatcher]:
+async def batcher(engine: OnnxTranslator) -> AsyncIterator[ContinuousQueue]:
     b = batcher_for(engine)
     b.start()
     yield b
@@ -116,7 +123,7 @@ def same(got: Translation | Exception, alone: Translation | Exception) -> None:
 
 @pytest.mark.usefixtures("endless")
 async def test_a_sentence_sent_while_a_long_batch_decodes_finishes_before_it(
-    batcher: ContinuousBatcher, steps: list[int]
+    batcher: ContinuousQueue, steps: list[int]
 ) -> None:
     done: list[str] = []
 
@@ -135,7 +142,7 @@ async def test_a_sentence_sent_while_a_long_batch_decodes_finishes_before_it(
 
 @pytest.mark.usefixtures("endless")
 async def test_sentences_that_join_a_running_decode_get_the_same_result_as_alone(
-    engine: OnnxTranslator, batcher: ContinuousBatcher, steps: list[int]
+    engine: OnnxTranslator, batcher: ContinuousQueue, steps: list[int]
 ) -> None:
     """Different beams, n-best, length penalties and limits, sent at different steps."""
     requests = [
@@ -161,7 +168,7 @@ async def test_sentences_that_join_a_running_decode_get_the_same_result_as_alone
 
 @pytest.mark.usefixtures("endless")
 async def test_a_cancelled_request_frees_its_rows_at_the_next_step(
-    batcher: ContinuousBatcher, steps: list[int]
+    batcher: ContinuousQueue, steps: list[int]
 ) -> None:
     task = asyncio.create_task(batcher.submit(items(LONG, beam_size=4, max_length=ENDLESS), 30))
     while len(steps) < 3:
@@ -188,7 +195,7 @@ def fail_once(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
     monkeypatch.setattr(owner, name, once)
 
 
-async def assert_fails_once_then_serves(batcher: ContinuousBatcher) -> None:
+async def assert_fails_once_then_serves(batcher: ContinuousQueue) -> None:
     failed = await batcher.submit(items(SHORT[:2]), 30)
     assert all(isinstance(r, EngineFailure) for r in failed)
     after = await batcher.submit(items(SHORT[:2]), 30)
@@ -197,7 +204,7 @@ async def assert_fails_once_then_serves(batcher: ContinuousBatcher) -> None:
 
 
 async def test_a_failing_step_fails_its_sentences_and_the_decode_goes_on(
-    batcher: ContinuousBatcher, monkeypatch: pytest.MonkeyPatch
+    batcher: ContinuousQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fail_once(monkeypatch, RunningDecode, "step")  # onnxruntime raising in one step
     await assert_fails_once_then_serves(batcher)
@@ -238,11 +245,11 @@ async def test_the_decode_stays_within_its_memory_budget(
 async def test_a_small_request_passes_a_full_decode_through_the_express_share(
     engine: OnnxTranslator, steps: list[int]
 ) -> None:
-    """Long sentences fill the main decode's share (three quarters of the budget); a one-word
+    """Long sentences fill the worker thread's share (three quarters of the budget); a one-word
     request still starts at once, in the express decode, and ends long before them."""
     one = engine.new_decode().shape.footprint(4, 1, ENDLESS, max(engine.count_tokens(t) for t in LONG))
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
-    b = batcher_for(engine, memory_bytes=4 * one, policy=policy)  # main share: three long sentences
+    b = batcher_for(engine, memory_bytes=4 * one, policy=policy)  # the worker's share: three long sentences
     b.start()
     try:
         long = asyncio.create_task(b.submit(items(LONG * 3, beam_size=4, max_length=ENDLESS), 60))
@@ -251,7 +258,7 @@ async def test_a_small_request_passes_a_full_decode_through_the_express_share(
         start = len(steps)
         (short,) = await b.submit(items(["red"], beam_size=4, max_length=10), 30)
         assert isinstance(short, Translation)
-        assert len(steps) - start < 2 * 10 + 4  # its own steps, interleaved with the main decode's
+        assert len(steps) - start < 2 * 10 + 4  # its own steps, interleaved with the worker's
         assert not long.done()
         assert all(isinstance(r, Translation) for r in await long)
     finally:
@@ -259,16 +266,16 @@ async def test_a_small_request_passes_a_full_decode_through_the_express_share(
 
 
 @pytest.mark.usefixtures("endless")
-async def test_a_small_request_goes_to_the_express_decode_while_the_main_one_runs_many_rows(
+async def test_a_small_request_goes_to_the_express_decode_while_the_worker_thread_runs_many_rows(
     engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The main decode has room but runs more rows than ``EXPRESS_ABOVE_ROWS`` (its steps are
+    """The worker thread's decode has room but runs more rows than ``EXPRESS_ABOVE_ROWS`` (its steps are
     slow): a small request then runs in the express decode."""
     import threading
 
-    import service.scheduling as scheduling
+    import service.queue.admission as admission
 
-    monkeypatch.setattr(scheduling, "EXPRESS_ABOVE_ROWS", 8)
+    monkeypatch.setattr(admission, "EXPRESS_ABOVE_ROWS", 8)
     stepped: list[tuple[str, int]] = []
     real = RunningDecode.step
 
@@ -276,7 +283,7 @@ async def test_a_small_request_goes_to_the_express_decode_while_the_main_one_run
         name = threading.current_thread().name
         stepped.append((name, self.rows))
         if not name.endswith("express"):
-            time.sleep(0.005)  # slow main steps: the long sentences still run when the short comes
+            time.sleep(0.005)  # slow worker steps: the long sentences still run when the short comes
         return real(self)
 
     monkeypatch.setattr(RunningDecode, "step", step)
@@ -285,7 +292,7 @@ async def test_a_small_request_goes_to_the_express_decode_while_the_main_one_run
     b.start()
     try:
         long = asyncio.create_task(b.submit(items(LONG, beam_size=4, max_length=ENDLESS), 60))
-        while sum(rows >= 8 for _, rows in stepped) < 2:  # 3 × 4 rows on the main decode, published
+        while sum(rows >= 8 for _, rows in stepped) < 2:  # 3 × 4 rows on the worker's decode, published
             await asyncio.sleep(0.001)
         (short,) = await b.submit(items(["red"], beam_size=4, max_length=10), 30)
         assert isinstance(short, Translation)
@@ -321,20 +328,20 @@ async def test_the_queue_stays_bounded_while_sentences_wait_for_room(
 
 
 async def test_an_unexpected_error_in_the_decode_loop_fails_only_what_is_in_flight(
-    batcher: ContinuousBatcher, monkeypatch: pytest.MonkeyPatch
+    batcher: ContinuousQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import service.scheduling as scheduling
+    import service.queue.continuous as continuous
 
-    fail_once(monkeypatch, scheduling, "_fair")  # a bug in the loop itself
+    fail_once(monkeypatch, continuous, "fair")  # a bug in the loop itself
     await assert_fails_once_then_serves(batcher)
 
 
 @pytest.mark.usefixtures("endless")
-async def test_small_sentences_spread_over_the_main_decodes_and_leave_the_express_one_idle(
+async def test_small_sentences_spread_over_the_worker_threads_and_leave_the_express_one_idle(
     engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Small requests go to the least busy main decode with room, so both main decodes run and
-    their steps overlap on two threads, while the express decode (for when they are full or
+    """Small requests go to the least busy worker thread with room, so both workers' decodes run
+    and their steps overlap on two threads, while the express decode (for when they are full or
     busy) stays idle; results equal decoding alone."""
     import threading
 
@@ -349,7 +356,7 @@ async def test_small_sentences_spread_over_the_main_decodes_and_leave_the_expres
         return out
 
     monkeypatch.setattr(RunningDecode, "step", step)
-    policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8, workers=2)
+    policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8, worker_threads=2)
     b = batcher_for(engine, policy=policy)
     b.start()
     try:
@@ -368,10 +375,10 @@ async def test_small_sentences_spread_over_the_main_decodes_and_leave_the_expres
 
 
 @pytest.mark.usefixtures("endless")
-async def test_a_many_sentence_request_is_dealt_out_to_every_main_decode(
+async def test_a_many_sentence_request_is_dealt_out_to_every_worker_thread(
     engine: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With two workers there are two main decodes: one request's sentences are dealt out to
+    """With two worker threads there are two decodes: one request's sentences are dealt out to
     both (about half each, most of them at the first pause), which step side by side; results
     equal decoding alone."""
     import threading
@@ -388,7 +395,7 @@ async def test_a_many_sentence_request_is_dealt_out_to_every_main_decode(
         return real(self)
 
     monkeypatch.setattr(RunningDecode, "step", step)
-    policy = BatchPolicy(max_batch_size=32, max_queue=1024, workers=2)
+    policy = BatchPolicy(max_batch_size=32, max_queue=1024, worker_threads=2)
     b = batcher_for(engine, policy=policy)
     b.start()
     batch = items([*SHORT, *LONG, *SHORT, *LONG], beam_size=2, max_length=ENDLESS)
@@ -398,7 +405,7 @@ async def test_a_many_sentence_request_is_dealt_out_to_every_main_decode(
         await b.close()
     assert sorted(rows) == [f"decode-{engine.name}-0", f"decode-{engine.name}-1"]
     assert all(len(batch) // 2 <= r // 2 <= len(batch) // 2 + 2 for r in rows.values()), rows
-    assert all(r // 2 >= 4 for r in first.values()), first  # not one sentence per lane and step
+    assert all(r // 2 >= 4 for r in first.values()), first  # not one sentence per worker and step
     monkeypatch.setattr(RunningDecode, "step", real)
     for got, want in zip(results, engine.translate(batch), strict=True):
         same(got, want)

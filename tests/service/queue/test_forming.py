@@ -1,10 +1,10 @@
-"""Batch forming: the round-robin order over requests and the batch choices, without a loop."""
+"""Batch forming: the round-robin order over requests and the batch choice, without a loop."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from service.batch_forming import BatchPolicy, Pending, choose_batch, choose_small, round_robin
+from service.queue.forming import BatchPolicy, Pending, choose_batch, round_robin
 
 
 def pending(request: int, cost: int, small: bool = False) -> Pending[str, Any]:
@@ -31,9 +31,3 @@ def test_a_batch_stays_within_its_padded_token_budget() -> None:
     batch = choose_batch(queue, BatchPolicy(max_batch_size=8, max_batch_tokens=40))
     assert {p.request for p in batch} == {1, 3, 4}  # 100 tokens would pad the batch past 40
     assert max(p.cost for p in batch) * len(batch) <= 40
-
-
-def test_the_express_worker_takes_only_small_requests_within_its_budget() -> None:
-    queue = [pending(1, 5), pending(2, 3, small=True), pending(3, 9, small=True), pending(4, 2, small=True)]
-    taken = choose_small(queue, BatchPolicy(express_max_tokens=6))
-    assert [p.request for p in taken] == [2, 4]

@@ -1,5 +1,5 @@
-"""DynamicBatcher: batch formation (size, tokens, wait, length grouping), isolation,
-cancellation, deadlines, back-pressure and shutdown."""
+"""The request queue with the whole-batch executor: batch formation (size, tokens, wait, length
+grouping), isolation, cancellation, deadlines, back-pressure, the express worker and shutdown."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import REGISTRY
 
-from service.batch_forming import BatchPolicy
-from service.batching import (
+from service.engine.base import Embedding, EmbedItem, TextTooLong
+from service.queue import (
     BatcherClosed,
+    BatchPolicy,
     DeadlineExceeded,
-    DynamicBatcher,
     EngineFailure,
     QueueFull,
+    RequestQueue,
+    WholeBatchExecutor,
 )
-from service.engine.base import Embedding, EmbedItem, TextTooLong
 from tests.service.small_engines import HashEmbedder
 
 pytestmark = pytest.mark.anyio
@@ -69,16 +70,16 @@ async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> Non
 
 
 @pytest.fixture
-async def make() -> AsyncIterator[Callable[..., DynamicBatcher[Item, str]]]:
-    made: list[DynamicBatcher[Item, str]] = []
+async def make() -> AsyncIterator[Callable[..., RequestQueue[Item, str]]]:
+    made: list[RequestQueue[Item, str]] = []
 
-    def factory(engine: Recorder, **policy: float) -> DynamicBatcher[Item, str]:
+    def factory(engine: Recorder, **policy: float) -> RequestQueue[Item, str]:
         options = {"max_wait_s": 0.001, **policy}
-        batcher: DynamicBatcher[Item, str] = DynamicBatcher(
+        batcher: RequestQueue[Item, str] = RequestQueue(
             f"test-batcher-{next(_names)}",
-            engine,
             lambda item: item.cost,
             BatchPolicy(**options),  # type: ignore[arg-type]
+            WholeBatchExecutor(engine),
         )
         batcher.start()
         made.append(batcher)
@@ -89,12 +90,12 @@ async def make() -> AsyncIterator[Callable[..., DynamicBatcher[Item, str]]]:
         await batcher.close()
 
 
-async def test_results_come_back_in_order(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_results_come_back_in_order(make: Callable[..., RequestQueue[Item, str]]) -> None:
     batcher = make(Recorder())
     assert await batcher.submit([Item("a"), Item("b", 5), Item("c")], 5) == ["A", "B", "C"]
 
 
-async def test_batches_close_at_max_batch_size(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_batches_close_at_max_batch_size(make: Callable[..., RequestQueue[Item, str]]) -> None:
     engine = Recorder()
     batcher = make(engine, max_batch_size=4, max_wait_s=10)  # only size can close a batch quickly
     results = await asyncio.wait_for(
@@ -104,14 +105,14 @@ async def test_batches_close_at_max_batch_size(make: Callable[..., DynamicBatche
     assert sorted(len(b) for b in engine.batches) == [4, 4]
 
 
-async def test_batches_close_at_max_batch_tokens(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_batches_close_at_max_batch_tokens(make: Callable[..., RequestQueue[Item, str]]) -> None:
     engine = Recorder()
     batcher = make(engine, max_batch_size=100, max_batch_tokens=10, max_wait_s=10)
     await asyncio.wait_for(asyncio.gather(*(batcher.submit([Item(str(i), 5)], 20) for i in range(6))), 5)
     assert [len(b) for b in engine.batches] == [2, 2, 2]  # padded tokens: 5 × 2 = 10
 
 
-async def test_a_lone_item_waits_at_most_max_wait(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_a_lone_item_waits_at_most_max_wait(make: Callable[..., RequestQueue[Item, str]]) -> None:
     engine = Recorder()
     batcher = make(engine, max_batch_size=100, max_wait_s=0.05)
     start = time.perf_counter()
@@ -122,7 +123,7 @@ async def test_a_lone_item_waits_at_most_max_wait(make: Callable[..., DynamicBat
 
 
 async def test_sequential_traffic_stops_waiting_for_company_until_requests_overlap(
-    make: Callable[..., DynamicBatcher[Item, str]],
+    make: Callable[..., RequestQueue[Item, str]],
 ) -> None:
     engine = Recorder()
     batcher = make(engine, max_batch_size=100, max_wait_s=0.3)
@@ -139,7 +140,7 @@ async def test_sequential_traffic_stops_waiting_for_company_until_requests_overl
 
 
 async def test_an_item_over_the_token_budget_runs_alone(
-    make: Callable[..., DynamicBatcher[Item, str]],
+    make: Callable[..., RequestQueue[Item, str]],
 ) -> None:
     engine = Recorder()
     batcher = make(engine, max_batch_tokens=10)
@@ -148,7 +149,7 @@ async def test_an_item_over_the_token_budget_runs_alone(
 
 
 async def test_queued_items_are_grouped_by_length_and_sorted(
-    make: Callable[..., DynamicBatcher[Item, str]],
+    make: Callable[..., RequestQueue[Item, str]],
 ) -> None:
     gate = threading.Event()
     engine = Recorder(gate)
@@ -164,7 +165,7 @@ async def test_queued_items_are_grouped_by_length_and_sorted(
     assert engine.batches[1:] == [["c10", "c11", "c12"], ["c1", "c2", "c3"]]
 
 
-async def test_a_failing_item_fails_alone(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_a_failing_item_fails_alone(make: Callable[..., RequestQueue[Item, str]]) -> None:
     engine = Recorder(fail="bad")
     batcher = make(engine, max_wait_s=0.05)
     first, second = await asyncio.gather(
@@ -175,7 +176,7 @@ async def test_a_failing_item_fails_alone(make: Callable[..., DynamicBatcher[Ite
     assert second == ["FINE"]
 
 
-async def test_an_engine_crash_fails_only_its_batch(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_an_engine_crash_fails_only_its_batch(make: Callable[..., RequestQueue[Item, str]]) -> None:
     engine = Recorder(crash="boom")
     batcher = make(engine, max_wait_s=0.05)
     errors_before = metric("tserve_item_errors_total", model=batcher.model)
@@ -188,7 +189,7 @@ async def test_an_engine_crash_fails_only_its_batch(make: Callable[..., DynamicB
 
 
 async def test_a_cancelled_request_is_dropped_before_inference(
-    make: Callable[..., DynamicBatcher[Item, str]],
+    make: Callable[..., RequestQueue[Item, str]],
 ) -> None:
     gate = threading.Event()
     engine = Recorder(gate)
@@ -209,7 +210,7 @@ async def test_a_cancelled_request_is_dropped_before_inference(
     assert all("gone1" not in b and "gone2" not in b for b in engine.batches)
 
 
-async def test_items_past_their_deadline_are_dropped(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_items_past_their_deadline_are_dropped(make: Callable[..., RequestQueue[Item, str]]) -> None:
     gate = threading.Event()
     engine = Recorder(gate)
     batcher = make(engine)
@@ -224,7 +225,7 @@ async def test_items_past_their_deadline_are_dropped(make: Callable[..., Dynamic
     assert engine.batches == [["blocker"]]
 
 
-async def test_a_full_queue_refuses_with_a_retry_hint(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_a_full_queue_refuses_with_a_retry_hint(make: Callable[..., RequestQueue[Item, str]]) -> None:
     gate = threading.Event()
     engine = Recorder(gate)
     batcher = make(engine, max_queue=2)
@@ -243,7 +244,7 @@ async def test_a_full_queue_refuses_with_a_retry_hint(make: Callable[..., Dynami
 
 
 async def test_drain_finishes_queued_work_then_refuses(
-    make: Callable[..., DynamicBatcher[Item, str]],
+    make: Callable[..., RequestQueue[Item, str]],
 ) -> None:
     gate = threading.Event()
     engine = Recorder(gate)
@@ -260,7 +261,7 @@ async def test_drain_finishes_queued_work_then_refuses(
     assert await pending == ["A", "B"]
 
 
-async def test_close_fails_what_is_still_queued(make: Callable[..., DynamicBatcher[Item, str]]) -> None:
+async def test_close_fails_what_is_still_queued(make: Callable[..., RequestQueue[Item, str]]) -> None:
     gate = threading.Event()
     engine = Recorder(gate)
     batcher = make(engine)
@@ -278,11 +279,11 @@ async def test_close_fails_what_is_still_queued(make: Callable[..., DynamicBatch
 async def test_a_real_engine_behind_the_batcher() -> None:
     """The small embedder through the batcher: isolation of TextTooLong, metrics per batch."""
     engine = HashEmbedder(name=f"test-batcher-{next(_names)}", max_len=4)
-    batcher: DynamicBatcher[EmbedItem, Embedding] = DynamicBatcher(
+    batcher: RequestQueue[EmbedItem, Embedding] = RequestQueue(
         engine.manifest.name,
-        engine.embed,
         lambda it: engine.count_tokens(it.text),
         BatchPolicy(max_wait_s=0.001),
+        WholeBatchExecutor(engine.embed),
     )
     batcher.start()
     try:
@@ -298,17 +299,16 @@ async def test_a_real_engine_behind_the_batcher() -> None:
 
 @pytest.fixture
 async def with_abandon() -> AsyncIterator[
-    tuple[DynamicBatcher[Item, str], Recorder, list[Item], threading.Event]
+    tuple[RequestQueue[Item, str], Recorder, list[Item], threading.Event]
 ]:
     gate = threading.Event()
     engine = Recorder(gate)
     told: list[Item] = []
-    batcher: DynamicBatcher[Item, str] = DynamicBatcher(
+    batcher: RequestQueue[Item, str] = RequestQueue(
         f"test-batcher-{next(_names)}",
-        engine,
         lambda item: item.cost,
         BatchPolicy(max_wait_s=0.001),
-        told.append,
+        WholeBatchExecutor(engine, told.append),
     )
     batcher.start()
     yield batcher, engine, told, gate
@@ -317,7 +317,7 @@ async def with_abandon() -> AsyncIterator[
 
 
 async def test_running_items_whose_deadline_passes_are_handed_to_on_abandon(
-    with_abandon: tuple[DynamicBatcher[Item, str], Recorder, list[Item], threading.Event],
+    with_abandon: tuple[RequestQueue[Item, str], Recorder, list[Item], threading.Event],
 ) -> None:
     batcher, engine, told, _ = with_abandon
     before = metric("tserve_dropped_total", model=batcher.model, reason="deadline")
@@ -329,7 +329,7 @@ async def test_running_items_whose_deadline_passes_are_handed_to_on_abandon(
 
 
 async def test_running_items_of_a_cancelled_request_are_handed_to_on_abandon(
-    with_abandon: tuple[DynamicBatcher[Item, str], Recorder, list[Item], threading.Event],
+    with_abandon: tuple[RequestQueue[Item, str], Recorder, list[Item], threading.Event],
 ) -> None:
     batcher, engine, told, _ = with_abandon
     task = asyncio.ensure_future(batcher.submit([Item("gone")], 10))
@@ -350,8 +350,8 @@ async def test_retry_after_is_the_work_ahead_over_the_measured_throughput() -> N
         return [it.text for it in items]
 
     policy = BatchPolicy(max_wait_s=0.001, max_batch_size=1, max_queue=3)
-    batcher: DynamicBatcher[Item, str] = DynamicBatcher(
-        f"test-batcher-{next(_names)}", engine, lambda item: item.cost, policy
+    batcher: RequestQueue[Item, str] = RequestQueue(
+        f"test-batcher-{next(_names)}", lambda item: item.cost, policy, WholeBatchExecutor(engine)
     )
     batcher.start()
     try:
@@ -370,7 +370,7 @@ async def test_retry_after_is_the_work_ahead_over_the_measured_throughput() -> N
 
 
 async def test_a_later_request_gets_a_place_in_the_next_batch(
-    make: Callable[..., DynamicBatcher[Item, str]],
+    make: Callable[..., RequestQueue[Item, str]],
 ) -> None:
     gate = threading.Event()
     engine = Recorder(gate)
@@ -387,7 +387,7 @@ async def test_a_later_request_gets_a_place_in_the_next_batch(
 
 
 async def test_small_work_runs_on_the_express_worker_while_a_long_batch_holds_the_others(
-    make: Callable[..., DynamicBatcher[Item, str]],
+    make: Callable[..., RequestQueue[Item, str]],
 ) -> None:
     gate = threading.Event()
     engine = Recorder()
@@ -416,7 +416,7 @@ async def test_small_work_runs_on_the_express_worker_while_a_long_batch_holds_th
 
 
 async def test_without_an_express_worker_small_work_waits(
-    make: Callable[..., DynamicBatcher[Item, str]],
+    make: Callable[..., RequestQueue[Item, str]],
 ) -> None:
     gate = threading.Event()
     engine = Recorder(gate)

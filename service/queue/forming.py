@@ -1,7 +1,7 @@
-"""Which queued items form the next batch: the policy, the queued item, and the choices.
+"""Which queued items form the next batch: the policy, the queued item, and the choice.
 
-No state and no asyncio here: the batcher (``batching.py``) and the decode scheduler
-(``scheduling.py``) call these on their queues and mark what they take.
+No state and no asyncio here: the request queue (``requests.py``) calls these on its items and
+marks what it takes, for either executor.
 """
 
 from __future__ import annotations
@@ -23,16 +23,17 @@ class BatchPolicy:
     max_batch_tokens: int = 8192
     max_wait_s: float = 0.005
     max_queue: int = 1024
-    workers: int = 1  # batches running at once
-    # One more worker for small requests (of at most this many tokens), while every regular
-    # worker is busy, so that a one-sentence request is not held behind a long batch. 0: none.
+    worker_threads: int = 1  # engine runs in flight at once (``TSERVE_WORKER_THREADS``)
+    # One more worker for small requests (of at most this many tokens), while every worker
+    # thread is busy, so that a one-sentence request is not held behind a long batch
+    # (``express.py``). 0: none.
     express_max_tokens: int = 0
 
 
 @dataclass(eq=False)
 class Pending(Generic[ItemT, ResultT]):
-    """One queued item of a request: its cost, deadline and future (the continuous scheduler
-    hands these to its decode thread too)."""
+    """One queued item of a request: its cost, deadline and future (the continuous executor
+    hands these to its worker threads too)."""
 
     item: ItemT
     cost: int
@@ -95,19 +96,6 @@ def choose_batch(queue: Queue[ItemT, ResultT], policy: BatchPolicy) -> list[Pend
         batch.append(pending)
         longest = max(longest, pending.cost)
     return sorted(batch, key=lambda p: p.cost)
-
-
-def choose_small(queue: Queue[ItemT, ResultT], policy: BatchPolicy) -> list[Pending[ItemT, ResultT]]:
-    """The oldest queued items of small requests, within the express worker's token budget."""
-    budget = policy.express_max_tokens
-    batch: list[Pending[ItemT, ResultT]] = []
-    for pending in queue:
-        if len(batch) == policy.max_batch_size or budget < 1:
-            break
-        if pending.small and pending.cost <= budget:
-            batch.append(pending)
-            budget -= pending.cost
-    return batch
 
 
 def _request(pending: Pending[ItemT, ResultT]) -> int:
