@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test test-long lint export bench install tools
+.PHONY: serve test test-long lint export bench install tools wheelhouse gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,3 +44,17 @@ export: $(STAMP)
 ## DATA: a folder with multi30k/ and stsb/sts-dev.csv (e.g. make bench DATA=../shared/data).
 bench: $(STAMP)
 	$(PY) -m benchmarks --quick --data-dir $(or $(DATA),$(error set DATA=DIR holding multi30k/ and stsb/))
+
+## The GPU check (docs/gpu-check.md). `make wheelhouse PY=3.12` (where there is network): the wheels a
+## GPU host of CPython 3.12 needs, in .wheelhouse/py3.12/, and the same cut into parts to carry there.
+wheelhouse:
+	$(if $(filter 3.%,$(PY)),,$(error set PY to the GPU host's Python version, e.g. make wheelhouse PY=3.12))
+	bash scripts/wheelhouse.sh build $(PY) .wheelhouse/py$(PY)
+	bash scripts/wheelhouse.sh split .wheelhouse/py$(PY) .wheelhouse/py$(PY)-parts
+
+## On the GPU host, with its own python3 (torch, CUDA 13 libraries): installs what it lacks from the
+## wheelhouse, exports, tests, serves and measures on CUDA; results in OUT. GPU_CHECK_ARGS: e.g.
+## `--provider cpu --quick` (the same run on the CPU, small).
+gpu-check:
+	$(PYTHON) -m benchmarks.gpu_check --data-dir $(or $(DATA),$(error set DATA=DIR holding multi30k/ and stsb/)) \
+		--wheelhouse $(or $(WHEELHOUSE),.wheelhouse/py3.12) --out $(or $(OUT),.gpu-check/results) $(GPU_CHECK_ARGS)
