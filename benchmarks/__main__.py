@@ -29,6 +29,7 @@ from typing import Any
 from benchmarks import report
 from benchmarks.common import REPO, machine, other_load, versions
 from benchmarks.harness import Bench, Need, needs_of
+from benchmarks.preparation import prepare
 from benchmarks.stages import STAGES
 from benchmarks.targets import check_targets
 
@@ -112,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if Need.OUR_CHECKPOINT in needs_of(stages) and not args.checkpoint.is_file():
         sys.exit(f"no checkpoint at {args.checkpoint}: pass --checkpoint (tokenizer.json must sit beside it)")
     try:
+        prepare(bench, needs_of(stages))
         bench.run(stages)
         bench.guard("targets", check_targets, bench.results)
     finally:

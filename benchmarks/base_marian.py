@@ -3,7 +3,7 @@
 d_model 512, 6+6 layers, a 19k SentencePiece vocabulary; outputs forced to 20 tokens so that
 every system does the same work. In-process only: the service has no option to suppress
 ``</s>``, and none is added for a benchmark. CTranslate2 int8 and ours int8 also run with the
-same vocabulary map (export/vmap.py on Multi30k ``train``): CTranslate2's ``use_vmap`` over the
+same vocabulary map (export/graphs/vmap.py on Multi30k ``train``): CTranslate2's ``use_vmap`` over the
 batch's union, ours over each sentence's shortlist (service/engine/shortlist.py).
 """
 
@@ -26,7 +26,7 @@ OURS_INT8_SHORTLIST = "ours in-process (int8, shortlist)"
 def run(bench: Bench) -> None:
     from transformers import MarianConfig
 
-    from export.sources.marian import marian_tokenizer
+    from export.sources.marian.tokenizer import marian_tokenizer
 
     if bench.base is None:  # its preparation failed, with a note
         return

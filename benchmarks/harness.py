@@ -1,9 +1,9 @@
 """What the stages share: the run's settings, the prepared models, our service, the results.
 
-A stage (:class:`Stage`) declares what it needs prepared (:class:`Need`); the harness prepares
-the union of the selected stages' needs once, in a fixed order (conversions and exports, then our
-service on the int8 artefacts), runs the stages in registry order (``benchmarks/stages.py``) and
-stops the service. A preparation or a stage that fails leaves a note and the rest still runs.
+A stage (:class:`Stage`) declares what it needs prepared (:class:`Need`); benchmarks/preparation.py
+prepares the union of the selected stages' needs once, then :meth:`Bench.run` runs the stages in
+registry order (``benchmarks/stages.py``) and stops the service. A preparation or a stage that
+fails leaves a note and the rest still runs.
 """
 
 from __future__ import annotations
@@ -83,27 +83,12 @@ class Bench:
     # --- the run ----------------------------------------------------------------------------
 
     def run(self, stages: Iterable[Stage]) -> None:
-        stages = list(stages)
-        self.prepare(needs_of(stages))
+        """The stages, their needs prepared already (``preparation.prepare``), then our service stopped."""
         try:
             for stage in stages:
                 self.guard(stage.label, stage.run, self)
         finally:
             self.stop_service()
-
-    def prepare(self, needs: frozenset[Need]) -> None:
-        from benchmarks import preparation
-
-        if Need.OUR_CHECKPOINT in needs:
-            self.small = self.guard("prepare our checkpoint", preparation.prepare_small, self)
-        if Need.BASE_MARIAN in needs:
-            self.base = self.guard("prepare the base Marian", preparation.prepare_base, self)
-        if Need.EMBEDDING in needs:
-            self.guard("export the embedding model", preparation.export_embedding, self)
-        if Need.DEFAULT_TRANSLATORS in needs:
-            self.guard("export the default translators", preparation.export_default_translators, self)
-        if Need.SERVICE in needs and not self.args.no_http:
-            self.service = self.start_service()
 
     def start_service(
         self, extra_env: dict[str, str] | None = None, tag: str = "", module: str = "service"

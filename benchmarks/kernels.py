@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.results import Figure, Results, Row
+from benchmarks.timed_pass import throughput
 from benchmarks.translators import TextCodec, Translator, Workload
 
 CT2_ONE_THREAD = "CTranslate2 int8, 1 thread"
@@ -66,8 +67,6 @@ def kernel_bound(
 ) -> None:
     """A section per workload: CTranslate2 (the baseline), ours whole, ours' graph runs alone;
     each system's best of ``rounds`` passes; ``figures``: CTranslate2's and the graphs' alone."""
-    from benchmarks.translation import throughput  # here: that module runs this one
-
     for w, texts, ct2_figure, graphs_figure in workloads:
         batch = f"batch {w.batch}" if w.batch > 1 else "one sentence at a time"
         section = (

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from export.checkpoint import load_checkpoint
-from export.model import Transformer, TransformerConfig
+from export.sources.ours.checkpoint import load_checkpoint
+from export.sources.ours.model import Transformer, TransformerConfig
 
 
 def hidden_permutation(d_model: int) -> Tensor:
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = p.parse_args(argv)
     from tokenizers import Tokenizer
 
-    from export.data import encode_source, encode_target, pad
+    from export.sources.ours.data import encode_source, encode_target, pad
 
     tok_path = args.tokenizer or args.checkpoint.parent / "tokenizer.json"
     tok = Tokenizer.from_file(str(tok_path))

@@ -16,8 +16,8 @@ import traceback
 from pathlib import Path
 
 from benchmarks.common import read_lines
-from benchmarks.harness import EMBED_NAME, Bench
-from export.reference import REFERENCE_FILE
+from benchmarks.harness import EMBED_NAME, Bench, Need
+from export.verify.reference_set import REFERENCE_FILE
 from service.artefacts import sha256_of
 
 # The base Marian's longest sequence. The benchmark decodes at most 20 tokens from test-set
@@ -27,6 +27,21 @@ BASE_MAX_POSITIONS = 128
 # Reference sentences the base Marian's export checks (alone vs batched, int8 vs fp32): enough to
 # exercise mixed-length batches; random weights make any quality figure meaningless anyway.
 BASE_REFERENCE_SENTENCES = 24
+
+
+def prepare(bench: Bench, needs: frozenset[Need]) -> None:
+    """What the selected stages need, once and in a fixed order: conversions and exports, then our
+    service on the int8 artefacts (not with --no-http)."""
+    if Need.OUR_CHECKPOINT in needs:
+        bench.small = bench.guard("prepare our checkpoint", prepare_small, bench)
+    if Need.BASE_MARIAN in needs:
+        bench.base = bench.guard("prepare the base Marian", prepare_base, bench)
+    if Need.EMBEDDING in needs:
+        bench.guard("export the embedding model", export_embedding, bench)
+    if Need.DEFAULT_TRANSLATORS in needs:
+        bench.guard("export the default translators", export_default_translators, bench)
+    if Need.SERVICE in needs and not bench.args.no_http:
+        bench.service = bench.start_service()
 
 
 def export_translation(
@@ -105,8 +120,8 @@ def verify_bridge(bench: Bench, ckpt: Path, hf_dir: Path) -> None:
     from transformers import MarianMTModel
 
     from benchmarks.marian_bridge import max_logit_difference
-    from export.checkpoint import load_checkpoint
-    from export.data import encode_source, encode_target, pad
+    from export.sources.ours.checkpoint import load_checkpoint
+    from export.sources.ours.data import encode_source, encode_target, pad
 
     model = load_checkpoint(ckpt)
     marian = MarianMTModel.from_pretrained(hf_dir).eval()
@@ -145,9 +160,9 @@ def prepare_base(bench: Bench) -> dict[str, Path]:
 
 
 def base_vmap(bench: Bench, hf: Path) -> Path:
-    """A vocabulary map for the base Marian from Multi30k ``train`` (export/vmap.py's defaults)."""
-    from export.sources.marian import marian_tokenizer
-    from export.vmap import build_vmap
+    """A vocabulary map for the base Marian from Multi30k ``train`` (export/graphs/vmap.py's defaults)."""
+    from export.graphs.vmap import build_vmap
+    from export.sources.marian.tokenizer import marian_tokenizer
 
     path = bench.cache / f"{hf.name}.vmap"
     if not path.is_file():

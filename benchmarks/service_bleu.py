@@ -6,13 +6,13 @@ python -m benchmarks.service_bleu --url http://localhost:8000 --data-dir ../shar
 
 ``--model`` picks one of the served translators (default: the service's default); its card's
 languages pick the data files and its name the repository checkpoint. The test split goes
-through ``POST /v1/translate`` in batched requests, several in flight; the checkpoint
-translates it in PyTorch with ``export.translate.translate``, as ``export.evaluate`` (the model
-card's figure) does. Both are scored with ``sacrebleu.BLEU()``'s defaults (cased, 13a,
-detokenised text). Exit status 1 when they differ by more than ``--tolerance`` BLEU: the
+through ``POST /v1/translate`` in batched requests, several in flight; the checkpoint translates
+it in PyTorch with ``export.sources.ours.translate.translate``, as ``export.training.evaluate``
+(the model card's figure) does. Both are scored with ``sacrebleu.BLEU()``'s defaults (cased,
+13a, detokenised text). Exit status 1 when they differ by more than ``--tolerance`` BLEU: the
 served artefact (export, variant, search) does not translate like its checkpoint. Point it at
-the service of the same checkpoint; the service's batching and the PyTorch run take a while,
-so give the service a long ``TSERVE_REQUEST_TIMEOUT_S`` on a busy machine.
+the service of the same checkpoint; the service's batching and the PyTorch run take a while, so
+give the service a long ``TSERVE_REQUEST_TIMEOUT_S`` on a busy machine.
 
 With ``--documents N`` the reference is the service itself: the split sent one line per item
 against the same lines sent as documents of N lines (joined by line breaks, split back after),
@@ -35,9 +35,9 @@ import sacrebleu
 import torch
 from tokenizers import Tokenizer
 
-from export.checkpoint import load_checkpoint
-from export.data import read_parallel
-from export.translate import DEFAULT_CHECKPOINT, translate
+from export.sources.ours.checkpoint import load_checkpoint
+from export.sources.ours.data import read_parallel
+from export.sources.ours.translate import DEFAULT_CHECKPOINT, translate
 
 RETRIES_ON_429 = 20
 
@@ -128,7 +128,7 @@ def document_translations(client: httpx.Client, sources: list[str], args: argpar
 
 
 def pytorch_translations(sources: list[str], args: argparse.Namespace) -> list[str]:
-    """``export.evaluate``'s translations: the checkpoint in PyTorch, same beam and penalty."""
+    """``export.training.evaluate``'s translations: the checkpoint in PyTorch, same beam and penalty."""
     torch.set_num_threads(args.threads)
     model = load_checkpoint(args.checkpoint)
     tokenizer = Tokenizer.from_file(str(args.tokenizer or args.checkpoint.parent / "tokenizer.json"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import kernels
@@ -19,6 +18,7 @@ from benchmarks import translators as tr
 from benchmarks.common import CpuMeter, percentiles_ms
 from benchmarks.harness import Bench, Need, Stage
 from benchmarks.results import Figure, Results, Row
+from benchmarks.timed_pass import Run, natural_max_len, throughput
 from benchmarks.translators import (
     BASELINE,
     CT2_INT8,
@@ -33,56 +33,6 @@ OURS_INT8 = "ours in-process (int8)"
 OURS_HTTP = "ours HTTP (int8)"
 BEAM4_BATCH32 = Workload(4, 32, 0, False)
 BEAM4_BATCH32_FORCED = Workload(4, 32, 20, True)
-
-
-@dataclass(frozen=True)
-class Run:
-    tokens_per_s: float
-    outputs: list[str]  # in input order
-    seconds: float
-    cores_used: float  # this process's CPU time / wall time
-    server_cpu_ms_per_request: float | None  # over HTTP: the server's CPU per request
-
-
-def batches(texts: Sequence[str], codec: TextCodec, size: int) -> list[list[int]]:
-    """Index batches of ``size`` over length-sorted sentences (the same for every system)."""
-    lengths = [len(x) for x in codec.encode(texts)]
-    order = sorted(range(len(texts)), key=lambda i: lengths[i])
-    return [order[i : i + size] for i in range(0, len(order), size)]
-
-
-def natural_max_len(texts: Sequence[str], codec: TextCodec) -> int:
-    return min(256, 2 * max(len(x) for x in codec.encode(texts)) + 10)
-
-
-def throughput(
-    system: Translator, texts: Sequence[str], w: Workload, codec: TextCodec, warm_up: bool = True
-) -> Run:
-    """One pass over ``texts`` in batches of ``w.batch``, each batch one call (one request over HTTP).
-
-    Cores used = process CPU time / wall time: below the thread count when the system was
-    starved by other load on the machine (or, for HTTP, the client's share only).
-    """
-    outputs = [""] * len(texts)
-    tokens, seconds, cpu, calls = 0, 0.0, 0.0, 0
-    if warm_up:
-        warm = Workload(w.beam, 1, min(w.max_len, 8) if w.forced else 8, w.forced)
-        system.translate(texts[: min(2, len(texts))], warm)
-    server = CpuMeter(system.server_pids) if system.server_pids else None
-    server_cpu_at_start = server.cpu_seconds() if server else 0.0
-    for idx in batches(texts, codec, w.batch):
-        chunk = [texts[i] for i in idx]
-        wl = w if w.forced else Workload(w.beam, w.batch, natural_max_len(chunk, codec), False)
-        t0, c0 = time.perf_counter(), time.process_time()
-        out, n = system.translate(chunk, wl)
-        seconds += time.perf_counter() - t0
-        cpu += time.process_time() - c0
-        tokens += n
-        calls += 1
-        for i, o in zip(idx, out, strict=True):
-            outputs[i] = o
-    server_ms = 1000 * (server.cpu_seconds() - server_cpu_at_start) / calls if server else None
-    return Run(tokens / seconds, outputs, seconds, cpu / seconds, server_ms)
 
 
 def bleu(hyps: Sequence[str], refs: Sequence[str]) -> float:
@@ -235,7 +185,7 @@ def run(bench: Bench) -> None:
     """Our checkpoint: natural decoding at beam 1/4 × batch 1/32, forced 20 tokens, latency."""
     from tokenizers import Tokenizer
 
-    from export.checkpoint import read_config
+    from export.sources.ours.checkpoint import read_config
 
     if bench.small is None:  # its preparation failed, with a note
         return

@@ -18,12 +18,12 @@ whose files still match their sha256, is skipped. Progress lines (``[export] …
 both go to stderr, in order.
 
 ``--vmap FILE`` (translation) adds a vocabulary shortlist to the CPU variants: the map in
-CTranslate2's vmap format (``python -m export.vmap`` makes one from parallel text) and the
-decoder step over shortlists (export/shortlist.py), served with ``TSERVE_TRANSLATE_SHORTLIST``.
+CTranslate2's vmap format (``python -m export.graphs.vmap`` makes one from parallel text) and the
+decoder step over shortlists (export/graphs/shortlist.py), served with ``TSERVE_TRANSLATE_SHORTLIST``.
 
 ``--eval-dir`` holds the quality-check data: ``sts-dev.csv`` (STS benchmark) for embeddings,
 Multi30k files for translation. ``--reference`` replaces the committed sentences every variant
-is measured on (export/reference.py: those of a translation model's source language, English
+is measured on (export/verify/reference_set.py: those of a translation model's source language, English
 otherwise), e.g. for a source language the repository has no sentences in.
 Exit status: 0 done, 1 export or verification failed, 2 unusable command line or unsupported
 source. Nothing heavy (torch) is imported before the
@@ -39,7 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-CHECKPOINT_KEY = "transformer_config"  # export/checkpoint.py's CONFIG_KEY (not imported: it pulls torch)
+# export/sources/ours/checkpoint.py's CONFIG_KEY, not imported: that module pulls torch
+CHECKPOINT_KEY = "transformer_config"
 EMBEDDING_TYPES = (
     "bert",
     "roberta",
@@ -127,10 +128,10 @@ def export_one(
     vmap: Path | None = None,
 ) -> None:
     """Export one recognised source; ``reference`` (default: the committed sentences of the
-    source language, export/reference.py) is what every variant's reference check runs on;
+    source language, export/verify/reference_set.py) is what every variant's reference check runs on;
     ``vmap``: a vocabulary map for translation shortlists."""
-    from export.publish import progress
-    from export.reference import REFERENCE_FILE
+    from export.progress import progress
+    from export.verify.reference_set import REFERENCE_FILE
 
     progress(f"{detected.path}: {detected.detail}")
 
@@ -154,7 +155,7 @@ def export_defaults(
 ) -> None:
     """The service's default models (service/settings.py); a missing translation checkpoint is
     reported and skipped."""
-    from export.publish import progress
+    from export.progress import progress
     from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS
 
     for name in DEFAULT_TRANSLATE_MODELS:
@@ -227,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(max(1, args.threads))
-    from export.onnx_tools import VerificationError
+    from export.verify import VerificationError
 
     try:
         if detected is None:

@@ -6,10 +6,11 @@ last hidden state float32 [batch, seq, dim]), ``tokenizer.json`` (truncation at 
 padding off: the service pads its own batches) and ``manifest.json``.
 
 The stages: the source (export/sources/bert.py: what the directory holds, read without torch),
-its graphs (export/graphs.py), verification through the service's loader and ``OnnxEmbedder``
-against sentence-transformers and PyTorch (export/embedding_checks.py) and publishing
-(export/publish.py: staged, verified, then moved into place; an out-of-tolerance variant raises
-VerificationError and leaves an earlier artefact untouched). Every variant also carries the
+its graph (export/graphs/embedding.py), verification through the service's loader and
+``OnnxEmbedder`` against sentence-transformers and PyTorch (export/verify/embedding.py) and
+publishing (export/publish/: staged, verified, then moved into place, with the manifest of
+export/publish/embedding.py; an out-of-tolerance variant raises VerificationError and leaves an
+earlier artefact untouched). Every variant also carries the
 reference-set figures (alone vs batched, int8/fp16 vs fp32) in ``Manifest.reference_check``.
 """
 
@@ -23,46 +24,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from export.embedding_checks import DEFAULT_TOLERANCES, EmbeddingVerifier, Tolerances, read_sts
-from export.graphs import EMBEDDING_GRAPH, embedding_fp16, embedding_fp32, embedding_int8
-from export.onnx_tools import file_entries, graph_spec
-from export.publish import (
-    Fusions,
-    Parity,
-    parse_variants,
-    progress,
-    publish_variants,
-    published_manifest,
-    still_to_export,
-    tool_fields,
-)
-from export.reference import REFERENCE_FILE, load_reference
+from export.graphs.embedding import EMBEDDING_GRAPH, build_fp16, build_fp32, build_int8
+from export.progress import progress
+from export.publish.embedding import build_manifest, up_to_date
+from export.publish.variants import Fusions, parse_variants, publish_variants, still_to_export
 from export.sources.bert import TOKENIZER_FILE, EmbeddingSource, inspect_source, served_tokenizer, special_ids
-from service.artefacts import Manifest, ReferenceCheck, SourceInfo, SpecialIds, Variant, sha256_of_files
+from export.verify import Parity
+from export.verify.embedding import DEFAULT_TOLERANCES, EmbeddingVerifier, Tolerances, read_sts
+from export.verify.reference_set import REFERENCE_FILE, load_reference
+from service.artefacts import Manifest, ReferenceCheck, SpecialIds, Variant, sha256_of_files
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-
-
-def up_to_date(
-    target: Path,
-    source: EmbeddingSource,
-    name: str,
-    variant: Variant,
-    sha: str,
-    want_sts: bool,
-    reference_sha: str,
-) -> bool:
-    """A published artefact of this very export (export/publish.py), with the same embedding
-    settings and, when an STS file was given, the STS figures measured."""
-    manifest = published_manifest(
-        target, task="embed", name=name, variant=variant, source_sha256=sha, reference_sha256=reference_sha
-    )
-    return (
-        manifest is not None
-        and manifest.embedding == source.info()
-        and (not want_sts or "sts_spearman" in manifest.parity)  # the asked-for check was run
-    )
 
 
 def export_embedding(
@@ -77,11 +50,11 @@ def export_embedding(
     reference: Path = REFERENCE_FILE,
 ) -> list[Path]:
     """Export, verify and publish ``variants`` of an embedding model (``all``: every one,
-    export/publish.py); return the artefact directories.
+    export/publish/variants.py); return the artefact directories.
 
     ``name`` defaults to the source directory's name; ``threads`` (default: torch's current
     setting) sizes the onnxruntime sessions used for verification; ``reference`` is the sentence
-    file every variant is measured on (export/reference.py). Variants already up to date (same
+    file every variant is measured on (export/verify/reference_set.py). Variants already up to date (same
     source hash, intact files, same reference file) are skipped. Raises VerificationError when a
     variant is out of tolerance (nothing published for it), ValueError for a source it cannot
     export.
@@ -120,7 +93,7 @@ def export_embedding(
 
 class _VariantExport:
     """The variants of one source: the plain fp32 graph exported once (int8 and fp16 derive from
-    it), then each variant built, given its manifest and verified by export/publish.py's path."""
+    it), then each variant built, given its manifest and verified by export/publish/variants.py's path."""
 
     def __init__(
         self,
@@ -138,11 +111,11 @@ class _VariantExport:
         progress(
             f"{name}: exporting {source.model_type} (dim {source.dim}, {source.pooling} pooling) to ONNX"
         )
-        embedding_fp32(source, self.plain)
+        build_fp32(source, self.plain)
 
     def run(self, todo: list[Variant], root: Path) -> None:
         """fp32 first, always verified (the baseline of the others), published only if asked for."""
-        publish_variants(todo, root, self.build, self.manifest, self.verifier.measure)
+        publish_variants(todo, root, self.build, self.manifest, self.verifier.verify)
 
     def build(self, variant: Variant, staging: Path) -> Fusions:
         fusions: Fusions = {}
@@ -150,10 +123,10 @@ class _VariantExport:
             shutil.copyfile(self.plain, staging / EMBEDDING_GRAPH)
         elif variant == "int8":
             progress("  quantizing to int8 (per-row activations, per-column QInt8 weights)")
-            fusions = embedding_int8(self.plain, staging / EMBEDDING_GRAPH)
+            fusions = build_int8(self.plain, staging / EMBEDDING_GRAPH)
         else:
             progress("  fusing (onnxruntime transformer optimizer) and converting to fp16")
-            fusions = embedding_fp16(self.source, self.plain, staging / EMBEDDING_GRAPH, self.work)
+            fusions = build_fp16(self.source, self.plain, staging / EMBEDDING_GRAPH, self.work)
             progress(f"  fusions: {fusions}")
         self.tokenizer.save(str(staging / TOKENIZER_FILE))
         return fusions
@@ -161,19 +134,6 @@ class _VariantExport:
     def manifest(
         self, variant: Variant, staging: Path, fusions: Fusions, parity: Parity, check: ReferenceCheck | None
     ) -> Manifest:
-        return Manifest(
-            name=self.name,
-            task="embed",
-            variant=variant,
-            source=SourceInfo(kind="bert", path=str(self.source.directory), sha256=self.sha),
-            files=file_entries(staging),
-            graphs={"encoder": graph_spec(staging, EMBEDDING_GRAPH)},
-            tokenizer=TOKENIZER_FILE,
-            vocab_size=self.source.vocab_size,
-            special_ids=self.special,
-            embedding=self.source.info(),
-            parity=parity,
-            fusions=fusions,
-            reference_check=check,
-            **tool_fields(staging / EMBEDDING_GRAPH),
+        return build_manifest(
+            self.source, self.name, variant, staging, self.sha, self.special, fusions, parity, check
         )

@@ -52,9 +52,9 @@ def tiny_translation_checkpoint(
     import torch
     import torch.nn.functional as F
 
-    from export.checkpoint import save_checkpoint
-    from export.data import encode_source, encode_target, pad, train_tokenizer
-    from export.model import Transformer, TransformerConfig
+    from export.sources.ours.checkpoint import save_checkpoint
+    from export.sources.ours.data import encode_source, encode_target, pad, train_tokenizer
+    from export.sources.ours.model import Transformer, TransformerConfig
 
     corpus = [" ".join(WORDS[i:] + WORDS[:i]) + "." for i in range(len(WORDS))] * 3
     tok = train_tokenizer(corpus, vocab_size=vocab_size)

@@ -1,6 +1,6 @@
 """Checkpoints that can be exported: each source loads into modules with the project's ONNX layout.
 
-A translation source (ours in ``export.translation_graphs``, Marian in ``export.sources.marian``)
+A translation source (ours in ``export.sources.ours.source``, Marian in ``export.sources.marian.source``)
 turns a checkpoint into a :class:`TranslationSource`: two wrapper modules with exactly the I/O of
 ``encoder.onnx``/``decoder.onnx``, a ``tokenizers`` tokenizer for the service, and a PyTorch
 reference (the source framework's own code) the exported graphs are verified against.

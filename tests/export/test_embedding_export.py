@@ -22,11 +22,12 @@ pytest.importorskip("sentence_transformers")
 
 from export import __main__ as cli
 from export.embedding import export_embedding
-from export.embedding_checks import Tolerances, read_sts
-from export.int8_rowwise import BLOCKED_QUANTIZE_OPSET
-from export.onnx_tools import OPSET, VerificationError
-from export.publish import published_manifest
+from export.graphs.int8_rowwise import BLOCKED_QUANTIZE_OPSET
+from export.graphs.onnx_tools import OPSET
+from export.publish.variants import published_manifest
 from export.sources import bert
+from export.verify import VerificationError
+from export.verify.embedding import Tolerances, read_sts
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest, write_manifest
 from service.engine.pooling import l2_normalize, mean_pool
 from service.engine.session import SessionConfig, create_session
@@ -384,8 +385,8 @@ def test_every_variant_carries_its_reference_check(exported: Path) -> None:
     batched for every variant (bounded for fp32/int8), int8/fp16 against fp32; int8 is per row."""
     import onnx
 
-    from export.determinism import MIN_EMBED_COSINE
-    from export.reference import MIN_COSINE_VS_FP32, MIN_MEAN_COSINE_VS_FP32, load_reference
+    from export.verify.determinism import MIN_EMBED_COSINE
+    from export.verify.reference_set import MIN_COSINE_VS_FP32, MIN_MEAN_COSINE_VS_FP32, load_reference
 
     for variant in ("fp32", "int8", "fp16"):
         check = read_manifest(exported / "tiny" / variant).reference_check

@@ -16,18 +16,8 @@ import onnx
 import pytest
 import torch
 
-from export.checkpoint import load_checkpoint
-from export.data import OUTPUT_LIMIT_RULE, encode_source, output_limits, pad
-from export.determinism import translation_determinism
-from export.model import padding_mask
-from export.onnx_tools import VerificationError
-from export.reference import MIN_CHRF_VS_FP32, load_reference
-from export.sources import GENERATION_CONFIG
-from export.top_k_blocks import block_size, choose_block
-from export.translate import translate_ids as torch_translate_ids
-from export.translation import export_translation, load_source
-from export.translation_checks import BUILTIN_SENTENCES, engine_decoder, open_engine, translate_ids
-from export.translation_graphs import (
+from export.graphs.top_k_blocks import block_size, choose_block
+from export.graphs.translation_layout import (
     DECODER_INPUTS,
     DECODER_OUTPUTS,
     DEFAULT_DECODER_LAYOUT,
@@ -35,7 +25,17 @@ from export.translation_graphs import (
     ENCODER_OUTPUTS,
     decoder_io,
 )
-from export.translation_verify import FP32_TOLERANCE
+from export.sources import GENERATION_CONFIG
+from export.sources.ours.checkpoint import load_checkpoint
+from export.sources.ours.data import OUTPUT_LIMIT_RULE, encode_source, output_limits, pad
+from export.sources.ours.model import padding_mask
+from export.sources.ours.translate import translate_ids as torch_translate_ids
+from export.translation import export_translation, load_source
+from export.verify import VerificationError
+from export.verify.determinism import translation_determinism
+from export.verify.reference_set import MIN_CHRF_VS_FP32, load_reference
+from export.verify.translation import FP32_TOLERANCE
+from export.verify.translation_checks import BUILTIN_SENTENCES, engine_decoder, open_engine, translate_ids
 from service.artefacts import (
     BEAM_INDEX,
     SENTENCE_ROWS,
@@ -316,7 +316,7 @@ def _length_penalty(directory: Path) -> float:
 def test_failed_verification_writes_no_manifest(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("export.translation_verify.FP32_TOLERANCE", -1.0)
+    monkeypatch.setattr("export.verify.translation.FP32_TOLERANCE", -1.0)
     with pytest.raises(VerificationError, match="differ from PyTorch"):
         export_translation(checkpoint, tmp_path, ["fp32"])
     assert not (tmp_path / "transformer-en-de" / "fp32").exists()
@@ -361,8 +361,8 @@ def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
     ``top_k`` → each row's best log-probs and tokens, best first; the manifest records the layout."""
     import onnxruntime as ort
 
-    from export.graphs import decoder_layout, export_raw
-    from export.translation_graphs import TOP_K_OUTPUTS, example_inputs
+    from export.graphs.translation import decoder_layout, example_inputs, export_raw
+    from export.graphs.translation_layout import TOP_K_OUTPUTS
     from service.artefacts import TOP_K
 
     source = load_source(checkpoint)

@@ -1,4 +1,4 @@
-"""The same answer whatever the batch, on the tiny models: export.determinism through the engines.
+"""The same answer whatever the batch, on the tiny models: export.verify.determinism through the engines.
 
 Every reference sentence (export/reference/sentences.en.txt, a few hundred) is translated alone
 and inside mixed-length batches, greedy and beam 4, fp32 and per-row int8: identical tokens.
@@ -21,14 +21,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from export.determinism import (
+from export.graphs.onnx_tools import file_entries, graph_spec
+from export.verify.determinism import (
     MIN_EMBED_COSINE,
     embedding_determinism,
     mixed_batches,
     translation_determinism,
 )
-from export.onnx_tools import file_entries, graph_spec
-from export.reference import load_reference
+from export.verify.reference_set import load_reference
 from service.artefacts import read_manifest, write_manifest
 from service.engine.base import Embedding, EmbedEngine, EmbedItem, TranslateEngine
 from service.engine.loader import load_engine

@@ -54,9 +54,9 @@ def ids_of(engine: OnnxTranslator, result: Translation | Exception, n: int = 0) 
 def torch_ids(checkpoint: Path, texts: list[str], beam_size: int, max_len: int) -> list[list[int]]:
     from tokenizers import Tokenizer
 
-    from export.checkpoint import load_checkpoint
-    from export.data import encode_source
-    from export.translate import translate_ids
+    from export.sources.ours.checkpoint import load_checkpoint
+    from export.sources.ours.data import encode_source
+    from export.sources.ours.translate import translate_ids
 
     model = load_checkpoint(checkpoint / "model.safetensors")
     tok = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
@@ -73,7 +73,8 @@ def items(texts: list[str], **options: object) -> list[TranslateItem]:
 def test_tokens_equal_the_pytorch_reference(
     translator: OnnxTranslator, translation_checkpoint: Path, beam: int
 ) -> None:
-    """Greedy (and beam 4) output ids equal export.translate's TorchDecoder under the same search."""
+    """Greedy (and beam 4) output ids equal export.sources.ours.translate's TorchDecoder under the
+    same search."""
     want = torch_ids(translation_checkpoint, TEXTS, beam, max_len=12)
     got = translator.translate(items(TEXTS, beam_size=beam, max_length=12))
     assert [ids_of(translator, r) for r in got] == want
@@ -259,7 +260,9 @@ def test_an_item_abandoned_during_the_search_leaves_it_at_the_next_step(translat
 def artefact_with_layout(checkpoint: Path, out: Path, layout: DecoderLayout) -> Path:
     """An fp32 artefact of ``checkpoint`` whose decoder has ``layout`` (the export's own graph
     building and manifest, without its verification)."""
-    from export.translation import build_fp32, build_manifest, load_source, write_tokenizer
+    from export.graphs.translation import build_fp32
+    from export.publish.translation import build_manifest
+    from export.translation import load_source, write_tokenizer
 
     source = load_source(checkpoint)
     build_fp32(source, out, layout)

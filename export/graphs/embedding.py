@@ -1,0 +1,51 @@
+"""The embedding graph of each variant (``encoder.onnx``, the I/O of ``service.artefacts.EMBEDDING_*``):
+fp32 the plain torch export of the source's hidden states (onnxruntime's CPU kernels run it
+faster than the offline-fused graph, see export/graphs/onnx_tools.py), int8 its per-row rewrite
+(export/graphs/int8_rowwise.py), fp16 built from the fused graph.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from export.graphs.int8_rowwise import quantize_int8
+from export.graphs.onnx_tools import OPSET, export_onnx, optimize, to_fp16
+from export.sources.bert import EmbeddingSource, hidden_states_module
+from service.artefacts import EMBEDDING_OUTPUT
+
+EMBEDDING_GRAPH = "encoder.onnx"
+
+
+def build_fp32(source: EmbeddingSource, path: Path) -> None:
+    """The plain torch export of the source's hidden states (no fusion: faster on CPU)."""
+    names = source.input_names
+    # a padded example so that the traced mask path is the general one
+    ids = torch.full((2, 8), 5, dtype=torch.long)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    example = (ids, mask, torch.zeros_like(ids))[: len(names)]
+    axes = {n: {0: "batch", 1: "sequence"} for n in [*names, EMBEDDING_OUTPUT]}
+    export_onnx(
+        hidden_states_module(source),
+        example,
+        path,
+        input_names=names,
+        output_names=[EMBEDDING_OUTPUT],
+        dynamic_axes=axes,
+        opset=OPSET,
+    )
+
+
+def build_int8(fp32: Path, path: Path) -> dict[str, int]:
+    """Per-row int8 (per-row activations, per-column QInt8 weights) of the fp32 graph."""
+    quantize_int8(fp32, path)
+    return {}
+
+
+def build_fp16(source: EmbeddingSource, fp32: Path, path: Path, work: Path) -> dict[str, int]:
+    """The fp32 graph fused by onnxruntime's BERT optimiser, then converted to float16."""
+    fusions = optimize(fp32, work / "fused.onnx", "bert", source.num_heads, source.dim)
+    to_fp16(work / "fused.onnx", path)
+    return fusions

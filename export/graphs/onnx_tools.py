@@ -1,0 +1,368 @@
+"""ONNX helpers shared by the embedding and translation exports (torch → ONNX → variants).
+
+Compatibility target: every graph written here uses **ONNX opset 17** (default domain; int8
+graphs 21, for the blocked ``QuantizeLinear`` of export/graphs/int8_rowwise.py) and **IR version
+≤ 10**, which onnxruntime 1.20+ loads (1.20 reads IR ≤ 10 and opsets ≤ 21); the
+contrib ops the optimizer and quantizer add live in the ``com.microsoft`` domain, version 1.
+Graphs are single files (no external data): our models are far below protobuf's 2 GiB limit
+and one file is one sha256 in the manifest. If the legacy TorchScript exporter ever disappears
+from torch, :func:`export_onnx` falls back to the dynamo exporter, which needs opset ≥ 18.
+
+int8 is **per-row**: every activation row (one token of one sentence) gets its own scale, so a
+sentence's result does not depend on what shares its batch (see export/graphs/int8_rowwise.py, which
+also says why MatMulNBits and onnxruntime's dynamic quantisation were not kept). Measured
+in-process on the shared 2-core AVX-512 VNNI box (onnxruntime 1.32, one intra-op thread, CPU
+time of the calling thread, best of 8 rounds; other jobs shared the CPU, so only ratios count):
+
+=====================================  ==========  ===========  ==========  =============
+graph                                   MiniLM      transformer  MiniLM      alone vs
+                                        sent/s      decoder step cos to      batched
+                                        (32 × ≤24)  (128 rows)   fp32 mean
+=====================================  ==========  ===========  ==========  =============
+fp32, plain torch export                   171        21.8 ms       1        identical
+int8 dynamic (per-tensor activations)      444        13.2 ms     0.9895     differs (7/32
+                                                                              translations)
+int8 per-row (this export)                 446        14.0 ms     0.9958     identical
+MatMulNBits 8-bit, block 32, acc. 4        198          —         0.9995     identical
+=====================================  ==========  ===========  ==========  =============
+
+Weights are QInt8, symmetric per output column (the u8×s8 VNNI kernels; QUInt8 weights ran at
+about half the speed); only MatMuls with constant weights are quantised (activation×activation
+products and the embedding table stay fp32: a gather is not compute). Fusion helps
+onnxruntime's CUDA kernels far more than its CPU ones, so the exports keep the plain graph for
+fp32/int8 (CPU) and use the fused graph as the base of fp16 (GPU).
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from service.artefacts import MANIFEST_NAME, FileEntry, GraphSpec, TensorSpec, file_entry, per_layer
+
+if TYPE_CHECKING:  # torch is imported where used: the CLI starts fast
+    import torch
+
+OPSET = 17
+MAX_IR_VERSION = 10
+DYNAMO_MIN_OPSET = 18
+
+
+# --------------------------------------------------------------------------------------------
+# torch → ONNX
+
+
+def export_onnx(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    path: Path,
+    *,
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    dynamic_axes: Mapping[str, Mapping[int, str]],
+    opset: int = OPSET,
+) -> Path:
+    """Export ``module(*args)`` to one ONNX file with named dynamic axes; return ``path``.
+
+    Uses the TorchScript exporter (``dynamo=False``): it gives the plain MatMul/Softmax graphs
+    that onnxruntime's optimizer recognises and fuses, at opset 17. ``input_names`` must follow
+    the order of ``args``. Trace-time warnings are silenced because the callers verify the
+    graph numerically on shapes other than the example's, which is the real test of a trace.
+    """
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    module = module.eval()
+    common: dict[str, Any] = {
+        "input_names": list(input_names),
+        "output_names": list(output_names),
+        "dynamic_axes": {k: dict(v) for k, v in dynamic_axes.items()},
+    }
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(
+                module, args, str(path), opset_version=opset, dynamo=False, do_constant_folding=True, **common
+            )
+        except Exception as legacy_error:  # any failure: the other exporter may still work
+            print(f"TorchScript ONNX exporter failed ({legacy_error!r}); trying the dynamo exporter")
+            torch.onnx.export(
+                module,
+                args,
+                str(path),
+                opset_version=max(opset, DYNAMO_MIN_OPSET),
+                dynamo=True,
+                external_data=False,
+                **common,
+            )
+    onnx.checker.check_model(str(path))
+    clamp_ir_version(path)
+    return path
+
+
+def clamp_ir_version(path: Path, max_ir: int = MAX_IR_VERSION) -> None:
+    """Lower the file's IR version to ``max_ir`` so that onnxruntime 1.20 loads it.
+
+    Newer onnx/onnxruntime tools stamp the newest IR they know even when the graph uses
+    nothing beyond IR 8 (opset 17 needs IR ≥ 8); the stamp alone makes older runtimes refuse it.
+    """
+    model = onnx.load(str(path), load_external_data=False)
+    if model.ir_version > max_ir:
+        model.ir_version = max_ir
+        onnx.save(model, str(path))
+
+
+def append_top_k(
+    path: Path, scores: str, k_input: str, values: str, indices: str, rows_axis: str = "batch"
+) -> None:
+    """Append a ``TopK`` over the last axis of output ``scores`` to the graph at ``path``, in
+    place: a new int64 input ``k_input`` of shape [1] sets k per run, and outputs ``values``
+    (float32, best first) and ``indices`` (int64) of shape (``rows_axis``, "top_k") follow
+    the existing outputs, which stay as they are."""
+    model = onnx.load(str(path))
+    graph = model.graph
+    graph.input.append(onnx.helper.make_tensor_value_info(k_input, onnx.TensorProto.INT64, [1]))
+    graph.node.append(
+        onnx.helper.make_node("TopK", [scores, k_input], [values, indices], axis=-1, largest=1, sorted=1)
+    )
+    shape = [rows_axis, "top_k"]
+    graph.output.extend(
+        [
+            onnx.helper.make_tensor_value_info(values, onnx.TensorProto.FLOAT, shape),
+            onnx.helper.make_tensor_value_info(indices, onnx.TensorProto.INT64, shape),
+        ]
+    )
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def unstack_layers(path: Path, inputs: Sequence[str], outputs: Sequence[str]) -> int:
+    """Turn stacked (n_layers, …) graph inputs and outputs into one per layer, in place: input
+    ``x`` becomes ``x_0`` … ``x_{n-1}`` and output ``y`` (a ``Concat`` of ``Unsqueeze``d layer
+    tensors, as ``torch.stack`` exports) becomes ``y_0`` …, so a step no longer copies every
+    layer's slice out of a stacked input (onnxruntime's Gather → Split) nor stacks the outputs.
+
+    A stacked input may only be indexed by constant layer (``Gather`` axis 0) or read by
+    ``Shape`` (fed from a rank-preserving view of layer 0: every axis but the first keeps its
+    size). Returns the number of layers; raises ``ValueError`` on any other structure."""
+    model = onnx.load(str(path))
+    graph = model.graph
+    constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = onnx.numpy_helper.to_array(node.attribute[0].t)
+    renamed: dict[str, str] = {}
+    dropped: list[onnx.NodeProto] = []
+    shape_readers: list[onnx.NodeProto] = []
+    layers: dict[str, set[int]] = {name: set() for name in inputs}
+    for node in graph.node:
+        for name in set(node.input) & set(inputs):
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            by_layer = node.op_type == "Gather" and node.input[0] == name and axis == 0
+            if by_layer and node.input[1] in constants:
+                index = constants[node.input[1]]
+                if index.ndim != 0:
+                    raise ValueError(f"{path}: {node.name} indexes {name} with a non-scalar")
+                renamed[node.output[0]] = per_layer(name, int(index))
+                layers[name].add(int(index))
+                dropped.append(node)
+            elif node.op_type == "Shape":
+                shape_readers.append(node)
+            else:
+                raise ValueError(f"{path}: {node.op_type} {node.name} reads stacked {name} as a whole")
+    n_layers = len(layers[inputs[0]])
+    if any(found != set(range(n_layers)) for found in layers.values()):
+        raise ValueError(f"{path}: stacked inputs are not indexed by every layer: {layers}")
+    producers = {out: node for node in graph.node for out in node.output}
+    declared = {v.name: v for v in graph.output}
+    new_outputs = []
+    for name in outputs:
+        stack = producers[name]
+        if stack.op_type != "Concat" or len(stack.input) != n_layers:
+            raise ValueError(f"{path}: output {name} is not a Concat of {n_layers} layers")
+        elem = declared[name].type.tensor_type.elem_type
+        dims = [d.dim_param or d.dim_value for d in declared[name].type.tensor_type.shape.dim][1:]
+        for i, unsqueezed in enumerate(stack.input):
+            unsqueeze = producers[unsqueezed]
+            if unsqueeze.op_type != "Unsqueeze":
+                raise ValueError(f"{path}: output {name} stacks a {unsqueeze.op_type}, not an Unsqueeze")
+            renamed[unsqueeze.input[0]] = per_layer(name, i)
+            dropped.append(unsqueeze)
+            new_outputs.append(onnx.helper.make_tensor_value_info(f"{name}_{i}", elem, dims))
+        dropped.append(stack)
+    for node in dropped:
+        graph.node.remove(node)
+    for node in graph.node:
+        for j, x in enumerate(node.input):
+            node.input[j] = renamed.get(x, x)
+        for j, x in enumerate(node.output):
+            node.output[j] = renamed.get(x, x)
+    for name in outputs:
+        graph.output.remove(declared[name])
+    graph.output.extend(new_outputs)
+    stacked = {v.name: v for v in graph.input if v.name in inputs}
+    for name in inputs:
+        elem = stacked[name].type.tensor_type.elem_type
+        dims = [d.dim_param or d.dim_value for d in stacked[name].type.tensor_type.shape.dim][1:]
+        graph.input.remove(stacked[name])
+        graph.input.extend(
+            onnx.helper.make_tensor_value_info(f"{name}_{i}", elem, dims) for i in range(n_layers)
+        )
+    axis_zero = "unstack_layers_axis0"
+    graph.initializer.append(onnx.numpy_helper.from_array(np.array([0], dtype=np.int64), axis_zero))
+    for node in shape_readers:
+        for j, x in enumerate(node.input):
+            if x in inputs:
+                view = f"{x}_view"
+                if not any(n.output[0] == view for n in graph.node):
+                    graph.node.insert(0, onnx.helper.make_node("Unsqueeze", [f"{x}_0", axis_zero], [view]))
+                node.input[j] = view
+    _drop_unused_constants(graph)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return n_layers
+
+
+def _drop_unused_constants(graph: onnx.GraphProto) -> None:
+    """Remove the layer-index constants and initializers nothing reads any more."""
+    used = {x for node in graph.node for x in node.input} | {v.name for v in graph.output}
+    for node in [n for n in graph.node if n.op_type == "Constant" and n.output[0] not in used]:
+        graph.node.remove(node)
+    for tensor in [t for t in graph.initializer if t.name not in used]:
+        graph.initializer.remove(tensor)
+
+
+# --------------------------------------------------------------------------------------------
+# graph variants
+
+
+def optimize(
+    model_path: Path,
+    out_path: Path,
+    model_type: str = "bert",
+    num_heads: int = 0,
+    hidden_size: int = 0,
+    *,
+    opt_level: int | None = 0,
+) -> dict[str, int]:
+    """Fuse the graph with onnxruntime's transformer optimizer; return the non-zero fusion counts.
+
+    ``opt_level=0`` runs only the Python fusions (Attention, SkipLayerNormalization, BiasGelu,
+    EmbedLayerNormalization…), so the result is portable across CPUs and GPUs; higher levels let
+    onnxruntime bake hardware-specific rewrites into the file. ``num_heads``/``hidden_size`` 0
+    means "detect from the graph". When the optimizer does not apply (an unknown
+    ``model_type``, or an empty one) the graph is copied unchanged and ``{}`` returned.
+    """
+    from onnxruntime.transformers.optimizer import MODEL_TYPES, optimize_model
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if not model_type or model_type not in MODEL_TYPES:
+        if Path(model_path).resolve() != Path(out_path).resolve():
+            shutil.copyfile(model_path, out_path)
+        return {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optimized = optimize_model(
+            str(model_path),
+            model_type=model_type,
+            num_heads=num_heads,
+            hidden_size=hidden_size,
+            opt_level=opt_level,
+        )
+    optimized.save_model_to_file(str(out_path), use_external_data_format=False)
+    clamp_ir_version(out_path)
+    stats = optimized.get_fused_operator_statistics()
+    return {op: int(n) for op, n in stats.items() if n}
+
+
+def to_fp16(
+    in_path: Path,
+    out_path: Path,
+    *,
+    keep_io_types: bool = True,
+    op_block_list: Sequence[str] | None = None,
+) -> None:
+    """Convert weights and activations to float16 (onnxconverter-common's algorithm, via ORT).
+
+    ``keep_io_types=True`` keeps graph inputs/outputs in their fp32/int64 types (casts are
+    inserted inside), so the service feeds every variant the same arrays and the manifest's
+    GraphSpec still says float32. Give it the fused graph: fused LayerNorm/Attention kernels
+    accumulate in fp32, which keeps fp16 accurate. ``op_block_list`` ops stay in fp32.
+    """
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    model = OnnxModel(onnx.load(str(in_path)))
+    kwargs: dict[str, Any] = {"keep_io_types": keep_io_types}
+    if op_block_list is not None:
+        kwargs["op_block_list"] = list(op_block_list)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.convert_float_to_float16(**kwargs)
+    model.save_model_to_file(str(out_path), use_external_data_format=False)
+    clamp_ir_version(out_path)
+
+
+# --------------------------------------------------------------------------------------------
+# manifest pieces
+
+
+def _tensor_spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    tensor_type = value.type.tensor_type
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
+    shape: list[int | str] = []
+    for i, dim in enumerate(tensor_type.shape.dim):
+        if dim.HasField("dim_value"):
+            shape.append(int(dim.dim_value))
+        else:
+            shape.append(dim.dim_param or f"d{i}")
+    return TensorSpec(name=value.name, dtype=dtype, shape=shape)
+
+
+def graph_spec(path: Path, file: str | None = None) -> GraphSpec:
+    """The graph's input/output names, dtypes and shapes as the manifest records them.
+
+    ``path`` is the ONNX file, or the artefact directory when ``file`` names the graph inside
+    it; ``file`` (default: the file name) is what GraphSpec.file records, relative to the
+    artefact directory. Initializers that older exporters list as inputs are left out.
+    """
+    path = Path(path)
+    onnx_path = path / file if path.is_dir() and file else path
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [_tensor_spec(v) for v in model.graph.input if v.name not in initializers]
+    outputs = [_tensor_spec(v) for v in model.graph.output]
+    return GraphSpec(file=file or onnx_path.name, inputs=inputs, outputs=outputs)
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's opset of the default (``ai.onnx``) domain; 0 when it imports none."""
+    return int(next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0))
+
+
+def opset_and_ir(path: Path) -> tuple[int, int]:
+    """(default-domain opset, IR version) of an ONNX file, for Manifest.opset/ir_version."""
+    model = onnx.load(str(path), load_external_data=False)
+    return default_opset(model), int(model.ir_version)
+
+
+def file_entries(directory: Path, names: Iterable[str] | None = None) -> list[FileEntry]:
+    """Manifest.files for ``names`` (relative paths), or for every file under ``directory``.
+
+    Without ``names`` the whole tree is listed (sorted, POSIX separators) except the manifest
+    itself and temporary ``*.tmp`` files, so nothing served escapes the sha256 check.
+    """
+    directory = Path(directory)
+    if names is None:
+        names = [
+            p.relative_to(directory).as_posix()
+            for p in directory.rglob("*")
+            if p.is_file() and p.name != MANIFEST_NAME and not p.name.endswith(".tmp")
+        ]
+    return [file_entry(directory, name) for name in sorted(names)]
