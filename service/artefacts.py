@@ -24,7 +24,7 @@ DecoderLayout = Literal[
 ]
 
 
-# The translation graphs' tensor names: export/translation_graphs.py names the inputs and
+# The translation graphs' tensor names: export/graphs/translation_layout.py names the inputs and
 # outputs of encoder.onnx and decoder.onnx with these, service/engine/ feeds and reads them.
 # Per-layer tensors carry the layer index: ``per_layer(PAST_KEYS, 0)`` is "past_keys_0".
 INPUT_IDS = "input_ids"  # (B, S) source ids into the encoder; (N, 1) last tokens into the decoder
@@ -41,7 +41,7 @@ TOP_K = "top_k"  # (1,) candidates wanted per row; 0: the full log-probs only
 LOG_PROBS = "log_probs"  # (N, V)
 TOP_LOG_PROBS, TOP_TOKENS = "top_log_probs", "top_tokens"  # (N, top_k), best first
 CROSS_ATTENTION = "cross_attention"  # (N, S) the last layer's, averaged over heads
-# decoder_shortlist.onnx (export/shortlist.py): the step over a vocabulary shortlist
+# decoder_shortlist.onnx (export/graphs/shortlist.py): the step over a vocabulary shortlist
 VOCABULARY = "vocabulary"  # (V',) ascending target ids the running rows may produce
 VOCABULARY_MASK = "vocabulary_mask"  # (N, V') bool: whether row n's sentence allows the token
 
@@ -60,7 +60,7 @@ CACHE_DTYPE_INPUTS = (PAST_KEYS, per_layer(PAST_KEYS, 0), per_layer(CACHE_KEYS, 
 
 
 def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout:
-    """The layout a decoder graph has, read from its input names (export/translation_graphs.py)."""
+    """The layout a decoder graph has, read from its input names (export/graphs/translation_layout.py)."""
     names = set(decoder_inputs)
     if per_layer(CACHE_KEYS, 0) in names:
         if SENTENCE_ROWS not in names:
@@ -132,16 +132,16 @@ class TranslationInfo(_Strict):
     max_source_len: int
     max_target_len: int
     has_alignments: bool
-    # The decoder graph's I/O (export/translation_graphs.py); artefacts from before the field
+    # The decoder graph's I/O (export/graphs/translation_layout.py); artefacts from before the field
     # have the plain stacked layout.
     decoder_layout: DecoderLayout = "stacked_kv"
     # Requests that name none decode with it (score = log-prob / length ** penalty): the source's
     # generation_config.json, tuned on the model's validation set; 1.0 for artefacts without.
     length_penalty: float = 1.0
     # The vocabulary map (CTranslate2's vmap format) of an export with --vmap, whose manifest
-    # then also lists the "decoder_shortlist" graph (export/shortlist.py); None: no shortlist.
+    # then also lists the "decoder_shortlist" graph (export/graphs/shortlist.py); None: no shortlist.
     vocabulary_map: str | None = None
-    # The decoder's candidates are picked by blocks of this many tokens (export/top_k_blocks.py;
+    # The decoder's candidates are picked by blocks of this many tokens (export/graphs/top_k_blocks.py;
     # the same output as one TopK); None: one TopK over the vocabulary (fp16, older artefacts).
     top_k_block: int | None = None
 

@@ -94,7 +94,7 @@ class HostBackend:
         self.encoder = encoder
         self.decoder = decoder
         self.layout = layout
-        # the decoder is decoder_shortlist.onnx (export/shortlist.py): it steps over shortlists
+        # the decoder is decoder_shortlist.onnx (export/graphs/shortlist.py): it steps over shortlists
         self.shortlisted = any(i.name == VOCABULARY for i in decoder.get_inputs())
         self._presents = _present_outputs(decoder)
 

@@ -13,7 +13,7 @@ rule. A vmap made for CTranslate2 from the same vocabulary works as it is.
 Unlike CTranslate2, which restricts a whole batch to the union of its sentences' lists (so a
 translation changes with what shares its batch), each sentence keeps its own list: the decoder
 step scores the union of the running sentences' lists and masks every row to its own sentence's
-(``StepVocabulary``, ``decoder_shortlist.onnx``: export/shortlist.py).
+(``StepVocabulary``, ``decoder_shortlist.onnx``: export/graphs/shortlist.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ cross-attention memory K, V (sentences, heads, source_len, d_head) with the sour
 once for all of a sentence's beams. The running rows are the first ``rows`` row slots and the
 running sentences the first ``sentences`` memory slots, so every feed is a contiguous prefix
 view; ``sentence_rows`` and ``beam_index`` tell the graph which rows fold onto which memory
-(export/cached_attention.py). A step binds each cache buffer as both the graph's ``cache_*``
+(export/sources/cached_attention.py). A step binds each cache buffer as both the graph's ``cache_*``
 input and its ``present_*`` output: onnxruntime's GroupQueryAttention writes the new column in
 place.
 
@@ -18,7 +18,7 @@ of one that left) gets that row's cache columns so far. Joining writes each new 
 once; when a sentence leaves, the last memory slot moves into its place. Buffers grow (amortised)
 when rows, sentences, source width or history outgrow them and are let go when the decode empties.
 
-With a vocabulary shortlist (a ``shortlisted`` backend's decoder, export/shortlist.py) every
+With a vocabulary shortlist (a ``shortlisted`` backend's decoder, export/graphs/shortlist.py) every
 sentence joins with its own list of target ids; a step feeds their union and each row's mask
 over it, which change only when sentences join or leave (``shortlist.StepVocabulary``).
 """
