@@ -14,7 +14,7 @@ of one sentence, the last axis) its own symmetric scale:
 (``MatMulIntegerToFloat`` is ``(q - 128) @ W_int8`` in exact int32, times the broadcast product
 of the two scales. Its documentation names only a scalar or per-column ``a_scale``; the CPU kernel
 broadcasts a (…, 1) one over the output rows, which is what makes one fused kernel per MatMul
-possible. tests/export/test_onnx_tools.py and every export's alone-vs-batched and parity checks
+possible. tests/export/graphs/test_int8_rowwise.py and every export's alone-vs-batched and parity checks
 guard that for the onnxruntime in use, which the manifest records. The int8 variant is for the
 CPU; GPUs serve fp16. Bias Adds stay separate: with a non-scalar ``a_scale`` the kernel
 multiplies its ``bias`` input by the row scale too. Q/K/V projections share one quantised
@@ -27,26 +27,23 @@ whatever the number of rows: tested by ``export.verify.determinism``.
 
 One row is one block of opset 21's blocked ``QuantizeLinear``, so the activation keeps its shape:
 5 nodes per quantised activation and 1 per MatMul, where opset 17's per-axis form needed a
-reshape to (M, K), a flattened scale and a reshape back (11 + 3); the transformer's decoder step
-went from 393 to 280 nodes and one beam-4 request from 12.0–15.9 to 11.0–14.2 ms (in-process,
-one thread, interleaved runs). The rewrite converts the graph to opset 21 first (onnx's version
+reshape to (M, K), a flattened scale and a reshape back (11 + 3), so the decoder step has fewer
+nodes and runs faster. The rewrite converts the graph to opset 21 first (onnx's version
 converter; the fp32 and fp16 variants stay at 17). The zero point 128 is a uint8 tensor of the
-scale's shape (a blocked zero point must match it): int8 activations with no zero point ran
-12× slower, onnxruntime having no fast s8×s8 kernel for this CPU. It is made (Shape + Expand)
+scale's shape (a blocked zero point must match it): int8 activations with no zero point run
+far slower, onnxruntime having no fast s8×s8 CPU kernel. It is made (Shape + Expand)
 once per activation shape, not once per activation: onnxruntime's symbolic shape inference names
 every activation's leading dimensions, and the decoder step's all read (rows, 1), the encoders'
-(batch, length). That took the fused decoder step from 280 to 246 nodes (one beam-4 request 8–11 %
-faster, batch 32 5–9 %; MiniLM 684 → 638 nodes, no measurable change). With the MatMul's output no
+(batch, length), which leaves fewer nodes still. With the MatMul's output no
 longer behind a Reshape, onnxruntime's CPU session would fuse the bias Add with Gelu and the
-residual Add with LayerNormalization into kernels slower than the nodes they replace (int8
-MiniLM at batch 64: 15 % slower); ``service/engine/session.py`` turns those two fusions off.
+residual Add with LayerNormalization into kernels slower than the nodes they replace;
+``service/engine/session.py`` turns those two fusions off.
 
-Why this and not the alternatives (measured in-process on the shared 2-core AVX-512 VNNI box,
-onnxruntime 1.32; rough, see the module docstring of export/graphs/onnx_tools.py for the table):
+Why this and not the alternatives (their figures are in docs/decisions.md):
 
 * ``MatMulNBits`` 8-bit, ``accuracy_level=4`` (int8 compute, activations quantised per block of
   32/64/128 along K): block 32 was batch-independent and the most accurate, but decoding ran no
-  faster than fp32 and embedding at 1.2× fp32; with blocks 64/128 a sentence's output changed
+  faster than fp32; with blocks 64/128 a sentence's output changed
   with its batch (1 of 32 translations), so they do not meet the contract.
 * ``MatMulInteger`` with a per-row ``a_zero_point`` (asymmetric per-row): the CPU kernel accepts
   only a scalar zero point. Symmetric rows need only the scalar 128, which it takes.

@@ -10,24 +10,11 @@ from torch, :func:`export_onnx` falls back to the dynamo exporter, which needs o
 
 int8 is **per-row**: every activation row (one token of one sentence) gets its own scale, so a
 sentence's result does not depend on what shares its batch (see export/graphs/int8_rowwise.py, which
-also says why MatMulNBits and onnxruntime's dynamic quantisation were not kept). Measured
-in-process on the shared 2-core AVX-512 VNNI box (onnxruntime 1.32, one intra-op thread, CPU
-time of the calling thread, best of 8 rounds; other jobs shared the CPU, so only ratios count):
+also says why MatMulNBits and onnxruntime's dynamic quantisation were not kept; the figures are
+in docs/decisions.md).
 
-=====================================  ==========  ===========  ==========  =============
-graph                                   MiniLM      transformer  MiniLM      alone vs
-                                        sent/s      decoder step cos to      batched
-                                        (32 × ≤24)  (128 rows)   fp32 mean
-=====================================  ==========  ===========  ==========  =============
-fp32, plain torch export                   171        21.8 ms       1        identical
-int8 dynamic (per-tensor activations)      444        13.2 ms     0.9895     differs (7/32
-                                                                              translations)
-int8 per-row (this export)                 446        14.0 ms     0.9958     identical
-MatMulNBits 8-bit, block 32, acc. 4        198          —         0.9995     identical
-=====================================  ==========  ===========  ==========  =============
-
-Weights are QInt8, symmetric per output column (the u8×s8 VNNI kernels; QUInt8 weights ran at
-about half the speed); only MatMuls with constant weights are quantised (activation×activation
+Weights are QInt8, symmetric per output column (the u8×s8 VNNI kernels; QUInt8 weights run
+slower); only MatMuls with constant weights are quantised (activation×activation
 products and the embedding table stay fp32: a gather is not compute). Fusion helps
 onnxruntime's CUDA kernels far more than its CPU ones, so the exports keep the plain graph for
 fp32/int8 (CPU) and use the fused graph as the base of fp16 (GPU).

@@ -16,11 +16,10 @@ The k best tokens lie in the k blocks with the best maxima: a block left out has
 whose maxima beat its best token, or tie with it from lower token numbers (``TopK`` breaks ties
 by the lower index, and blocks are runs of consecutive tokens), so its tokens are not among the
 k best either. Gathered in token order, the candidates tie-break as the full ``TopK`` does: the
-output is identical, ties included (tests/export/test_top_k_blocks.py).
+output is identical, ties included (tests/export/graphs/test_top_k_blocks.py).
 
-The default model's 8,000 tokens at 128 rows: 480 → 270 µs a step; opus-mt-en-de's 58,101:
-2.8 → 1.1 ms; the benchmark's base Marian's 19,001 (a prime, padded to whole blocks): 988 → 671 µs
-(one thread; benchmarks/README.md, "Candidates by blocks of the vocabulary"). ``B`` is near
+It is faster at every vocabulary size served, a prime one padded to whole blocks included
+(docs/decisions.md, "The CPU variants take their candidates by blocks of the vocabulary"). ``B`` is near
 √V / 2, a divisor of V when one is close. Only the CPU variants' graphs are rewritten: the GPU's
 ``TopK`` is one kernel.
 """
@@ -83,7 +82,7 @@ def block_top_k(path: Path, vocab: int) -> int | None:
         f"{p}flat": np.array([0, -1], dtype=np.int64),
     }
     nodes = []
-    if padding:  # the copy costs less than the single TopK it replaces (19,001 tokens: 988 → 671 µs)
+    if padding:  # the copy costs less than the single TopK it replaces
         constants[f"{p}pads"] = np.array([0, 0, 0, padding], dtype=np.int64)
         constants[f"{p}excluded"] = np.array(-np.inf, dtype=np.float32)
         nodes.append(helper.make_node("Pad", [scores, f"{p}pads", f"{p}excluded"], [f"{p}padded"]))

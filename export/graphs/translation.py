@@ -164,9 +164,9 @@ def build_fp32(
     """The traced fp32 graphs in ``out_dir``, unfused (their manifest lists no fusions).
 
     They are the CPU variants' (fp32, and int8 made from them). Fused, the residual Add and
-    LayerNormalization become onnxruntime's ``SkipLayerNormalization``, whose CPU kernel ran
-    slower than the two nodes, as in the MiniLM encoder (en→de int8 at beam 4 / batch 32: 4–26 %
-    in 7 of 8 alternating runs; benchmarks/README.md, "The CPU translation graphs unfused")."""
+    LayerNormalization become onnxruntime's ``SkipLayerNormalization``, whose CPU kernel runs
+    slower than the two nodes, as in the MiniLM encoder (docs/decisions.md, "The CPU graphs keep
+    the plain Add + LayerNormalization and Gelu")."""
     _traced(source, torch.float32, out_dir, layout)
 
 

@@ -18,7 +18,8 @@ The service engine is written against exactly these names and shapes:
   comparisons on ``log_probs``); ``per_layer_kv_top_k`` also replaces every
   stacked K/V input and output by one per layer (``memory_keys_0`` … ``past_values_{n-1}``,
   (batch, n_heads, len, d_head); ``present_keys_0`` …), so a step copies no layer out of a stacked
-  tensor and stacks nothing (measured 1.11–1.13× tok/s, benchmarks/README.md). Both are built
+  tensor and stacks nothing (docs/decisions.md, "The decoder hands the search its candidates, not
+  the vocabulary"). Both are built
   from the traced stacked graph by ``onnx_tools.append_top_k`` and ``onnx_tools.unstack_layers``,
   for our checkpoints and Marian imports alike.
 

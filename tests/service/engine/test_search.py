@@ -1,5 +1,5 @@
 """Greedy and beam search (service/engine/search.py) against scripted decoders (over the PyTorch
-model: tests/export/test_translate.py)."""
+model: tests/export/sources/ours/test_translate.py)."""
 
 from __future__ import annotations
 
