@@ -15,7 +15,7 @@ CONTENDED_PCT = 15.0  # machine busy before the run above this: the report says 
 _EXTRA_ORDER = (
     "target",
     "met",
-    "issue",
+    "bounds",
     "bleu",
     "p50_ms",
     "p99_ms",
@@ -31,6 +31,7 @@ _EXTRA_ORDER = (
 _EXTRA_LABEL = {
     "target": "target",
     "met": "met",
+    "bounds": "the target it bounds",
     "bleu": "BLEU",
     "p50_ms": "p50 ms",
     "p99_ms": "p99 ms",
@@ -44,6 +45,12 @@ _EXTRA_LABEL = {
     "requests": "requests",
     "errors": "errors",
 }
+
+
+def _value(v: float) -> str:
+    """A row's value; NaN: the run has none (a target's or a floor's figure it did not measure,
+    a percentile of no successful request)."""
+    return "not measured" if math.isnan(v) else _fmt(v)
 
 
 def _fmt(v: Any) -> str:
@@ -108,7 +115,7 @@ def markdown(results: Results, meta: dict[str, Any]) -> str:
         )
         lines += [f"### {name}", "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
         for r in rows:
-            value = _fmt(r.value) if one_unit else f"{_fmt(r.value)} {r.unit}"
+            value = _value(r.value) if one_unit or math.isnan(r.value) else f"{_fmt(r.value)} {r.unit}"
             cells = [f"**{r.system}**" if r.baseline else r.system, value]
             if has_base:
                 cells.append(f"{r.ratio:.2f}" if r.ratio is not None else "–")

@@ -1,8 +1,9 @@
 """The measured figures: rows of comparison tables, and typed keys for the figures read back.
 
 A row belongs to a comparison (``section``, the printed table title) and names one system. The
-few rows that other code reads again (the targets, cross-row ratios) are also filed under a
-:class:`Figure`, so that nothing looks a row up by the words of a title.
+few rows that other code reads again (the targets and floors, cross-row ratios) are also filed
+under a :class:`Figure`, so that nothing looks a row up by the words of a title; results.json
+keeps the key beside each such row.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Any
 
 
 class Figure(StrEnum):
-    """A figure the targets read, whatever its section is titled in this run."""
+    """A figure the targets and floors read, whatever its section is titled in this run."""
 
     # translate, beam 4, batch 32: our checkpoint (natural decoding, and forced to 20 tokens),
-    # the base Marian (forced 20); CTranslate2 int8 in its faster configuration
+    # the base Marian (forced 20); CTranslate2 int8 at its best (its faster configuration)
     SMALL_BEAM4_BATCH32_OURS_INT8 = "small.beam4_batch32.ours_int8"
     SMALL_BEAM4_BATCH32_CT2_INT8 = "small.beam4_batch32.ct2_int8"
     SMALL_FORCED20_OURS_INT8 = "small.beam4_batch32_forced20.ours_int8"
@@ -27,10 +28,13 @@ class Figure(StrEnum):
     SHORT_P50_OURS_INT8 = "small.short_p50.ours_int8"
     SHORT_P50_OURS_HTTP = "small.short_p50.ours_http"
     SHORT_P50_CT2_INT8 = "small.short_p50.ct2_int8"
-    # one thread each, beam 4: CTranslate2 int8's whole decode, our graphs' runs alone (tok/s)
+    # one thread each, beam 4: CTranslate2 int8's whole decode, ours whole, our graphs' runs
+    # alone (tok/s)
     KERNELS_BATCH32_CT2_INT8 = "small.kernels.beam4_batch32.ct2_int8"
+    KERNELS_BATCH32_OURS_WHOLE = "small.kernels.beam4_batch32.ours_whole"
     KERNELS_BATCH32_OURS_GRAPHS = "small.kernels.beam4_batch32.ours_graphs"
     KERNELS_ONE_CT2_INT8 = "small.kernels.beam4_one.ct2_int8"
+    KERNELS_ONE_OURS_WHOLE = "small.kernels.beam4_one.ours_whole"
     KERNELS_ONE_OURS_GRAPHS = "small.kernels.beam4_one.ours_graphs"
     # embed, sentences/s
     EMBED_SENTENCE_TRANSFORMERS = "embed.sentence_transformers"

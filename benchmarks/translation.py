@@ -251,8 +251,20 @@ def run(bench: Bench) -> None:
             ours,
             graphs,
             [
-                (BEAM4_BATCH32, src, Figure.KERNELS_BATCH32_CT2_INT8, Figure.KERNELS_BATCH32_OURS_GRAPHS),
-                (W(4, 1, 0, False), src[:n_one], Figure.KERNELS_ONE_CT2_INT8, Figure.KERNELS_ONE_OURS_GRAPHS),
+                (
+                    BEAM4_BATCH32,
+                    src,
+                    Figure.KERNELS_BATCH32_CT2_INT8,
+                    Figure.KERNELS_BATCH32_OURS_WHOLE,
+                    Figure.KERNELS_BATCH32_OURS_GRAPHS,
+                ),
+                (
+                    W(4, 1, 0, False),
+                    src[:n_one],
+                    Figure.KERNELS_ONE_CT2_INT8,
+                    Figure.KERNELS_ONE_OURS_WHOLE,
+                    Figure.KERNELS_ONE_OURS_GRAPHS,
+                ),
             ],
             codec,
             bench.rounds,

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.kernels import OURS_GRAPHS_ALONE, TimedSession, kernel_bound
 from benchmarks.results import Figure, Results
-from benchmarks.targets import TARGETS
+from benchmarks.targets import FLOORS, TARGETS
 from benchmarks.translators import Workload
 from tests.benchmarks.test_benchmark_translation import WordCodec
 
@@ -57,18 +57,24 @@ def test_the_graphs_alone_row_is_what_ours_would_do_without_its_python() -> None
     ours = Engine("ours", graph, 0.01)  # two thirds of each call in the graph
     ct2 = Engine("ct2", Graph(0.025), 0.0)
     texts = ["a b", "c", "d e f", "g"]
-    figures = (Figure.KERNELS_BATCH32_CT2_INT8, Figure.KERNELS_BATCH32_OURS_GRAPHS)
+    figures = (
+        Figure.KERNELS_BATCH32_CT2_INT8,
+        Figure.KERNELS_BATCH32_OURS_WHOLE,
+        Figure.KERNELS_BATCH32_OURS_GRAPHS,
+    )
     workloads = [(Workload(4, 2, 0, False), texts, *figures)]
     kernel_bound(results, "t", ct2, ours, [graph], workloads, WordCodec(), rounds=2)  # type: ignore[arg-type]
 
     rows = {r.system: r for r in results.rows}
     assert rows["ct2"].baseline and rows["ct2"].figure is Figure.KERNELS_BATCH32_CT2_INT8
+    assert rows["ours"].figure is Figure.KERNELS_BATCH32_OURS_WHOLE
     assert rows[OURS_GRAPHS_ALONE].figure is Figure.KERNELS_BATCH32_OURS_GRAPHS
     assert rows[OURS_GRAPHS_ALONE].extra["share_of_ours"] == pytest.approx(2 / 3, abs=0.12)
     # graphs alone: the calls' graph time only (2 calls of 0.02 s for 40 tokens), CTranslate2 0.025 s a call
     assert rows[OURS_GRAPHS_ALONE].value == pytest.approx(40 / 0.04, rel=0.25)
     assert rows[OURS_GRAPHS_ALONE].ratio == pytest.approx(0.025 / 0.02, rel=0.25)
     assert rows["ours"].value < rows[OURS_GRAPHS_ALONE].value
-    bound = next(t for t in TARGETS if t.figure is Figure.KERNELS_BATCH32_OURS_GRAPHS)
-    assert bound.issue == 12
+    bound = next(f for f in FLOORS if f.of.figure is Figure.KERNELS_BATCH32_OURS_GRAPHS)
     assert bound.value(results) == pytest.approx(rows[OURS_GRAPHS_ALONE].ratio)
+    share = next(t for t in TARGETS if t.of.figure is Figure.KERNELS_BATCH32_OURS_WHOLE)
+    assert share.value(results) == pytest.approx(rows[OURS_GRAPHS_ALONE].extra["share_of_ours"], abs=0.01)

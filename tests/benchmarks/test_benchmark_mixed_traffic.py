@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.mixed_traffic import Mix, Pooled, Round, ms, report
 from benchmarks.results import Figure, Results
-from benchmarks.targets import TARGETS
+from benchmarks.targets import FLOORS
 
 
 def _round(short_ms: list[float], tokens: float, seconds: float) -> Round:
@@ -35,5 +35,5 @@ def test_the_short_p99_without_long_inputs_is_set_against_whole_batch_s_mixed_p9
         one.uniform = Mix([uniform_ms / 1000] * 100, [], Counter({200: 100}), 5)
         pooled.add(one)
         report(results, mode, pooled)
-    floor = next(t for t in TARGETS if t.figure is Figure.UNIFORM_CONTINUOUS and t.bound == 0.5)
+    floor = next(f for f in FLOORS if f.of.figure is Figure.UNIFORM_CONTINUOUS)
     assert floor.value(results) == pytest.approx(80.0 / 200.0)
