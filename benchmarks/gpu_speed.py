@@ -1,0 +1,318 @@
+"""Stage speed of the GPU check: our fp16 models on the device against what users would run there.
+
+* translation (en→de), beam 4, batches of 32, 64 and 128: target tokens/s of Hugging Face
+  ``generate`` in fp16 (the baseline), our engine in-process on whole batches, the same engine
+  decoding continuously (every sentence in one call, at most a batch's worth at once: sentences
+  join as others finish where the engine can admit them into a running decode), and our service
+  over HTTP (one request per batch); BLEU of each run's outputs beside it;
+* one short sentence at a time (beam 4): latency of each;
+* embeddings, batches of 128: sentences/s of sentence-transformers in fp16 (the baseline) and our
+  engine in-process, and our service over HTTP with 4 clients sending 128 sentences a request;
+* dynamic batching against the same service with a batch size of 1, over HTTP: many clients, one
+  sentence per request, so only the batcher can put requests together.
+
+The figures are checked against the issue's goals (reported, not required). The translation and
+embedding runs reuse the CPU stages' timing (``timed_pass.throughput``, ``translation.latencies``,
+``embedding.in_process``, ``serving.load_row``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Service, percentiles_ms, sts_sentences
+from benchmarks.embedding import in_process
+from benchmarks.gpu_baselines import (
+    HFGenerateOnDevice,
+    SentenceTransformersOnDevice,
+    ctranslate2_on_cuda,
+    embedding_model_dir,
+    translation_checkpoint,
+)
+from benchmarks.gpu_quality import split_sentences
+from benchmarks.gpu_run import DEVICE_VARIANT, GpuRun
+from benchmarks.results import Row
+from benchmarks.serving import load_row
+from benchmarks.timed_pass import Run, natural_max_len, throughput
+from benchmarks.translation import bleu, latencies
+from benchmarks.translators import OursHTTP, TextCodec, Translator, Workload
+from service.artefacts import read_manifest
+from service.engine.session import SessionConfig
+from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS
+
+TRANSLATOR = DEFAULT_TRANSLATE_MODELS[0]  # en→de
+BEAM = 4
+ENGINE_THREADS = 4  # onnxruntime intra-op threads of our in-process engines
+# the issue's goals for the largest batch
+TOKENS_PER_S_GOAL = 20_000
+TIMES_HF_GOAL = 5.0
+SENTENCES_PER_S_GOAL = 20_000
+DYNAMIC_VS_SERIAL_GOAL = 10.0
+EMBED_CLIENTS, TRANSLATE_CLIENTS = 64, 16  # one sentence per request each
+
+
+class OursOnDevice:
+    """Our ``OnnxTranslator`` as the service loads it on ``provider`` (fp16 on CUDA keeps memory,
+    cache and top-k on the device), called directly."""
+
+    server_pids: Sequence[int] = ()
+
+    def __init__(self, artefact_dir: Path, provider: str, name: str) -> None:
+        from service.engine.translator import OnnxTranslator
+
+        self.name = name
+        self.engine = OnnxTranslator(artefact_dir, SessionConfig(provider, ENGINE_THREADS))
+        self.engine.warmup()
+
+    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
+        """Whole batches: ``texts`` decoded together to the last one's end."""
+        from service.engine.base import TranslateItem, TranslateOptions
+
+        self.engine.max_decode_rows = max(len(texts) * w.beam, 1)
+        options = TranslateOptions(beam_size=w.beam, max_length=w.max_len)
+        return self._done(self.engine.translate([TranslateItem(t, options) for t in texts]))
+
+    def continuous(self, texts: Sequence[str], batch: int, codec: TextCodec) -> tuple[float, list[str]]:
+        """(target tokens/s, outputs): every sentence in one call, at most ``batch`` decoding at once."""
+        import time
+
+        from service.engine.base import TranslateItem, TranslateOptions
+
+        self.engine.max_decode_rows = batch * BEAM
+        items = [
+            TranslateItem(t, TranslateOptions(beam_size=BEAM, max_length=natural_max_len([t], codec)))
+            for t in texts
+        ]
+        start = time.perf_counter()
+        outputs, tokens = self._done(self.engine.translate(items))
+        return tokens / (time.perf_counter() - start), outputs
+
+    @staticmethod
+    def _done(results: Sequence[Any]) -> tuple[list[str], int]:
+        errors = [r for r in results if isinstance(r, Exception)]
+        if errors:
+            raise errors[0]
+        return [r.hypotheses[0].text for r in results], sum(r.n_output_tokens for r in results)
+
+
+class EmbedOnDevice:
+    """Our embedding engine as the service loads it on ``provider``, in calls of ``batch`` sentences."""
+
+    def __init__(self, artefact_dir: Path, provider: str, batch: int, name: str) -> None:
+        from service.engine.loader import load_engine
+
+        self.name, self.config, self.batch = name, f"batch {batch}", batch
+        session = SessionConfig(provider, ENGINE_THREADS)
+        self.engine: Any = load_engine(
+            artefact_dir, session, max_batch_size=batch, max_batch_tokens=batch * 128
+        )
+        self.engine.warmup()
+
+    def embed(self, sentences: Sequence[str]) -> None:
+        from service.engine.base import EmbedItem
+
+        for i in range(0, len(sentences), self.batch):
+            out = self.engine.embed([EmbedItem(s) for s in sentences[i : i + self.batch]])
+            errors = [r for r in out if isinstance(r, Exception)]
+            if errors:
+                raise errors[0]
+
+
+def best_pass(system: Translator, texts: Sequence[str], batch: int, codec: TextCodec, rounds: int) -> Run:
+    runs = [
+        throughput(system, texts, Workload(BEAM, batch, 0, False), codec, warm_up=r == 0)
+        for r in range(rounds)
+    ]
+    return max(runs, key=lambda run: run.tokens_per_s)
+
+
+def translation(gpu: GpuRun, device_service: Service | None) -> None:
+    artefact = gpu.artefacts / TRANSLATOR / DEVICE_VARIANT
+    manifest = read_manifest(artefact)
+    special = manifest.special_ids
+    assert special.eos is not None and special.pad is not None, "a translation artefact names both"
+    codec = TextCodec(artefact / manifest.tokenizer, eos_id=special.eos, pad_id=special.pad)
+    texts, references = split_sentences(gpu.data_dir, "en", "de", gpu.sizes.translate_sentences)
+    checkpoint = translation_checkpoint(TRANSLATOR)
+    ours = OursOnDevice(artefact, gpu.provider, f"ours in-process, whole batches ({gpu.device_label})")
+    systems: list[Translator] = [ours]
+    if checkpoint.is_file():
+        systems.insert(0, HFGenerateOnDevice(checkpoint, codec, gpu.provider))
+    else:
+        gpu.results.note(f"HF generate not measured: no checkpoint at {checkpoint}")
+    if device_service is not None:
+        systems.append(OursHTTP(device_service.base, device_service.pid, f"ours HTTP ({gpu.device_label})"))
+    if (why := ctranslate2_on_cuda()) is not None:
+        gpu.results.note(why)
+    continuous_name = f"ours in-process, continuous ({gpu.device_label})"
+    best: dict[tuple[str, int], float] = {}
+    for batch in gpu.sizes.batches:
+        section = f"translate en→de, beam {BEAM}, batch {batch}: target tokens/s, {len(texts)} sentences"
+        for system in systems:
+            run = best_pass(system, texts, batch, codec, gpu.sizes.rounds)
+            best[system.name, batch] = run.tokens_per_s
+            extra = {"bleu": round(bleu(run.outputs, references), 2), "seconds": round(run.seconds, 2)}
+            row = Row(
+                section, system.name, run.tokens_per_s, "tok/s", baseline=system is systems[0], extra=extra
+            )
+            gpu.results.add(row)
+        rate, outputs = max(ours.continuous(texts, batch, codec) for _ in range(gpu.sizes.rounds))
+        best[continuous_name, batch] = rate
+        extra = {"bleu": round(bleu(outputs, references), 2), "joins_midway": ours.engine.joins_midway}
+        gpu.results.add(Row(section, continuous_name, rate, "tok/s", extra=extra))
+    short = [s for s in texts if len(s.split()) <= 8][: gpu.sizes.short_requests] or texts[:1]
+    section = f"translate en→de: one short sentence at a time, beam {BEAM}, {len(short)} × {gpu.sizes.rounds}"
+    for name, (seconds, _) in latencies(systems, short, BEAM, codec, gpu.sizes.rounds).items():
+        p = percentiles_ms(seconds)
+        row = Row(
+            section, name, p["p50_ms"], "ms p50", baseline=name == systems[0].name, higher_is_better=False
+        )
+        row.extra["p99_ms"] = round(p["p99_ms"], 1)
+        gpu.results.add(row)
+    translation_goals(
+        gpu, best, systems[0].name if systems[0] is not ours else None, ours.name, continuous_name
+    )
+
+
+def translation_goals(
+    gpu: GpuRun, best: dict[tuple[str, int], float], hf: str | None, whole: str, continuous: str
+) -> None:
+    batch = max(gpu.sizes.batches)
+    ours = max(best[whole, batch], best[continuous, batch])
+    gpu.verdict(
+        f"translation, beam {BEAM}, batch {batch}: ≥ {TOKENS_PER_S_GOAL:,} target tokens/s",
+        ours >= TOKENS_PER_S_GOAL,
+        f"{ours:,.0f} tokens/s (the faster of whole batches and continuous)",
+        required=False,
+    )
+    if hf is not None and best.get((hf, batch)):
+        times = ours / best[hf, batch]
+        detail = f"{times:.1f}× ({ours:,.0f} against {best[hf, batch]:,.0f} tokens/s)"
+        gpu.verdict(
+            f"translation, batch {batch}: ≥ {TIMES_HF_GOAL:g}× HF generate",
+            times >= TIMES_HF_GOAL,
+            detail,
+            False,
+        )
+
+
+def embeddings(gpu: GpuRun, device_service: Service | None) -> None:
+    sentences = sts_sentences(gpu.data_dir)[: gpu.sizes.embed_sentences]
+    batch = gpu.sizes.embed_batch
+    artefact = gpu.artefacts / DEFAULT_EMBED_MODEL / DEVICE_VARIANT
+    ours = EmbedOnDevice(artefact, gpu.provider, batch, f"ours in-process ({gpu.device_label})")
+    source = embedding_model_dir()
+    systems: list[Any] = [ours]
+    if source.is_dir():
+        systems.insert(0, SentenceTransformersOnDevice(source, gpu.provider, batch))
+    else:
+        gpu.results.note(f"sentence-transformers not measured: no model at {source}")
+    section = f"embed, batch {batch}: sentences/s, {len(sentences)} STS-dev sentences"
+    measured = in_process(systems, sentences, gpu.sizes.rounds, gpu.sizes.embed_seconds)
+    for system in systems:
+        run = measured[system.name]
+        extra = {"config": run.config}
+        gpu.results.add(
+            Row(section, system.name, run.sentences_per_s, "sent/s", system is systems[0], extra=extra)
+        )
+    if device_service is not None:
+        n = len(sentences)
+
+        def body(i: int) -> dict[str, Any]:
+            return {"input": [sentences[(i * batch + j) % n] for j in range(batch)]}
+
+        url = f"{device_service.base}/v1/embeddings"
+        load_row(
+            gpu.results,
+            section,
+            f"ours HTTP, 4 clients × {batch} sentences ({gpu.device_label})",
+            url,
+            body,
+            [device_service.pid],
+            clients=4,
+            items=batch,
+            duration_s=gpu.sizes.http_seconds,
+            rounds=gpu.sizes.rounds,
+        )
+    rate = measured[ours.name].sentences_per_s
+    gpu.verdict(
+        f"embeddings, batch {batch}: ≥ {SENTENCES_PER_S_GOAL:,} sentences/s",
+        rate >= SENTENCES_PER_S_GOAL,
+        f"{rate:,.0f} sentences/s in-process",
+        required=False,
+    )
+
+
+def batching(gpu: GpuRun, device_service: Service) -> None:
+    """The device's service against the same on one sentence per batch, clients sending one each."""
+    serial = gpu.service(
+        DEVICE_VARIANT,
+        gpu.provider,
+        "batch-size-1",
+        [TRANSLATOR],
+        DEFAULT_EMBED_MODEL,
+        TSERVE_MAX_BATCH_SIZE="1",
+    )
+    sentences = sts_sentences(gpu.data_dir)
+    texts, _ = split_sentences(gpu.data_dir, "en", "de", None)
+    short = [s for s in texts if len(s.split()) <= 10]
+    scale = 4 if gpu.args.quick else 1  # fewer clients for the CPU's small run
+    tasks = [
+        (
+            "embed",
+            "/v1/embeddings",
+            EMBED_CLIENTS // scale,
+            lambda i: {"input": [sentences[i % len(sentences)]]},
+        ),
+        (
+            f"translate (beam {BEAM})",
+            "/v1/translate",
+            TRANSLATE_CLIENTS // scale,
+            lambda i: {"text": [short[i % len(short)]], "beam_size": BEAM, "model": TRANSLATOR},
+        ),
+    ]
+    try:
+        for task, path, clients, body in tasks:
+            section = f"serving ({gpu.device_label}): {task}, {clients} clients × 1 sentence/request"
+            rows = {}
+            for system, service in (("batch size 1", serial), ("dynamic batching", device_service)):
+                rows[system] = load_row(
+                    gpu.results,
+                    section,
+                    system,
+                    f"{service.base}{path}",
+                    body,
+                    [service.pid],
+                    clients=clients,
+                    items=1,
+                    duration_s=gpu.sizes.http_seconds,
+                    rounds=gpu.sizes.rounds,
+                    baseline=service is serial,
+                )
+            dynamic, one = rows["dynamic batching"], rows["batch size 1"]
+            if dynamic is None or one is None or not one.value:
+                gpu.verdict(
+                    f"{task}: dynamic batching ≥ {DYNAMIC_VS_SERIAL_GOAL:g}× batch size 1",
+                    None,
+                    "not measured",
+                    False,
+                )
+                continue
+            times = dynamic.value / one.value
+            gpu.verdict(
+                f"{task}: dynamic batching ≥ {DYNAMIC_VS_SERIAL_GOAL:g}× batch size 1",
+                times >= DYNAMIC_VS_SERIAL_GOAL,
+                f"{times:.1f}× ({dynamic.value:,.0f} against {one.value:,.0f} sentences/s)",
+                required=False,
+            )
+    finally:
+        serial.stop()
+
+
+def run(gpu: GpuRun, device_service: Service | None) -> None:
+    gpu.guard("speed: translation", translation, gpu, device_service)
+    gpu.guard("speed: embeddings", embeddings, gpu, device_service)
+    if device_service is not None:
+        gpu.guard("speed: dynamic batching vs batch size 1", batching, gpu, device_service)
