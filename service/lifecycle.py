@@ -1,7 +1,7 @@
 """The model lifecycle, outside HTTP: load the configured models (exporting the default ones
 first in a subprocess when allowed), verify and warm them up, give each a batcher, declare the
-service ready, drain and close. ``service/app.py`` runs it from the FastAPI lifespan; the routes
-(``service/api/``) read the ``Runtime`` through ``service/api/dependencies.py``.
+service ready, drain and close. ``service/app.py`` runs it from the FastAPI lifespan; the serving
+layer (``service/serving/``) serves requests with the ``Runtime``'s models.
 
 The server listens at once and the models load in the background, so liveness probes pass during
 a long first start while readiness gates traffic. The service never imports torch: the export
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from service.api.schemas import RequestLimits
 from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.running import ContinuousEngine
@@ -33,6 +32,7 @@ from service.queue import (
     RequestQueue,
     WholeBatchExecutor,
 )
+from service.serving.limits import RequestLimits
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
 
 log = logging.getLogger(__name__)

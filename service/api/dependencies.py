@@ -1,5 +1,7 @@
-"""What the routes share: the runtime (``service/lifecycle.py``) and the dependencies that gate a
-request (API key, readiness, client disconnect). HTTP only: no model is loaded or batched here.
+"""What the routes share: the runtime (``service/lifecycle.py``), the gates that admit a request
+(API key, readiness), the client's disconnect, and ``HttpClient``, what the serving layer
+(``service/serving/``) is handed of an HTTP request. HTTP only: the checks themselves are the
+serving layer's.
 
 The gates are async callables of the request alone, so that the JSON routes' ``GatedRoute``
 can run them without FastAPI's dependency solving (``service/api/gated_route.py``); the runtime
@@ -10,15 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import secrets
 from collections.abc import Awaitable
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from fastapi import Request
 from fastapi.security import HTTPBearer
 
-from service.api.errors import ClientDisconnected, Forbidden, NotReady, ShuttingDown, Unauthorized
+from service.api.errors import ClientDisconnected
+from service.api.middleware import timed_stage
 from service.lifecycle import Runtime
+from service.serving.access import check_api_key, ready
 
 T = TypeVar("T")
 
@@ -28,24 +32,14 @@ def runtime_of(request: Request) -> Runtime:
     return runtime
 
 
-def ready_runtime(runtime: Runtime) -> Runtime:
-    """503 unless every model is loaded and warmed up and the service is not shutting down."""
-    if runtime.state == "ready":
-        return runtime
-    if runtime.state == "draining":
-        raise ShuttingDown("shutting down; retry on another replica", headers={"Connection": "close"})
-    detail = f": {runtime.detail}" if runtime.detail else ""
-    raise NotReady(f"not ready ({runtime.state}{detail})", headers={"Retry-After": "5"})
-
-
 async def serving_runtime(request: Request) -> Runtime:
-    """``ready_runtime`` as a route dependency: async, as FastAPI runs a sync dependency on a
-    worker thread (a thread hop per request)."""
-    return ready_runtime(runtime_of(request))
+    """``ready`` as a route dependency: async, as FastAPI runs a sync dependency on a worker
+    thread (a thread hop per request)."""
+    return ready(runtime_of(request))
 
 
 class ApiKeyGate(HTTPBearer):
-    """401 without a bearer key, 403 with a wrong one; nothing to check when no keys are set.
+    """``check_api_key`` on the bearer token: 401 without one, 403 with a wrong one.
 
     An ``HTTPBearer``, so OpenAPI shows the scheme; a gate (the request alone, see
     ``service/api/gated_route.py``), so it runs without a dependency of its own."""
@@ -55,20 +49,26 @@ class ApiKeyGate(HTTPBearer):
         if not keys:
             return
         credentials = await super().__call__(request)
-        if credentials is None:
-            raise Unauthorized(
-                "missing API key: send 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"}
-            )
-        given = credentials.credentials.encode()
-        # Compare against every key (no early exit), in constant time per key.
-        matched = [secrets.compare_digest(given, key.encode()) for key in keys]
-        if not any(matched):
-            raise Forbidden("invalid API key")
+        check_api_key(keys, [credentials.credentials if credentials else None])
 
 
 require_api_key = ApiKeyGate(
     auto_error=False, scheme_name="HTTPBearer", description="One of TSERVE_API_KEYS (when set)"
 )
+
+
+class HttpClient:
+    """The serving layer's ``Client`` for an HTTP request: stages go into its ``Server-Timing``
+    header, and its work stops when the connection is lost (``until_disconnect``)."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+    def timed(self, stage: str, description: str) -> AbstractContextManager[None]:
+        return timed_stage(self.request.scope, stage, description)
+
+    async def unless_gone(self, work: Awaitable[T]) -> T:
+        return await until_disconnect(self.request, work)
 
 
 # ASGI extension set by the service's HTTP protocol (``service.http_limits``): a future per
@@ -83,8 +83,9 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
 
     Under the service's own server the connection says when it is lost (``DISCONNECT_EXTENSION``):
     the request's task is cancelled from that future, with no task or wait of its own per
-    request (benchmarks/README.md, "The floor of a Python HTTP path"). Elsewhere a watcher task
-    waits for ASGI's ``http.disconnect``.
+    request, which costs less than a watcher (docs/decisions.md, "The connection tells the
+    request when its client is gone"). Elsewhere a watcher task waits for ASGI's
+    ``http.disconnect``.
     """
     disconnected = request.scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
     if disconnected is None:

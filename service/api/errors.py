@@ -1,16 +1,18 @@
-"""Every failure becomes one JSON shape, ``{"error": {"type", "message", "limit"?, ...}}``.
+"""Every failure in one of two JSON shapes: ours, ``{"error": {"type", "message", "limit"?, ...}}``,
+and LibreTranslate's, ``{"error": "..."}`` (``libretranslate_error``).
 
-The status says who should act: 4xx the client (fix the request, or slow down for 429),
-5xx the operator (503 not ready or shutting down, 504 deadline, 500 a bug: logged with the
-request id that the body and the ``X-Request-ID`` header also carry).
+Why a request fails, and its status, is decided once (``service.serving.errors.failure_of``, and
+``http_failure`` below for what HTTP itself refuses); a shape only writes it. 5xx answers and
+invalid requests carry the request id that the ``X-Request-ID`` header also carries, and an
+internal error is logged with it.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,56 +21,13 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.schemas import ErrorBody, ErrorDetail, ErrorResponse
-from service.engine.base import TextTooLong
-from service.queue import BatcherClosed, DeadlineExceeded, DecodeTooLarge, EngineFailure, QueueFull
+from service.serving.errors import SERVING_ERRORS, Failure, InternalError, Problem, failure_of, problem
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R")
-
 CLIENT_CLOSED_REQUEST = 499  # nginx's convention; the client never sees it, the metrics do
 
-
-class ServiceError(Exception):
-    status_code = 500
-    type = "internal_error"
-
-    def __init__(
-        self, message: str, *, limit: float | str | None = None, headers: dict[str, str] | None = None
-    ):
-        super().__init__(message)
-        self.message = message
-        self.limit = limit
-        self.headers = headers or {}
-
-
-class NotReady(ServiceError):
-    status_code = 503
-    type = "not_ready"
-
-
-class ShuttingDown(ServiceError):
-    status_code = 503
-    type = "shutting_down"
-
-
-class ModelNotFound(ServiceError):
-    status_code = 404
-    type = "model_not_found"
-
-
-class Unauthorized(ServiceError):
-    status_code = 401
-    type = "unauthorized"
-
-
-class Forbidden(ServiceError):
-    status_code = 403
-    type = "forbidden"
-
-
-class InternalError(ServiceError):
-    """A server-side failure the client cannot fix (engine crash, a bad item we did not expect)."""
+Renderer = Callable[[Failure, str | None], JSONResponse]
 
 
 class ClientDisconnected(Exception):
@@ -123,52 +82,87 @@ def request_id(request: Request) -> str | None:
     return getattr(request.state, "request_id", None)
 
 
-def error_response(
-    status: int,
-    type_: str,
-    message: str,
-    *,
-    limit: float | str | None = None,
-    details: list[ErrorDetail] | None = None,
-    request_id: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
+# ---- the two shapes ----------------------------------------------------------------------------
+
+
+def error_response(failure: Failure, request_id: str | None = None) -> JSONResponse:
+    """Our shape; an invalid request lists its problems as ``details``."""
+    details = None if failure.problems is None else [_detail(p) for p in failure.problems]
+    message, limit = failure.message, failure.limit
+    if details is not None:
+        message = "; ".join(_describe(d) for d in details[:10])
+        message += f"; and {len(details) - 10} more" if len(details) > 10 else ""
+        limit = details[0].limit if len(details) == 1 else None
+    traced = failure.for_operator or details is not None
     body = ErrorResponse(
-        error=ErrorBody(type=type_, message=message, limit=limit, details=details, request_id=request_id)
-    )
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
-
-
-def validation_error(errors: Sequence[dict[str, Any]]) -> RequestValidationError:
-    """A 422 in the same shape as pydantic's own (for checks that need the loaded model or settings)."""
-    return RequestValidationError(list(errors))
-
-
-def unpack_results(results: Sequence[R | Exception], field: str) -> list[R]:
-    """All results, or the request's error: 422 naming every text that is too long (or whose
-    decoding could never fit the decode memory budget), else 500.
-
-    All-or-nothing keeps the response arrays aligned with the request's (see ``schemas``).
-    """
-    refused = [(i, r) for i, r in enumerate(results) if isinstance(r, TextTooLong | DecodeTooLarge)]
-    if refused:
-        raise validation_error(
-            [
-                {
-                    "type": "text_too_long" if isinstance(r, TextTooLong) else "decode_too_large",
-                    "loc": ("body", field, i),
-                    "msg": str(r),
-                    "ctx": {"limit": r.limit},
-                }
-                for i, r in refused
-            ]
+        error=ErrorBody(
+            type=failure.type,
+            message=message,
+            limit=limit,
+            details=details,
+            request_id=request_id if traced else None,
         )
-    for i, result in enumerate(results):
-        if isinstance(result, EngineFailure):
-            raise InternalError(str(result)) from result
-        if isinstance(result, Exception):
-            raise InternalError(f"{field}[{i}] failed: {type(result).__name__}") from result
-    return [r for r in results if not isinstance(r, Exception)]
+    )
+    return JSONResponse(body.model_dump(exclude_none=True), failure.status, headers=dict(failure.headers))
+
+
+# LibreTranslate's own words for a missing or wrong key, which its clients show.
+_LIBRETRANSLATE_KEY_ERRORS = {
+    "unauthorized": "an API key is required: send api_key",
+    "forbidden": "Invalid API key",
+}
+
+
+def libretranslate_error(failure: Failure, request_id: str | None = None) -> JSONResponse:
+    """LibreTranslate's shape and statuses: 400 for any invalid request, 403 for a missing or
+    wrong key; ours where it has none (413, 429 with Retry-After, 503, 504)."""
+    if failure.type in _LIBRETRANSLATE_KEY_ERRORS:
+        return JSONResponse({"error": _LIBRETRANSLATE_KEY_ERRORS[failure.type]}, 403)
+    headers = dict(failure.headers)
+    if failure.problems is not None:
+        return JSONResponse({"error": "Invalid request: " + _listed(failure.problems)}, 400, headers=headers)
+    return JSONResponse({"error": failure.message}, failure.status, headers=headers)
+
+
+def answer(request: Request, error: Exception, render: Renderer) -> JSONResponse:
+    """``error`` (one of ``SERVING_ERRORS``) in ``render``'s shape; an internal error is logged."""
+    assert isinstance(error, SERVING_ERRORS)
+    rid = request_id(request)
+    if isinstance(error, InternalError):
+        log.error("request %s: %s", rid, error.message, exc_info=error.__cause__ or error)
+    return render(failure_of(error), rid)
+
+
+def http_failure(exc: StarletteHTTPException) -> Failure:
+    """What HTTP itself refuses: the body's limits and encoding, a body FastAPI cannot parse."""
+    if _is_number_too_long(exc.__cause__):
+        digits = sys.get_int_max_str_digits()
+        too_long = problem("number_too_long", (), f"a number has more than {digits} digits", digits)
+        return Failure(422, "validation_error", too_long["msg"], problems=[too_long])
+    return Failure(
+        exc.status_code,
+        _HTTP_TYPES.get(exc.status_code, "http_error"),
+        _unparsable_body(exc.__cause__) or str(exc.detail),
+        exc.limit if isinstance(exc, BodyTooLarge | BodyTimeout | BodyNotUtf8) else None,
+        dict(exc.headers or {}),
+    )
+
+
+def _listed(problems: Sequence[Problem]) -> str:
+    parts = []
+    for found in problems[:10]:
+        loc = ".".join(str(p) for p in found.get("loc", ()) if p != "body")
+        parts.append(f"{loc}: {found.get('msg')}" if loc else str(found.get("msg")))
+    return "; ".join(parts)
+
+
+def _detail(found: Problem) -> ErrorDetail:
+    return ErrorDetail(
+        field="body" if found.get("type") == "json_invalid" else _field(found.get("loc", ())),
+        message=_message(found),
+        type=str(found.get("type")),
+        limit=_limit(found),
+    )
 
 
 def _field(loc: Sequence[Any]) -> str:
@@ -182,7 +176,7 @@ def _field(loc: Sequence[Any]) -> str:
     return out or "body"
 
 
-def _limit(error: dict[str, Any]) -> float | str | None:
+def _limit(error: Problem) -> float | str | None:
     ctx = error.get("ctx") or {}
     for key in ("limit", "max_length", "min_length", "le", "ge", "lt", "gt"):
         value = ctx.get(key)
@@ -201,7 +195,7 @@ def _describe(detail: ErrorDetail) -> str:
 _NOT_AN_OBJECT = ("model_attributes_type", "model_type", "dict_type")
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: Problem) -> str:
     if error.get("type") == "extra_forbidden":
         return "unknown field"
     if error.get("type") in _NOT_AN_OBJECT:
@@ -221,66 +215,20 @@ def is_json(content_type: str) -> bool:
 
 async def _on_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    errors = exc.errors()
+    problems = exc.errors()
     content_type = request.headers.get("content-type", "")
     if not is_json(content_type) and any(
-        e.get("type") in _NOT_AN_OBJECT and tuple(e.get("loc", ())) == ("body",) for e in errors
+        p.get("type") in _NOT_AN_OBJECT and tuple(p.get("loc", ())) == ("body",) for p in problems
     ):
         # FastAPI leaves a non-JSON body unparsed, which would read as "expected a JSON object".
-        return error_response(
-            415,
-            "unsupported_media_type",
-            "send the body as JSON with 'Content-Type: application/json' "
-            f"(got {repr(content_type) if content_type else 'none'})",
-            limit="application/json",
-        )
-    details = [
-        ErrorDetail(
-            field="body" if e.get("type") == "json_invalid" else _field(e.get("loc", ())),
-            message=_message(e),
-            type=str(e.get("type")),
-            limit=_limit(e),
-        )
-        for e in errors
-    ]
-    shown = "; ".join(_describe(d) for d in details[:10])
-    more = f"; and {len(details) - 10} more" if len(details) > 10 else ""
-    return error_response(
-        422,
-        "validation_error",
-        shown + more,
-        limit=details[0].limit if len(details) == 1 else None,
-        details=details,
-        request_id=request_id(request),
-    )
+        got = repr(content_type) if content_type else "none"
+        message = f"send the body as JSON with 'Content-Type: application/json' (got {got})"
+        return error_response(Failure(415, "unsupported_media_type", message, "application/json"))
+    return error_response(Failure(422, "validation_error", "", problems=problems), request_id(request))
 
 
-async def _on_service_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ServiceError)
-    rid = request_id(request) if exc.status_code >= 500 else None
-    if isinstance(exc, InternalError):
-        log.error("request %s: %s", rid, exc.message, exc_info=exc.__cause__ or exc)
-    return error_response(
-        exc.status_code, exc.type, exc.message, limit=exc.limit, request_id=rid, headers=exc.headers
-    )
-
-
-async def _on_queue_full(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, QueueFull)
-    return error_response(
-        429, "queue_full", str(exc), limit=exc.limit, headers={"Retry-After": str(exc.retry_after_s)}
-    )
-
-
-async def _on_deadline(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, DeadlineExceeded)
-    return error_response(
-        504, "deadline_exceeded", str(exc), limit=exc.timeout_s, request_id=request_id(request)
-    )
-
-
-async def _on_closed(request: Request, exc: Exception) -> Response:
-    return error_response(503, "shutting_down", str(exc), headers={"Connection": "close"})
+async def _on_serving_error(request: Request, exc: Exception) -> Response:
+    return answer(request, exc, error_response)
 
 
 async def _on_disconnected(request: Request, exc: Exception) -> Response:
@@ -289,16 +237,7 @@ async def _on_disconnected(request: Request, exc: Exception) -> Response:
 
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    if _is_number_too_long(exc.__cause__):
-        return _number_too_long(request)
-    limit = exc.limit if isinstance(exc, BodyTooLarge | BodyTimeout | BodyNotUtf8) else None
-    return error_response(
-        exc.status_code,
-        _HTTP_TYPES.get(exc.status_code, "http_error"),
-        _unparsable_body(exc.__cause__) or str(exc.detail),
-        limit=limit,
-        headers=dict(exc.headers or {}),
-    )
+    return error_response(http_failure(exc), request_id(request))
 
 
 def _is_number_too_long(cause: BaseException | None) -> bool:
@@ -306,21 +245,6 @@ def _is_number_too_long(cause: BaseException | None) -> bool:
     return (
         type(cause) is ValueError
         and "integer string conversion" in str(cause)  # not its subclasses (JSON, Unicode errors)
-    )
-
-
-def _number_too_long(request: Request) -> Response:
-    digits = sys.get_int_max_str_digits()
-    detail = ErrorDetail(
-        field="body", message=f"a number has more than {digits} digits", type="number_too_long", limit=digits
-    )
-    return error_response(
-        422,
-        "validation_error",
-        _describe(detail),
-        limit=digits,
-        details=[detail],
-        request_id=request_id(request),
     )
 
 
@@ -336,15 +260,13 @@ def _unparsable_body(cause: BaseException | None) -> str | None:
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     rid = request_id(request)
     log.error("request %s: unhandled %s", rid, type(exc).__name__, exc_info=exc)
-    return error_response(500, "internal_error", "internal server error", request_id=rid)
+    return error_response(Failure(500, "internal_error", "internal server error"), rid)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation)
-    app.add_exception_handler(ServiceError, _on_service_error)
-    app.add_exception_handler(QueueFull, _on_queue_full)
-    app.add_exception_handler(DeadlineExceeded, _on_deadline)
-    app.add_exception_handler(BatcherClosed, _on_closed)
+    for kind in SERVING_ERRORS:
+        app.add_exception_handler(kind, _on_serving_error)
     app.add_exception_handler(ClientDisconnected, _on_disconnected)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -15,28 +15,22 @@ first configured one serving its pair (LibreTranslate's clients cannot name a mo
 from __future__ import annotations
 
 import json
-import logging
-import secrets
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import langcodes
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
-from service.api.dependencies import ready_runtime, runtime_of
-from service.api.errors import InternalError, ModelNotFound, ServiceError, documented
+from service.api.dependencies import HttpClient, runtime_of
+from service.api.errors import answer, documented, http_failure, libretranslate_error
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
-from service.api.translate import translate_texts
-from service.engine.base import TranslateOptions
-from service.lifecycle import Runtime, ServedTranslator
-from service.queue import BatcherClosed, DeadlineExceeded, QueueFull
-
-log = logging.getLogger(__name__)
+from service.serving import translation
+from service.serving.access import check_api_key, ready
+from service.serving.errors import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
+from service.serving.routing import UnservedLanguages, translators
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -91,14 +85,6 @@ _ERRORS = documented(
 )
 
 
-class LibreTranslateError(Exception):
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-
 _BODY_SCHEMA = LibreTranslateRequest.model_json_schema()  # parsed by hand: JSON or a form
 
 
@@ -119,34 +105,34 @@ async def translate(request: Request) -> Response:
     runtime = runtime_of(request)
     try:
         body, single = await _parse(request)
-        _check_key(runtime, request, body.api_key)
-        translator, source = _route(ready_runtime(runtime), body.source, body.target)
-        info = translator.engine.manifest.translation
+        check_api_key(runtime.settings.api_keys, _offered_keys(request, body.api_key))
         n = body.alternatives + 1
-        options = TranslateOptions(
+        asked = translation.TranslationRequest(
+            texts=body.q,
+            field="q",
+            format=body.format,
+            source=None if body.source == "auto" else body.source,
+            target=body.target,
             beam_size=max(4, n),
             n_best=n,
-            max_length=info.max_target_len if info else TranslateOptions.max_length,
-            length_penalty=translator.length_penalty,
+            first_of_several=True,  # its clients cannot name a model
+            certain_source=True,  # "auto" is answered as the language detected
         )
-        try:
-            done = await translate_texts(
-                request, runtime, translator, body.q, "q", body.format, source, options
-            )
-        except RequestValidationError as e:
-            raise LibreTranslateError(400, "Invalid request: " + _describe(e.errors())) from e
-    except LibreTranslateError as e:
-        return JSONResponse({"error": e.message}, e.status, headers=e.headers)
-    except (ServiceError, QueueFull, DeadlineExceeded, BatcherClosed) as e:
-        return _service_error(e)
-    texts = [t.hypotheses[0].text for t in done]
+        done = await translation.translate(ready(runtime), HttpClient(request), asked)
+    except UnservedLanguages as e:
+        return JSONResponse({"error": _unserved(e)}, 400)
+    except HTTPException as e:  # the body stream's limits (413, 408)
+        return libretranslate_error(http_failure(e))
+    except SERVING_ERRORS as e:
+        return answer(request, e, libretranslate_error)
+    texts = [t.hypotheses[0].text for t in done.texts]
     out: dict[str, Any] = {"translatedText": texts[0] if single else texts}
     if body.alternatives:
-        alternatives = [[h.text for h in t.hypotheses[1:]] for t in done]
+        alternatives = [[h.text for h in t.hypotheses[1:]] for t in done.texts]
         out["alternatives"] = alternatives[0] if single else alternatives
     if body.source == "auto":
         # Not detected: the one language translated into target (so certain by construction).
-        out["detectedLanguage"] = {"language": source, "confidence": 100.0}
+        out["detectedLanguage"] = {"language": done.source_language, "confidence": 100.0}
     return JSONResponse(out)
 
 
@@ -155,20 +141,18 @@ async def languages(request: Request) -> Response:
     """Every language the service reads or writes, with every target some model translates it into."""
     runtime = runtime_of(request)
     try:
-        _check_key(runtime, request, None)
-        translators = _translators(ready_runtime(runtime))
-    except LibreTranslateError as e:
-        return JSONResponse({"error": e.message}, e.status, headers=e.headers)
-    except ServiceError as e:
-        return _service_error(e)
-    codes = list(dict.fromkeys(c for t in translators for c in (*t.sources, *t.targets)))
+        check_api_key(runtime.settings.api_keys, _offered_keys(request, None))
+        served = translators(ready(runtime))
+    except SERVING_ERRORS as e:
+        return answer(request, e, libretranslate_error)
+    codes = list(dict.fromkeys(c for t in served for c in (*t.sources, *t.targets)))
     return JSONResponse(
         [
             {
                 "code": code,
                 "name": _name(code),
                 "targets": list(
-                    dict.fromkeys(x for t in translators if code in t.sources for x in t.targets if x != code)
+                    dict.fromkeys(x for t in served if code in t.sources for x in t.targets if x != code)
                 ),
             }
             for code in codes
@@ -205,7 +189,7 @@ async def _parse(request: Request) -> tuple[LibreTranslateRequest, bool]:
     """The body, and whether ``q`` was one string (then the answer is one string too)."""
     media = _media(request)
     if media not in (*_FORMS, "application/json", ""):
-        raise LibreTranslateError(415, f"send JSON or a form, not {media}")
+        raise UnsupportedMediaType(f"send JSON or a form, not {media}")
     try:
         if media in _FORMS:
             form = await request.form(max_files=0, max_fields=_MAX_FORM_FIELDS)
@@ -213,19 +197,24 @@ async def _parse(request: Request) -> tuple[LibreTranslateRequest, bool]:
         else:
             fields = json.loads(await request.body())
         if not isinstance(fields, dict):
-            raise LibreTranslateError(400, "Invalid request: expected a JSON object")
+            raise _invalid("expected a JSON object")
         return LibreTranslateRequest.model_validate(fields), isinstance(fields.get("q"), str)
     except ValidationError as e:
-        raise LibreTranslateError(400, "Invalid request: " + _describe(e.errors())) from e
+        raise InvalidRequest(e.errors()) from e
     except UnicodeDecodeError as e:
-        raise LibreTranslateError(400, "Invalid request: the body is not valid UTF-8") from e
+        raise _invalid("the body is not valid UTF-8") from e
     except json.JSONDecodeError as e:
-        raise LibreTranslateError(400, f"Invalid request: invalid JSON at character {e.pos}: {e.msg}") from e
+        raise _invalid(f"invalid JSON at character {e.pos}: {e.msg}") from e
     except RecursionError as e:
-        raise LibreTranslateError(400, "Invalid request: the JSON is nested too deeply") from e
-    except HTTPException as e:  # the body stream's (413, 408, 400) and the form parser's errors
-        prefix = "Invalid request: " if e.status_code == 400 else ""
-        raise LibreTranslateError(e.status_code, prefix + str(e.detail), dict(e.headers or {})) from e
+        raise _invalid("the JSON is nested too deeply") from e
+    except HTTPException as e:  # the body stream's and the form parser's: a 400 is an invalid request
+        if e.status_code != 400:
+            raise
+        raise _invalid(str(e.detail), dict(e.headers or {})) from e
+
+
+def _invalid(reason: str, headers: dict[str, str] | None = None) -> InvalidRequest:
+    return InvalidRequest([problem("invalid_body", (), reason)], headers=headers)
 
 
 def _form_fields(form: FormData) -> dict[str, Any]:
@@ -243,74 +232,28 @@ def _media(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-def _check_key(runtime: Runtime, request: Request, body_key: str | None) -> None:
-    """Keys configured: one of them, as ``api_key`` in the body or the query or as a bearer token
-    (any of those given may match; else 403)."""
-    keys = runtime.settings.api_keys
-    if not keys:
-        return
+def _offered_keys(request: Request, body_key: str | None) -> list[str | None]:
+    """LibreTranslate's ``api_key`` in the body or the query, or a bearer token (any may match)."""
     bearer = request.headers.get("authorization", "")
-    given = [body_key, request.query_params.get("api_key")]
-    if bearer[:7].lower() == "bearer ":
-        given.append(bearer[7:].strip())
-    offered = [g for g in given if g]
-    if not offered:
-        raise LibreTranslateError(403, "an API key is required: send api_key")
-    # Every offered key against every key (no early exit), each in constant time.
-    matched = [secrets.compare_digest(g.encode(), key.encode()) for g in offered for key in keys]
-    if not any(matched):
-        raise LibreTranslateError(403, "Invalid API key")
+    return [
+        body_key,
+        request.query_params.get("api_key"),
+        bearer[7:].strip() if bearer[:7].lower() == "bearer " else None,
+    ]
 
 
-def _translators(runtime: Runtime) -> list[ServedTranslator]:
-    if not runtime.translators:
-        raise ModelNotFound("no translation model is loaded (TSERVE_TRANSLATE_MODELS is empty)")
-    return list(runtime.translators.values())
-
-
-def _route(runtime: Runtime, source: str, target: str) -> tuple[ServedTranslator, str]:
-    """The first configured model translating ``source`` into ``target``, and the source
-    language; ``auto`` only when one model translates into ``target`` from one language."""
-    translators = _translators(runtime)
-    served = ", ".join(runtime.served_pairs())
-    if source == "auto":
-        into = [t for t in translators if t.serves(None, target)]
-        if not into:
-            raise LibreTranslateError(400, f"{target} is not supported (served pairs: {served})")
-        if len(into) > 1 or len(into[0].sources) > 1:
-            sources = ", ".join(dict.fromkeys(s for t in into for s in t.sources))
-            raise LibreTranslateError(
-                400,
-                f"source 'auto' is ambiguous into {target}: name one of {sources} (no language detection)",
-            )
-        return into[0], into[0].sources[0]
-    if not any(t.serves(source, None) for t in translators):
-        raise LibreTranslateError(400, f"{source} is not supported (served pairs: {served})")
-    matches = [t for t in translators if t.serves(source, target)]
-    if not matches:
-        raise LibreTranslateError(400, f"{source}→{target} is not supported (served pairs: {served})")
-    return matches[0], source
-
-
-def _describe(errors: Sequence[Any]) -> str:
-    parts = []
-    for error in errors[:10]:
-        loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
-        parts.append(f"{loc}: {error.get('msg')}" if loc else str(error.get("msg")))
-    return "; ".join(parts)
-
-
-def _service_error(e: Exception) -> Response:
-    if isinstance(e, QueueFull):
-        return JSONResponse({"error": str(e)}, 429, headers={"Retry-After": str(e.retry_after_s)})
-    if isinstance(e, DeadlineExceeded):
-        return JSONResponse({"error": str(e)}, 504)
-    if isinstance(e, BatcherClosed):
-        return JSONResponse({"error": str(e)}, 503, headers={"Connection": "close"})
-    assert isinstance(e, ServiceError)
-    if isinstance(e, InternalError):
-        log.error("libretranslate: %s", e.message, exc_info=e.__cause__ or e)
-    return JSONResponse({"error": e.message}, e.status_code, headers=e.headers)
+def _unserved(refused: UnservedLanguages) -> str:
+    """LibreTranslate's words for languages no model serves (it has no model to name)."""
+    if refused.reason == "uncertain_source":
+        sources = ", ".join(refused.candidates)
+        return (
+            f"source 'auto' is ambiguous into {refused.target}: name one of {sources} (no language detection)"
+        )
+    if refused.reason == "source":
+        asked = refused.source
+    else:
+        asked = refused.target if refused.source is None else f"{refused.source}→{refused.target}"
+    return f"{asked} is not supported (served pairs: {refused.served})"
 
 
 def _name(code: str) -> str:

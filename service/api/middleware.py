@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import re
 import time
 from collections.abc import Iterable, Iterator
 
 from starlette.datastructures import MutableHeaders
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.errors import BodyNotUtf8, BodyTimeout, BodyTooLarge, error_response, is_json
+from service.api.errors import (
+    BodyNotUtf8,
+    BodyTimeout,
+    BodyTooLarge,
+    error_response,
+    is_json,
+    libretranslate_error,
+)
 from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS, labelled
+from service.serving.errors import Failure
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 # New request ids: 128 random bits from a generator seeded once from the OS, not a system call
@@ -97,10 +103,10 @@ class BodyLimitMiddleware:
         headers = dict(scope.get("headers") or [])
         refusal = self._refusal(headers)
         if refusal is not None:
-            if scope.get("path") in _LIBRETRANSLATE_PATHS:
-                refusal = _libretranslate_shape(refusal)
-            refusal.headers["Connection"] = "close"
-            await refusal(scope, receive, send)
+            render = libretranslate_error if scope.get("path") in _LIBRETRANSLATE_PATHS else error_response
+            response = render(refusal, None)
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send)
             return
         deadline = asyncio.get_running_loop().time() + self.timeout_s
         arrived = scope.get("extensions", {}).get(BODY_RECEIVED_EXTENSION)
@@ -135,39 +141,21 @@ class BodyLimitMiddleware:
 
         await self.app(scope, limited_receive, send)
 
-    def _refusal(self, headers: dict[bytes, bytes]) -> JSONResponse | None:
+    def _refusal(self, headers: dict[bytes, bytes]) -> Failure | None:
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            return error_response(
-                413,
-                "body_too_large",
-                f"request body larger than {self.max_bytes} bytes",
-                limit=self.max_bytes,
-            )
+            message = f"request body larger than {self.max_bytes} bytes"
+            return Failure(413, "body_too_large", message, self.max_bytes)
         encoding = headers.get(b"content-encoding", b"identity").decode("latin-1").strip().lower()
         if encoding != "identity":
-            return error_response(
-                415,
-                "unsupported_media_type",
-                f"Content-Encoding {encoding!r} is not supported: send the body uncompressed",
-                limit="identity",
-            )
+            message = f"Content-Encoding {encoding!r} is not supported: send the body uncompressed"
+            return Failure(415, "unsupported_media_type", message, "identity")
         media, _, parameters = headers.get(b"content-type", b"").decode("latin-1").partition(";")
         charset = _parameter(parameters, "charset")
         if is_json(media) and charset is not None and charset.lower() not in _UTF8:
-            return error_response(
-                400,
-                "bad_request",
-                f"the request body must be UTF-8 (Content-Type declares charset={charset})",
-                limit="utf-8",
-            )
+            message = f"the request body must be UTF-8 (Content-Type declares charset={charset})"
+            return Failure(400, "bad_request", message, "utf-8")
         return None
-
-
-def _libretranslate_shape(response: JSONResponse) -> JSONResponse:
-    """The same refusal as LibreTranslate's clients read errors: ``{"error": "<message>"}``."""
-    message = json.loads(bytes(response.body))["error"]["message"]
-    return JSONResponse({"error": message}, response.status_code)
 
 
 def _parameter(parameters: str, name: str) -> str | None:

@@ -16,9 +16,9 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from service.api.dependencies import serving_runtime
-from service.api.embed import default_normalize, embed_texts, embedder
-from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES, ModelNotFound, validation_error
+from service.api.dependencies import HttpClient, serving_runtime
+from service.api.embed import embedding_runtime
+from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
 from service.api.gated_route import GatedRoute
 from service.api.schemas import (
     ModelCard,
@@ -28,7 +28,8 @@ from service.api.schemas import (
     json_response,
 )
 from service.engine.base import Engine
-from service.lifecycle import Runtime, ServedEmbedder
+from service.lifecycle import Runtime
+from service.serving import embedding
 
 router = APIRouter(tags=["openai"], route_class=GatedRoute)
 
@@ -37,37 +38,20 @@ router = APIRouter(tags=["openai"], route_class=GatedRoute)
 async def embeddings(
     body: OpenAIEmbeddingRequest,
     request: Request,
-    model: Annotated[ServedEmbedder, Depends(embedder)],
+    runtime: Annotated[Runtime, Depends(embedding_runtime)],
 ) -> Response:
-    name = model.engine.manifest.name
-    if body.model is not None and body.model != name:
-        raise ModelNotFound(
-            f"the model {body.model!r} does not exist here; this service embeds with {name!r}"
-        )
-    info = model.engine.manifest.embedding
-    dim = info.dim if info is not None else None
-    if body.dimensions is not None and body.dimensions != dim:
-        raise validation_error(
-            [
-                {
-                    "type": "unsupported_dimensions",
-                    "loc": ("body", "dimensions"),
-                    "msg": f"{name} returns {dim}-dimensional vectors; shortening is not supported",
-                    "ctx": {"limit": dim},
-                }
-            ]
-        )
-    embeddings = await embed_texts(request, model, body.input, "input", True, default_normalize(model))
+    asked = embedding.EmbeddingRequest(body.input, "input", model=body.model, dimensions=body.dimensions)
+    done = await embedding.embed(runtime, HttpClient(request), asked)
     as_base64 = body.encoding_format == "base64"
-    tokens = sum(e.n_tokens for e in embeddings)
+    tokens = sum(e.n_tokens for e in done.embeddings)
     return json_response(
         {
             "object": "list",
             "data": [
                 {"object": "embedding", "index": i, "embedding": _encode(e.vector, as_base64)}
-                for i, e in enumerate(embeddings)
+                for i, e in enumerate(done.embeddings)
             ],
-            "model": name,
+            "model": done.model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
     )

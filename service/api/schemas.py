@@ -4,8 +4,8 @@ Requests are strict (``"4"`` is not an int) and forbid unknown fields, so a typo
 rather than a silently ignored option. Text fields accept one string or a list; an empty or
 whitespace-only text, or one with a NUL character, is a 422. The schemas declare absolute
 ceilings (``HARD_MAX_*``); the configured, usually lower, limits (``max_items_per_request``,
-``max_chars_per_text``) and the loaded model's languages are checked by ``check_*`` below,
-which produce the same 422 shape.
+``max_chars_per_text``) and what the loaded model serves are checked by the serving layer
+(``service/serving/``), which answers in the same 422 shape.
 
 Contract for a list whose items are valid JSON but one cannot be computed (e.g. a text over
 the model's max length with ``truncate: false``): the whole request fails with 422, and the
@@ -15,7 +15,6 @@ the response arrays always line up with the request's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -33,7 +32,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 
-from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS, HARD_MAX_REQUEST_CHARS, Settings
+from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS, HARD_MAX_REQUEST_CHARS
 
 MAX_BEAM = 8
 MAX_OUTPUT_TOKENS = 512
@@ -96,64 +95,6 @@ def json_response(body: BaseModel | dict[str, Any], status_code: int = 200) -> R
     else:
         content = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
     return Response(content, status_code, media_type="application/json")
-
-
-# ---- configured limits -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    max_items: int
-    max_chars: int
-    max_translate_chars: int  # all texts of a translation request together
-    max_sentences: int  # sentences of a translation request
-    max_decode_cost: int  # sentences × beam_size × max_length of a translation request
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RequestLimits:
-        return cls(
-            max_items=settings.max_items_per_request,
-            max_chars=settings.max_chars_per_text,
-            max_translate_chars=settings.max_translate_chars_per_request,
-            max_sentences=settings.max_sentences_per_request,
-            max_decode_cost=settings.max_decode_cost_per_request,
-        )
-
-
-def check_texts(texts: list[str], field: str, limits: RequestLimits) -> list[dict[str, Any]]:
-    """Pydantic-style errors for the configured item and length limits (empty list: fine)."""
-    if len(texts) > limits.max_items:
-        return [
-            {
-                "type": "too_long",
-                "loc": ("body", field),
-                "msg": f"at most {limits.max_items} texts per request, got {len(texts)}",
-                "ctx": {"limit": limits.max_items},
-            }
-        ]
-    return [
-        {
-            "type": "string_too_long",
-            "loc": ("body", field, i),
-            "msg": f"text has {len(text)} characters, more than {limits.max_chars}",
-            "ctx": {"limit": limits.max_chars},
-        }
-        for i, text in enumerate(texts)
-        if len(text) > limits.max_chars
-    ]
-
-
-def check_language(value: str | None, field: str, served: list[str], model: str) -> list[dict[str, Any]]:
-    if value is None or value in served:
-        return []
-    return [
-        {
-            "type": "unsupported_language",
-            "loc": ("body", field),
-            "msg": f"{value!r} is not served by {model} (serves: {', '.join(served)})",
-            "ctx": {"limit": ", ".join(served)},
-        }
-    ]
 
 
 # ---- translation -----------------------------------------------------------------------------

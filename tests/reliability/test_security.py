@@ -45,7 +45,7 @@ async def test_every_key_is_compared_in_constant_time(monkeypatch: pytest.Monkey
         compared.append((a, b))
         return original(a, b)
 
-    monkeypatch.setattr("service.api.dependencies.secrets.compare_digest", spy)
+    monkeypatch.setattr("service.serving.access.secrets.compare_digest", spy)
     async with serving(small_settings(api_keys=KEYS)) as s:
         for given, status in (("key-one", 200), ("key-three", 200), ("key-on", 403), ("key-one2", 403)):
             compared.clear()

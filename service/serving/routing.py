@@ -1,0 +1,107 @@
+"""Which loaded model serves a request: a translator by name or by language pair, the embedder.
+
+The choice is made here once for every API; what differs between APIs is a policy (whether a
+client can name a model, and so must settle a pair two models serve; whether an unnamed source
+language must be certain), and how each words a refusal (``UnservedLanguages``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from service.lifecycle import Runtime, ServedEmbedder, ServedTranslator
+from service.serving.errors import InvalidRequest, ModelNotFound, problem
+
+# Why no one model serves the languages asked for.
+Unserved = Literal["source", "target", "pair", "several", "uncertain_source"]
+
+
+class UnservedLanguages(InvalidRequest):
+    """No served model translates ``source`` into ``target`` (None: not given), or several do.
+    A 422 naming the field to change, listing the served pairs (``served``) and, when several
+    models or source languages fit, ``candidates``."""
+
+    def __init__(
+        self, reason: Unserved, source: str | None, target: str | None, served: str, candidates: list[str]
+    ) -> None:
+        self.reason = reason
+        self.source = source
+        self.target = target
+        self.served = served
+        self.candidates = candidates
+        field, message = self._field_and_message()
+        kind = (
+            "unsupported_language_pair"
+            if reason in ("source", "target", "pair")
+            else "ambiguous_language_pair"
+        )
+        super().__init__([problem(kind, (field,), f"{message} (served pairs: {served})", served)])
+
+    def _field_and_message(self) -> tuple[str, str]:
+        source, target, candidates = self.source, self.target, ", ".join(self.candidates)
+        if self.reason == "source":
+            return "source_language", f"{source!r} is not served as a source language"
+        if self.reason == "target":
+            return "target_language", f"{target!r} is not served as a target language"
+        if self.reason == "pair":
+            return "target_language", f"{source!r} → {target!r} is not served"
+        if self.reason == "uncertain_source":
+            return "source_language", f"{target!r} is translated from {candidates}: name the source language"
+        field = "target_language" if target is not None else "source_language"
+        return field, f"{candidates} all translate this: name one in 'model'"
+
+
+def choose_translator(
+    runtime: Runtime,
+    model: str | None,
+    source: str | None,
+    target: str | None,
+    *,
+    first_of_several: bool = False,
+    certain_source: bool = False,
+) -> ServedTranslator:
+    """The model named ``model``, else the one translating ``source`` into ``target`` (None:
+    any), else with neither language the default (the first configured). 404 for a model not
+    served; 422 (``UnservedLanguages``) for languages no model serves, or several do unless
+    ``first_of_several`` (for clients that cannot name a model: the first configured wins).
+    ``certain_source``: an unnamed source must be the one language of the one model translating
+    into ``target`` (the caller reports it as the language it translated from)."""
+    default = translators(runtime)[0]
+    if model is not None:
+        if model not in runtime.translators:
+            served = ", ".join(runtime.translators)
+            raise ModelNotFound(f"the model {model!r} is not served here; translators: {served}")
+        return runtime.translators[model]
+    if source is None and target is None:
+        return default
+    matches = runtime.translators_for(source, target)
+    served = ", ".join(runtime.served_pairs())
+    if certain_source and source is None and (len(matches) > 1 or (matches and len(matches[0].sources) > 1)):
+        sources = list(dict.fromkeys(s for t in matches for s in t.sources))
+        raise UnservedLanguages("uncertain_source", source, target, served, sources)
+    if len(matches) == 1 or (matches and first_of_several):
+        return matches[0]
+    if matches:
+        raise UnservedLanguages("several", source, target, served, [t.name for t in matches])
+    if source is not None and not runtime.translators_for(source, None):
+        raise UnservedLanguages("source", source, target, served, [])
+    if target is not None and not runtime.translators_for(None, target):
+        raise UnservedLanguages("target", source, target, served, [])
+    raise UnservedLanguages("pair", source, target, served, [])
+
+
+def translators(runtime: Runtime) -> list[ServedTranslator]:
+    """Every translation model, the default (the first configured) first; 404 when none is."""
+    if not runtime.translators:
+        raise ModelNotFound("no translation model is loaded (TSERVE_TRANSLATE_MODELS is empty)")
+    return list(runtime.translators.values())
+
+
+def choose_embedder(runtime: Runtime, model: str | None = None) -> ServedEmbedder:
+    """The embedding model (one at most is served), when ``model`` is unnamed or names it; else 404."""
+    if runtime.embedder is None:
+        raise ModelNotFound("no embedding model is loaded (TSERVE_EMBED_MODEL is empty)")
+    name = runtime.embedder.engine.manifest.name
+    if model is not None and model != name:
+        raise ModelNotFound(f"the model {model!r} does not exist here; this service embeds with {name!r}")
+    return runtime.embedder

@@ -1,0 +1,127 @@
+"""Translation, whichever API asked: route to a model → limits → segment → submit → assemble.
+
+``/v1/translate`` and LibreTranslate's ``/translate`` differ only in how they spell a request and
+an answer; both build a ``TranslationRequest`` and get the same model, limits, sentence batching,
+queue, deadline and errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.engine.base import TranslateOptions
+from service.lifecycle import Runtime, ServedTranslator
+from service.serving.errors import InvalidRequest, Problem, problem
+from service.serving.limits import sentence_problems, translation_text_problems
+from service.serving.routing import choose_translator
+from service.serving.sentences import Format, split
+from service.serving.submit import Client, all_or_nothing, submit
+from service.text.document import TextTranslation
+
+_SEGMENT = ("segment", "sentence segmentation and tokenization")
+_TRANSLATE = ("translate", "queue wait and decoding (batched with other requests)")
+
+
+@dataclass(frozen=True)
+class TranslationRequest:
+    """Texts to translate (all-or-nothing: one untranslatable text fails the request). ``field``
+    is the texts' field in the API's body, which errors name. The model is ``model``, else the
+    one serving ``source`` → ``target`` (see ``choose_translator`` for the two policies); None
+    options are the model's own."""
+
+    texts: list[str]
+    field: str
+    format: Format = "text"
+    model: str | None = None
+    source: str | None = None
+    target: str | None = None
+    beam_size: int = 4
+    n_best: int = 1
+    max_length: int | None = None
+    length_penalty: float | None = None
+    alignments: bool = False
+    first_of_several: bool = False
+    certain_source: bool = False
+
+
+@dataclass(frozen=True)
+class Translated:
+    model: str
+    source_language: str  # the one translated from: asked for, or the model's (first) one
+    target_language: str
+    texts: list[TextTranslation]
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(t.n_input_tokens for t in self.texts)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(t.n_output_tokens for t in self.texts)
+
+
+async def translate(runtime: Runtime, client: Client, request: TranslationRequest) -> Translated:
+    """``request`` translated, or the first step's refusal (``service.serving.errors``)."""
+    translator = choose_translator(
+        runtime,
+        request.model,
+        request.source,
+        request.target,
+        first_of_several=request.first_of_several,
+        certain_source=request.certain_source,
+    )
+    options = _options(translator, request)
+    field, limits = request.field, runtime.limits
+    _refuse(translation_text_problems(request.texts, field, limits))
+    source = request.source or (translator.sources[0] if translator.sources else "")
+    with client.timed(*_SEGMENT):
+        sentences = await split(request.texts, request.format, source, translator.engine)
+    _refuse(sentences.html_problems(field))
+    _refuse(sentence_problems(sentences.count, options.beam_size, options.max_length, field, limits))
+    items, costs = sentences.items(options)
+    timeout_s = runtime.settings.request_timeout_s
+    results = await submit(client, translator.batcher, items, costs, timeout_s, _TRANSLATE)
+    return Translated(
+        model=translator.name,
+        source_language=source,
+        target_language=request.target or (translator.targets[0] if translator.targets else ""),
+        texts=all_or_nothing(sentences.assemble(results), field),
+    )
+
+
+def _options(translator: ServedTranslator, request: TranslationRequest) -> TranslateOptions:
+    """The request's options, with the model's defaults; 422 for what this model cannot do
+    (a language it does not serve, a longer output than it writes, alignments it lacks)."""
+    info = translator.engine.manifest.translation
+    name = translator.name
+    problems = [
+        *_language_problems(request.source, "source_language", translator.sources, name),
+        *_language_problems(request.target, "target_language", translator.targets, name),
+    ]
+    if info is not None and request.max_length is not None and request.max_length > info.max_target_len:
+        message = f"{name} writes at most {info.max_target_len} output tokens"
+        problems.append(problem("less_than_equal", ("max_length",), message, info.max_target_len))
+    if request.alignments and info is not None and not info.has_alignments:
+        problems.append(problem("unsupported", ("alignments",), f"{name} has no alignments"))
+    _refuse(problems)
+    return TranslateOptions(
+        beam_size=request.beam_size,
+        n_best=request.n_best,
+        max_length=request.max_length or (info.max_target_len if info else TranslateOptions.max_length),
+        length_penalty=translator.length_penalty
+        if request.length_penalty is None
+        else request.length_penalty,
+        alignments=request.alignments,
+    )
+
+
+def _language_problems(language: str | None, field: str, served: list[str], model: str) -> list[Problem]:
+    if language is None or language in served:
+        return []
+    message = f"{language!r} is not served by {model} (serves: {', '.join(served)})"
+    return [problem("unsupported_language", (field,), message, ", ".join(served))]
+
+
+def _refuse(problems: list[Problem]) -> None:
+    if problems:
+        raise InvalidRequest(problems)
