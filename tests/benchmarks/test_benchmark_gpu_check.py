@@ -1,0 +1,119 @@
+"""The GPU check's own logic: its verdicts, the quality figures it computes, the test counts it
+reads, the results it writes, and a run of its plumbing (setup, the second start, environment,
+results) with every heavy stage skipped."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import gpu_check, gpu_quality
+from benchmarks.gpu_run import QUICK, GpuRun, failed, markdown, write
+from benchmarks.results import Row
+from tests.benchmarks.test_benchmark_gpu_setup import tiny_wheelhouse
+
+
+def a_run(tmp_path: Path, provider: str = "cuda") -> GpuRun:
+    args = argparse.Namespace(quick=True)
+    return GpuRun(args, provider, QUICK, tmp_path / "a", tmp_path / "d", tmp_path / "out", tmp_path / "w", 2)
+
+
+def test_spearman_ranks_ties_by_their_mean() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    x, y = np.array([1.0, 2, 2, 3, 5, 5, 5]), np.array([2.0, 1, 4, 3, 7, 6, 6])
+    assert gpu_quality.ranks(x).tolist() == [1, 2.5, 2.5, 4, 6, 6, 6]
+    assert gpu_quality.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+
+
+def test_sts_pairs_are_read_with_their_gold_scores(tmp_path: Path) -> None:
+    (tmp_path / "stsb").mkdir()
+    rows = ["g\tMSRvid\t2012\t0\t5.000\tA man.\tA person.", "short\tline", "g\tx\t2012\t1\t0.5\tA.\tB."]
+    (tmp_path / "stsb" / "sts-dev.csv").write_text("\n".join(rows) + "\n")
+    first, second, gold = gpu_quality.sts_pairs(tmp_path, None)
+    assert (first, second, gold.tolist()) == (["A man.", "A."], ["A person.", "B."], [5.0, 0.5])
+    assert gpu_quality.sts_pairs(tmp_path, 1)[0] == ["A man."]
+
+
+def test_fp16_must_stay_within_the_tolerances_of_fp32(tmp_path: Path) -> None:
+    run = a_run(tmp_path)
+    scores = {
+        "fp16 on CUDA": {"en→de": 37.7, "de→en": 40.3, "sts": 86.5},
+        "fp32 on CPU": {"en→de": 37.98, "de→en": 40.26, "sts": 86.72},
+    }
+    gpu_quality.judge(run, scores)
+    assert [(v.check.split(":")[0], v.passed) for v in run.verdicts] == [
+        ("BLEU en→de", True),
+        ("BLEU de→en", True),
+        ("STS-dev Spearman", False),  # 0.22 points below
+    ]
+    assert failed(run) == run.verdicts[2:]
+
+
+def test_a_comparison_without_its_figures_is_not_measured_and_fails(tmp_path: Path) -> None:
+    run = a_run(tmp_path)
+    gpu_quality.judge(run, {"fp32 on CPU": {"en→de": 38.0}})
+    assert [v.passed for v in run.verdicts] == [None, None]
+    assert len(failed(run)) == 2
+
+
+def test_test_counts_read_the_junit_report(tmp_path: Path) -> None:
+    report = tmp_path / "report.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase name="test_a[cpu]"/><testcase name="test_a[cuda]"/>'
+        '<testcase name="test_b[cuda]"><skipped message="no CUDA"/></testcase>'
+        '<testcase name="test_c[cpu]"><failure message="x"/></testcase>'
+        '<testcase name="test_d"><error message="y"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    counts = gpu_check.test_counts(report)
+    assert counts == {"passed": 2, "failed": 1, "errors": 1, "skipped": 1, "passed on CUDA": 1}
+    assert gpu_check.test_counts(tmp_path / "missing.xml")["passed"] == 0
+
+
+def test_results_say_what_failed_and_which_goals_were_missed(tmp_path: Path) -> None:
+    run = a_run(tmp_path)
+    run.meta = {"gpu": "NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB"}
+    run.results.add(Row("embed, batch 128", "sentence-transformers (fp16, CUDA)", 10_000.0, "sent/s", True))
+    run.results.add(Row("embed, batch 128", "ours in-process (fp16, CUDA)", 25_000.0, "sent/s"))
+    run.verdict("tests/gpu", True, "12 passed")
+    run.verdict("translation ≥ 20,000 tokens/s", False, "9,000 tokens/s", required=False)
+    paths = write(run)
+    assert sorted(p.name for p in paths.values()) == ["logs.txt", "results.json", "results.md"]
+    body = json.loads(paths["results.json"].read_text())
+    assert [r["ratio"] for r in body["rows"]] == [1.0, 2.5]
+    assert body["verdicts"][1] == {
+        "check": "translation ≥ 20,000 tokens/s",
+        "passed": False,
+        "detail": "9,000 tokens/s",
+        "required": False,
+    }
+    text = markdown(run)
+    assert "**PASSED**" in text and "| missed |" in text and "NVIDIA H100" in text
+    run.verdict("BLEU en→de", False, "Δ -0.5")
+    assert "**FAILED**: 1 required check(s) failed" in markdown(run)
+
+
+def test_the_plumbing_runs_end_to_end_without_its_heavy_stages(tmp_path: Path) -> None:
+    """Setup from a wheelhouse, the second start in the environment it made, the environment stage
+    and the results: everything but export, tests, quality and speed."""
+    wheelhouse = tiny_wheelhouse(tmp_path / "py3.12")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "benchmarks.gpu_check", "--provider", "cpu", "--quick"]
+    command += ["--data-dir", str(tmp_path), "--out", str(out), "--work", str(tmp_path / "work")]
+    command += ["--wheelhouse", str(wheelhouse), "--target", str(tmp_path / "site")]
+    command += ["--skip", *gpu_check.STAGES]
+    env = {k: v for k, v in os.environ.items() if k != gpu_check.PREPARED}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    body = json.loads((out / "results.json").read_text())
+    assert body["meta"]["setup"][0].startswith(f"installed {tmp_path / 'site'}: tserve-probe-one 1.0")
+    assert "onnxruntime" in body["meta"] and body["verdicts"] == []
+    assert (tmp_path / "site" / "tserve_probe_one.py").is_file()

