@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test test-long lint export bench install tools wheelhouse gpu-check
+.PHONY: serve test test-long lint export bench install tools image image-gpu wheelhouse gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check service export tests benchmarks
 	$(VENV)/bin/ruff format --check service export tests benchmarks
 	$(VENV)/bin/mypy
+
+## Container images (docker where an engine answers, else podman/buildah): docker/build.sh.
+image:
+	bash docker/build.sh cpu
+
+image-gpu:
+	bash docker/build.sh gpu
 
 ## Export the default models in every variant (fp32, int8, fp16) into .artefacts/.
 export: $(STAMP)

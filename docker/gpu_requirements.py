@@ -8,12 +8,14 @@ the project itself with ``--no-deps``: the CPU wheel is never installed. Torch i
 
 Usage:
   python docker/gpu_requirements.py [pyproject.toml] > requirements-gpu.txt
-  python docker/gpu_requirements.py --check-installed   # in the built env: exit 1 on a wrong set
+  python docker/gpu_requirements.py --check-installed   # in the built env: exit 1 on a wrong set,
+                                                        # or on a CUDA library the loader cannot find
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -54,6 +56,38 @@ def check_installed() -> list[str]:
 
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             problems.append(f"no CUDAExecutionProvider in {onnxruntime.get_available_providers()}")
+        else:
+            problems += unresolved_cuda_libraries(Path(onnxruntime.__file__).parent)
+    return problems
+
+
+# The driver's own library: the NVIDIA container toolkit mounts it into the container at run
+# time, so it is the one library a GPU image must not carry.
+DRIVER_LIBRARIES = {"libcuda.so.1"}
+
+
+def unresolved_cuda_libraries(package: Path) -> list[str]:
+    """What the dynamic loader cannot find, with this process's environment (LD_LIBRARY_PATH), for
+    the CUDA provider and for the CUDA/cuDNN libraries it loads at run time (cuDNN's are opened
+    with dlopen, so the provider's own dependencies alone would not show them): a compiled-in
+    provider whose libraries are missing fails only on the first session, on a GPU."""
+    from onnxruntime.capi import build_and_package_info
+
+    cuda_major = str(getattr(build_and_package_info, "cuda_version", "")).split(".")[0]
+    site_packages = package.parent
+    libraries = [package / "capi" / "libonnxruntime_providers_cuda.so"]
+    for folder in (f"nvidia/cu{cuda_major}/lib", "nvidia/cudnn/lib"):
+        found = sorted((site_packages / folder).glob("lib*.so*"))
+        if not found:
+            return [f"no libraries in {site_packages / folder} (onnxruntime-gpu[cuda,cudnn] installs them)"]
+        libraries += found
+    problems = []
+    for library in libraries:
+        ldd = subprocess.run(["ldd", str(library)], capture_output=True, text=True, check=False)
+        for line in ldd.stdout.splitlines():
+            name, _, where = line.strip().partition(" => ")
+            if where.startswith("not found") and name not in DRIVER_LIBRARIES:
+                problems.append(f"{library.name} needs {name}, which the loader cannot find")
     return problems
 
 

@@ -41,6 +41,17 @@ class ProviderUnavailable(RuntimeError):
     """``cuda`` was asked for explicitly but onnxruntime cannot use it here."""
 
 
+@functools.cache
+def _load_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries of the ``nvidia-*`` wheels that onnxruntime-gpu's
+    ``[cuda,cudnn]`` extras install: they live in site-packages, where the dynamic loader does
+    not look, so without this the CUDA provider fails to load outside an image that sets
+    LD_LIBRARY_PATH. Libraries already loadable (a system CUDA) are left to the loader."""
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime >= 1.21
+    if preload is not None:
+        preload()
+
+
 def resolve_providers(pref: ProviderPref | str, device_id: int = 0) -> list[Any]:
     """The provider list for ``InferenceSession``, best first, CPU always last as fallback.
 
@@ -53,6 +64,7 @@ def resolve_providers(pref: ProviderPref | str, device_id: int = 0) -> list[Any]
         return [CPU]
     if CUDA not in available:
         raise ProviderUnavailable(f"CUDA asked for but onnxruntime offers only {available}")
+    _load_cuda_libraries()
     # kSameAsRequested: with dynamic shapes the default power-of-two arena growth wastes memory.
     cuda_options = {"device_id": device_id, "arena_extend_strategy": "kSameAsRequested"}
     return [(CUDA, cuda_options), CPU]
@@ -64,10 +76,10 @@ def session_options(
     """Thread counts (0 = onnxruntime's default, one per core), full graph optimisation.
 
     Memory patterns are off: they are planned per input shape, and ours change on every call,
-    so they would only be recomputed and cached. The CPU arena stays on (reuses buffers; without
-    it a beam-4 batch decoded 3–7 % slower) and is one arena for every session of the process
-    (``shared_cpu_arena``). Spinning threads lower latency but burn CPU between calls; turn it
-    off on shared hosts.
+    so they would only be recomputed and cached. The CPU arena stays on, as decoding reuses its
+    buffers (docs/decisions.md, "Two glibc heaps, one onnxruntime CPU arena"), and is one arena
+    for every session of the process (``shared_cpu_arena``). Spinning threads lower latency but
+    burn CPU between calls; turn it off on shared hosts.
     """
     so = ort.SessionOptions()
     so.intra_op_num_threads = intra_op_threads
@@ -117,9 +129,8 @@ class SessionConfig:
 DEFAULT_SESSION = SessionConfig()
 
 
-# onnxruntime fusions whose CPU kernels run slower than the nodes they replace (int8 MiniLM at
-# batch 64: BiasGelu 17.7 ms against Add + Gelu 11, SkipLayerNormalization 15.7 against Add +
-# LayerNormalization 7; benchmarks/README.md). They stay on for CUDA.
+# onnxruntime fusions whose CPU kernels run slower than the nodes they replace (docs/decisions.md,
+# "The CPU graphs keep the plain Add + LayerNormalization and Gelu"). They stay on for CUDA.
 CPU_SLOWER_FUSIONS = ["BiasGeluFusion", "SkipLayerNormFusion"]
 
 

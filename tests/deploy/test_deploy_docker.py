@@ -7,9 +7,11 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,7 +89,7 @@ def test_hadolint(flavour: str) -> None:
 
 @pytest.mark.parametrize("flavour", list(DOCKERFILES))
 def test_dockerfile_structure(flavour: str) -> None:
-    _, stages = parse_dockerfile(DOCKERFILES[flavour])
+    args, stages = parse_dockerfile(DOCKERFILES[flavour])
     names = [s.name for s in stages]
     assert "export" in names
     runtime = stages[-1]
@@ -96,7 +98,11 @@ def test_dockerfile_structure(flavour: str) -> None:
     assert export.base.startswith("python:3.11-slim")
     export_runs = " ".join(export.all("RUN"))
     assert "python -m export default --out /artefacts" in export_runs
-    assert "torch==2.13.0" in export_runs and "download.pytorch.org/whl/cpu" in export_runs
+    # torch as the [export] extra pins it, from the index or wheel folder the build is given
+    assert _export_torch_pin() in export_runs
+    assert {a.split("=")[0] for a in export.all("ARG")} >= {"TORCH_INDEX_URL", "TORCH_WHEELS"}
+    assert '${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}' in export_runs
+    assert '${TORCH_WHEELS:+--find-links "$TORCH_WHEELS"}' in export_runs
     # The runtime stage installs nothing itself: it copies the deps stage's venv + the artefacts.
     copies = runtime.all("COPY")
     assert any(c.startswith("--from=deps /opt/venv") for c in copies)
@@ -107,6 +113,9 @@ def test_dockerfile_structure(flavour: str) -> None:
     assert "[export]" not in deps_runs and "torch==" not in deps_runs and "pytorch.org" not in deps_runs
     user = runtime.all("USER")[-1]
     assert user.split(":")[0] not in ("root", "0")
+    # buildah does not create a WORKDIR, and a read-only root cannot: the image must have it
+    assert runtime.all("WORKDIR") == ["/app"]
+    assert any(r.rstrip().endswith("mkdir /app") for r in runtime.all("RUN"))
     assert runtime.all("EXPOSE") == ["8000"]
     assert runtime.all("STOPSIGNAL") == ["SIGTERM"]
     assert json.loads(runtime.all("CMD")[-1]) == ["python", "-m", "service"]
@@ -126,12 +135,31 @@ def test_dockerfile_structure(flavour: str) -> None:
         assert env["TSERVE_PROVIDER"] == "cpu"
     else:
         assert "--variant fp16" in export_runs
-        assert runtime.base == "base"
-        base = stages[names.index("base")].base
-        assert base.startswith("nvidia/cuda:12.") and base.endswith("-cudnn-runtime-ubuntu22.04")
+        # CUDA comes from the nvidia-* wheels onnxruntime-gpu pins, never from a base image that
+        # could carry another CUDA major version
+        assert runtime.base.startswith("python:3.11-slim")
+        assert not any(stage.base.startswith("nvidia/") for stage in stages)
         assert env["TSERVE_PROVIDER"] == "cuda"
         assert env["TSERVE_VARIANT"] == "fp16"
         assert any("gpu_requirements.py --check-installed" in r for r in deps.all("RUN"))
+        # the library path the deps stage's check proved is the one the runtime uses
+        assert deps.env()["LD_LIBRARY_PATH"] == env["LD_LIBRARY_PATH"] == "${CUDA_LIBRARY_PATH}"
+        library_path = [Path(p).parts[-3:] for p in args["CUDA_LIBRARY_PATH"].split(":")]
+        assert library_path == [("nvidia", "cu13", "lib"), ("nvidia", "cudnn", "lib")]
+        assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+
+
+def _export_torch_pin() -> str:
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["export"]
+    (pin,) = [r for r in extra if r.startswith("torch==")]
+    return pin
+
+
+def test_gpu_extra_pins_onnxruntime_gpu_with_its_cuda_libraries() -> None:
+    """The [gpu] extra (the GPU image's and `pip install .[gpu]`'s onnxruntime) brings the CUDA
+    and cuDNN wheels of the CUDA major version it was built for, and is pinned."""
+    (gpu,) = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    assert re.fullmatch(r"onnxruntime-gpu\[cuda,cudnn\]==\d+\.\d+\.\d+", gpu), gpu
 
 
 def _resolve(tmp_path: Path, *pip_args: str) -> dict[str, str]:

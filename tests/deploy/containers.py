@@ -1,0 +1,113 @@
+"""The container engine of the image and pod tests: docker where an engine answers, else podman
+(docker/build.sh decides, and builds; .ci/install-tools.sh installs podman where apt-get can).
+
+The images are built from the repository as it is (layers cached by the engine between runs),
+tagged as the k8s overlays name them, so the pod test runs the image the container test checked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from deploy_helpers import REPO, run
+
+BUILD_SCRIPT = REPO / "docker" / "build.sh"
+BUILD_TIMEOUT_S = 1800  # a first build exports the default models; later ones reuse its layers
+VERSION = next(
+    line.split('"')[1]
+    for line in (REPO / "pyproject.toml").read_text().splitlines()
+    if line.startswith("version = ")
+)
+CPU_IMAGE = f"tserve:{VERSION}-cpu"  # k8s/overlays/cpu's image
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One container engine CLI and the environment docker/build.sh runs it with."""
+
+    name: str
+    env: dict[str, str]
+
+    def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return run([self.name, *args], timeout=timeout, env=self.env)
+
+    def ok(self, *args: str, timeout: float = 120) -> str:
+        done = self(*args, timeout=timeout)
+        output = done.stdout[-3000:] + done.stderr[-3000:]
+        assert done.returncode == 0, f"{self.name} {' '.join(args)}:\n{output}"
+        return done.stdout
+
+
+def find_engine() -> Engine:
+    """The engine docker/build.sh picks here, or skip saying how to get one."""
+    done = run(["bash", str(BUILD_SCRIPT), "engine"], timeout=60)
+    if done.returncode != 0:
+        pytest.skip(f"no container engine: {done.stderr.strip()}")
+    found = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    env = dict(os.environ)
+    if found.get("CONTAINERS_CONF"):
+        env["CONTAINERS_CONF"] = found["CONTAINERS_CONF"]
+    if found["ENGINE"] == "buildah":
+        pytest.skip("only buildah here: it builds images but cannot run them (install podman)")
+    return Engine(found["ENGINE"], env)
+
+
+@dataclass(frozen=True)
+class Build:
+    image: str
+    seconds: float
+    size_bytes: int
+
+
+def build_image(engine: Engine, flavour: str, tag: str) -> Build:
+    start = time.monotonic()
+    done = run(["bash", str(BUILD_SCRIPT), flavour, tag], timeout=BUILD_TIMEOUT_S, env=engine.env)
+    output = done.stdout[-5000:] + done.stderr[-5000:]
+    assert done.returncode == 0, f"docker/build.sh {flavour} failed:\n{output}"
+    size = int(engine.ok("image", "inspect", "--format", "{{.Size}}", tag).strip())
+    return Build(tag, time.monotonic() - start, size)
+
+
+def wait_for_status(
+    url: str, status: int, timeout_s: float, alive: Callable[[], bool] | None = None
+) -> float:
+    """Seconds until GET ``url`` answers ``status``; fails after ``timeout_s``."""
+    start = time.monotonic()
+    last = "no answer"
+    while time.monotonic() - start < timeout_s:
+        if alive is not None and not alive():
+            pytest.fail(f"the container exited while waiting for {status} from {url} (last: {last})")
+        try:
+            answer = httpx.get(url, timeout=5)
+            if answer.status_code == status:
+                return time.monotonic() - start
+            last = f"{answer.status_code} {answer.text[:200]}"
+        except httpx.HTTPError as error:
+            last = repr(error)
+        time.sleep(0.5)
+    pytest.fail(f"{url} did not answer {status} within {timeout_s} s (last: {last})")
+
+
+def translate_and_embed(base_url: str) -> tuple[list[str], list[list[float]]]:
+    """What the smoke tests compare: en→de, de→en and an embedding, through the public API."""
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        translations = []
+        for source, target, text in (
+            ("en", "de", "A man is riding a bicycle down the street."),
+            ("de", "en", "Zwei Hunde spielen im Schnee."),
+        ):
+            answer = client.post(
+                "/v1/translate",
+                json={"text": [text], "source_language": source, "target_language": target},
+            )
+            assert answer.status_code == 200, answer.text
+            translations.append(answer.json()["translations"][0]["hypotheses"][0]["text"])
+        answer = client.post("/v1/embed", json={"texts": ["Two dogs play in the snow."]})
+        assert answer.status_code == 200, answer.text
+        return translations, answer.json()["embeddings"]
