@@ -5,11 +5,9 @@ once the service is quiet, and Python's garbage collector is tuned for serving (
 A busy period frees its memory when it ends — a decode's buffers, onnxruntime's step outputs,
 request and response objects — but glibc keeps freed pages in its heaps and returns to the OS
 only what lies at the top of one, so the resident size stays at the period's peak. glibc's
-``malloc_trim(0)`` releases every free page of every heap. Measured on the default service
-(three models, one onnxruntime thread) after translating test2016 (1,000 sentences, beam 4)
-with each translator: 582 MB resident kept, 354 MB when trimmed once idle, the load as fast;
-a low mmap threshold instead (every buffer above 128 KiB its own mapping, unmapped when freed)
-gave 330 MB but ran the same load 40 % slower (page faults on every fresh buffer).
+``malloc_trim(0)`` releases every free page of every heap, once the service is idle, where it
+costs no request anything; mapping every buffer of its own instead would return memory at once
+but fault every fresh buffer's pages in (docs/decisions.md, "Memory", gives the figures).
 """
 
 from __future__ import annotations
@@ -80,10 +78,10 @@ def map_large_blocks(threshold_kb: int) -> bool:
     up to 32 MiB, so that a decode's large buffers (its cache and memory slots, megabytes each,
     regrown as it runs) soon come from the heaps. There a freed buffer's pages stay resident
     until an idle trim, and a fresh one that reuses them is zeroed page by page; a mapping is
-    returned when freed, and its untouched pages cost nothing. The three default models peaked
-    at 474–542 MB resident under the load of ``benchmarks/memory.py``, 432–457 MB with 1–2 MiB,
-    as fast; at 128–512 KiB 407–438 MB, but beam search ran 20–30 % slower (page faults on the
-    many smaller buffers mapped afresh). Call it before the threads start.
+    returned when freed, and its untouched pages cost nothing. A threshold of a few MiB lowers
+    the peak without slowing beam search, whose many smaller buffers would fault their pages in
+    afresh under a threshold below 1 MiB (docs/decisions.md, "Blocks of 2 MiB and more get
+    mappings of their own"). Call it before the threads start.
     """
     return (
         threshold_kb > 0 and _MALLOPT is not None and bool(_MALLOPT(_M_MMAP_THRESHOLD, threshold_kb * 1024))
@@ -116,11 +114,11 @@ class FrozenHeap:
     loaded is frozen (never walked again, as vLLM and SGLang do after their warm-up), and the
     youngest generation is collected after ``young_threshold`` net new objects instead of 700.
 
-    Under load the objects of every request in flight (frames, futures, dicts) are young: at 64
-    one-sentence embedding requests the default threshold started a collection every 17
-    requests, each walking all of them, 0.1 ms a request (benchmarks/README.md, "Serving cost
-    per request"). Garbage cycles are still collected, less often; ``thaw`` (at shutdown) makes
-    the frozen objects collectable again and restores the thresholds.
+    Under load the objects of every request in flight (frames, futures, dicts) are young, so at
+    the default threshold a collection starts every few requests and walks all of them
+    (docs/decisions.md, "The garbage collector skips the loaded heap"). Garbage cycles are still
+    collected, less often; ``thaw`` (at shutdown) makes the frozen objects collectable again and
+    restores the thresholds.
     """
 
     def __init__(self, young_threshold: int) -> None:

@@ -83,8 +83,8 @@ class Settings(BaseSettings):
     # Translation: "batch" decodes each batch to its end before the next starts; "continuous"
     # admits sentences into the running decode between any two decoder steps and answers each as
     # soon as it is done (service/queue/continuous.py; needs a decoder exported with per-row positions
-    # or slots, on the CPU backend, else batch is used). Continuous is the default: under mixed
-    # traffic it measured a lower short-request p99 at the same throughput (benchmarks/README.md).
+    # or slots, on the CPU backend, else batch is used). Continuous is the default: a short
+    # sentence no longer waits for a batch of long ones (docs/decisions.md, "Continuous decoding").
     translate_batching: Literal["continuous", "batch"] = "continuous"
     # Worst-case decoder cache + memory of a model's running sentences (each at its own length
     # limit): sentences wait for room beyond it; one that could never fit → 422. 1 GiB: two
@@ -111,8 +111,9 @@ class Settings(BaseSettings):
     intra_op_threads: int = Field(default=0, ge=0)
     inter_op_threads: int = Field(default=1, ge=1)
     # Engine runs at once per model, each on its worker thread: a whole batch each, or a running
-    # decode each under continuous decoding (with an equal share of the decode memory). Two
-    # single-threaded runs beat one on two threads on small kernels (benchmarks/README.md, "Lanes").
+    # decode each under continuous decoding (with an equal share of the decode memory). Several
+    # single-threaded runs, as a small model's kernels gain nothing from being split over threads
+    # (docs/decisions.md, "Worker threads").
     worker_threads: int = Field(default=2, ge=1, le=64)
 
     # Request limits
@@ -211,8 +212,8 @@ class Settings(BaseSettings):
     def session_threads(self) -> int:
         """onnxruntime intra-op threads per session: as set, or with 0 the usable cores divided
         among the engine runs one model may have in flight at once (its worker threads, and the
-        express one), at least 1. Two concurrent runs on one session's pool of every core lost about half
-        their throughput (benchmarks/README.md, "intra-op threads")."""
+        express one), at least 1: concurrent runs that each spread over every core contend for the
+        same cores (docs/decisions.md, "TSERVE_INTRA_OP_THREADS=0")."""
         if self.intra_op_threads:
             return self.intra_op_threads
         concurrent = self.worker_threads + (1 if self.express_max_tokens else 0)

@@ -2,9 +2,9 @@
 
 Below the middlewares, a request passes Starlette's exception layer, FastAPI's exit-stack layer,
 the router (which tries the routes in order, each included router through the effective routes
-FastAPI builds for it) and ``request_response`` before its ``GatedRoute`` handler runs: about a
-tenth of the event loop's time on a one-sentence embedding request (benchmarks/README.md,
-"Serving cost per request"). ``DirectDispatch`` is the innermost middleware. A request whose
+FastAPI builds for it) and ``request_response`` before its ``GatedRoute`` handler runs, a cost
+every small request pays (docs/decisions.md, "The hot JSON routes skip FastAPI's per-request
+dependency solving"). ``DirectDispatch`` is the innermost middleware. A request whose
 method and path are a ``GatedRoute``'s (these routes take no path parameters, so the match is
 exact) goes straight to that route's handler (``gated_handler``), under the app's exception
 handlers as the router would have run it; every other request goes on down the stack. A

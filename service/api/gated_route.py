@@ -2,11 +2,11 @@
 
 FastAPI (0.165) handles a request by parsing the content type with ``email.message`` and then
 solving the route's whole dependency tree, every node extracting the path, query, header and
-cookie parameters again: a fifth of the app's CPU on a one-sentence embedding request
-(benchmarks/README, "Serving cost per request"). The JSON routes need less: an optional body
-that is one pydantic model, the ``Request``, and *gates*, dependencies that take the request
-alone (the API key, readiness, the model to use). A ``GatedRoute`` checks that shape when it is
-built and serves it in FastAPI's order, with FastAPI's errors:
+cookie parameters again: a large share of the app's CPU on a small request (docs/decisions.md,
+"The hot JSON routes skip FastAPI's per-request dependency solving"). The JSON routes need
+less: an optional body that is one pydantic model, the ``Request``, and *gates*, dependencies
+that take the request alone (the API key, readiness, the model to use). A ``GatedRoute``
+checks that shape when it is built and serves it in FastAPI's order, with FastAPI's errors:
 
 1. the body is read and, when the content type is JSON, decoded (invalid JSON: the
    ``json_invalid`` 422; a body that cannot be decoded at all: the 400);

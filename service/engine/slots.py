@@ -223,8 +223,8 @@ class SlotDecoder(Stepping):
         tokens, positions, masks, memory and cache as views of the slot buffers, which the steps
         and ``reorder`` change in place, the outputs to arrays made with the binding. So one
         binding serves every step until the rows, ``top_k``, the attention output or a buffer
-        change, and a step binds nothing (about 0.2 ms of binding a step saved at first; then
-        the per-step token, ``top_k`` and output bindings: a short beam-4 request 5 % faster)."""
+        change, and a step binds nothing: binding per step would cost every step of every decode
+        what only a change of rows or buffers needs."""
         key = (n, top_k, self.with_attention)
         if self._binding is not None and self._bound == key:
             return self._binding

@@ -21,8 +21,9 @@ from service.engine.base import Encoded, TextTooLong
 __all__ = ["Encoded", "TextTokenizer", "padded_partition"]
 
 RUN_COST_TOKENS = 8
-"""What one more encoder run costs, in padded tokens: MiniLM int8 on one core takes about
-0.6 ms a run plus 0.08 ms a padded token (benchmarks/README.md, "Padding")."""
+"""What one more encoder run costs, in padded tokens: a run's fixed overhead against its
+per-token cost, which decides where a batch is cut (docs/decisions.md, "Batches are cut where
+their padding costs least")."""
 
 
 def padded_partition(lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[tuple[int, int]]:

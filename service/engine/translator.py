@@ -77,9 +77,8 @@ class OnnxTranslator:
     </s>) instead of failing them with ``TextTooLong``. lanes: running decodes a batch is dealt
     out to, each driven by its own thread (onnxruntime releases the GIL while it runs): on N
     cores, N lanes of one intra-op thread each keep every core busy, where one decode's intra-op
-    threads split kernels too small to gain from it (2 cores, beam 4, batches of 32: 2 lanes
-    decoded 1.5–1.7× the tokens/s of one decode on 2 intra-op threads, which was no faster than
-    on one; benchmarks/README.md, "Lanes"). The service leaves it at 1: its continuous executor runs
+    threads split kernels too small to gain from it (docs/decisions.md, "Worker threads"). The
+    service leaves it at 1: its continuous executor runs
     decodes side by side itself (``service/queue/continuous.py``). shortlist: decode each sentence over
     its vocabulary shortlist (service/engine/shortlist.py; the artefact must carry a vocabulary map).
     """
