@@ -60,8 +60,8 @@ wheelhouse:
 	bash scripts/wheelhouse.sh split .wheelhouse/py$(PY) .wheelhouse/py$(PY)-parts
 
 ## On the GPU host, with its own python3 (torch, CUDA 13 libraries): installs what it lacks from the
-## wheelhouse, exports, tests, serves and measures on CUDA; results in OUT. GPU_CHECK_ARGS: e.g.
-## `--provider cpu --quick` (the same run on the CPU, small).
+## wheelhouse (default: .wheelhouse/py<its version>, or its parts), exports, tests, serves and measures
+## on CUDA; results in OUT. GPU_CHECK_ARGS: e.g. `--provider cpu --quick` (the same run on the CPU, small).
 gpu-check:
 	$(PYTHON) -m benchmarks.gpu_check --data-dir $(or $(DATA),$(error set DATA=DIR holding multi30k/ and stsb/)) \
-		--wheelhouse $(or $(WHEELHOUSE),.wheelhouse/py3.12) --out $(or $(OUT),.gpu-check/results) $(GPU_CHECK_ARGS)
+		--out $(or $(OUT),.gpu-check/results) $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(GPU_CHECK_ARGS)
