@@ -23,7 +23,6 @@ import numpy as np
 from benchmarks.common import Service, read_lines
 from benchmarks.gpu_run import DEVICE_VARIANT, GpuRun
 from benchmarks.results import Row
-from benchmarks.service_bleu import served_translator, service_translations
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS
 
 BLEU_TOLERANCE = 0.3
@@ -60,6 +59,8 @@ def bleu_over_http(base: str, model: str, data_dir: Path, n: int | None) -> tupl
     """(language pair, sacreBLEU, seconds) of ``model``'s translations of the split's first ``n``
     sentences through the service at ``base``, in its card's direction and length penalty."""
     import sacrebleu
+
+    from benchmarks.service_bleu import served_translator, service_translations  # imports torch
 
     with httpx.Client(base_url=base, timeout=600) as client:
         card = served_translator(client, model)

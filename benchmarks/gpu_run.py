@@ -38,10 +38,10 @@ class Sizes:
     embed_batch: int
     embed_seconds: float  # each in-process embedding run lasts at least this long
     http_seconds: float  # each HTTP load level
-    rounds: int  # runs per system, best kept
+    rounds: int  # runs per system, best kept (Hugging Face generate: one, each lasting seconds)
 
 
-FULL = Sizes(None, None, 1000, (32, 64, 128), 20, None, 128, 3.0, 5.0, 2)
+FULL = Sizes(None, None, 512, (32, 64, 128), 10, None, 128, 3.0, 4.0, 2)
 QUICK = Sizes(40, 100, 12, (4, 8), 3, 192, 32, 0.3, 1.0, 1)
 
 

@@ -151,7 +151,8 @@ def translation(gpu: GpuRun, device_service: Service | None) -> None:
     for batch in gpu.sizes.batches:
         section = f"translate en→de, beam {BEAM}, batch {batch}: target tokens/s, {len(texts)} sentences"
         for system in systems:
-            run = best_pass(system, texts, batch, codec, gpu.sizes.rounds)
+            rounds = 1 if isinstance(system, HFGenerateOnDevice) else gpu.sizes.rounds
+            run = best_pass(system, texts, batch, codec, rounds)
             best[system.name, batch] = run.tokens_per_s
             extra = {"bleu": round(bleu(run.outputs, references), 2), "seconds": round(run.seconds, 2)}
             row = Row(
