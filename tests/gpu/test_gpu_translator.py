@@ -27,7 +27,8 @@ from tests.gpu.conftest import PROVIDER_NAMES
 from tests.service.engine.test_translator import TEXTS, ids_of, items, ok, torch_ids
 
 SMALL_FEEDS = {INPUT_IDS, SOURCE_MASK, POSITIONS, TOP_K}  # what may cross to the device every step
-SCORE_TOLERANCE = 2e-2  # fp16 against fp32, per hypothesis
+SCORE_TOLERANCE = 5e-2  # fp16 against fp32, per hypothesis (length-normalised log-probability)
+BATCH_TOLERANCE = 1e-2  # fp16 kernels may be picked by batch shape: alone against in a batch
 
 
 def served(directory: Path, provider: str) -> OnnxTranslator:
@@ -149,7 +150,9 @@ def test_the_same_answer_alone_and_inside_batches(provider: str, translation_fp1
         (alone,) = engine.translate([item])
         assert [h.tokens for h in ok(joint).hypotheses] == [h.tokens for h in ok(alone).hypotheses]
         np.testing.assert_allclose(
-            [h.score for h in ok(joint).hypotheses], [h.score for h in ok(alone).hypotheses], atol=1e-3
+            [h.score for h in ok(joint).hypotheses],
+            [h.score for h in ok(alone).hypotheses],
+            atol=BATCH_TOLERANCE,
         )
 
 
