@@ -81,7 +81,9 @@ class GpuRun:
         print(f"  [{mark}] {check}: {detail}", flush=True)
 
     def guard(self, what: str, fn: Callable[..., T], *args: Any) -> T | None:
-        """fn(*args), timed; an exception becomes a note and a failed verdict, the run goes on."""
+        """fn(*args), timed; an exception becomes a failed verdict and the run goes on. The results
+        so far are written after every stage: a run cut short (the device call's time limit) still
+        leaves them."""
         t0 = time.perf_counter()
         print(f"== {what}", flush=True)
         try:
@@ -92,6 +94,7 @@ class GpuRun:
             return None
         finally:
             self.stage_seconds[what] = time.perf_counter() - t0
+            write(self)
 
     def service(
         self, variant: str, provider: str, tag: str, models: Sequence[str], embed_model: str, **env: str
