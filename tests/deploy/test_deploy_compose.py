@@ -1,0 +1,125 @@
+"""docker/compose.yaml run for real with podman-compose: the service and Prometheus, which
+scrapes it by its service name with the repository's prometheus.yml and alert rules.
+
+Run as the file says except for what a machine without a registry forces: the CPU image the
+container test built (no second build), Prometheus from an image built here from Debian's
+`prometheus` package on the same base when `prom/prometheus` cannot be pulled, free host ports,
+and no Grafana (its dashboard's queries are checked against a live Prometheus in
+test_prometheus_live.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from containers import Build, Engine, wait_for_status
+from deploy_helpers import DOCKER, run, yaml
+
+from tests.servers import free_port
+
+pytestmark = pytest.mark.slow
+
+# Prometheus from Debian's package, where the compose file's image cannot be pulled. /prometheus
+# belongs to its user, as in the official image, so the named volume is writable.
+PROMETHEUS_CONTAINERFILE = """\
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
+RUN mkdir /prometheus && chown nobody:nogroup /prometheus \\
+ && apt-get update && apt-get install -y --no-install-recommends prometheus \\
+ && rm -rf /var/lib/apt/lists/*
+USER nobody
+ENTRYPOINT ["/usr/bin/prometheus"]
+"""
+LOCAL_BASE = "localhost/tserve-python:3.11-bookworm"  # docker/build.sh's base without a registry
+
+
+def prometheus_image(engine: Engine, wanted: str, folder: Path) -> str:
+    if (
+        engine("image", "exists", wanted).returncode == 0
+        or engine("pull", "-q", wanted, timeout=60).returncode == 0
+    ):
+        return wanted
+    if engine("image", "exists", LOCAL_BASE).returncode != 0:
+        pytest.skip(f"neither {wanted} nor the local base {LOCAL_BASE} to build Prometheus on")
+    (folder / "Containerfile").write_text(PROMETHEUS_CONTAINERFILE)
+    image = "localhost/tserve-prometheus:debian"
+    engine.ok(
+        "build", "--network", "host", "--build-arg", f"BASE_IMAGE={LOCAL_BASE}", "-t", image, str(folder),
+        timeout=600,
+    )  # fmt: skip
+    return image
+
+
+def compose_for_this_machine(
+    image: str, prometheus: str, tserve_port: int, prometheus_port: int
+) -> dict[str, Any]:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    del services["grafana"]
+    compose["volumes"].pop("grafana-data")
+    services["tserve"].pop("build")
+    services["tserve"]["image"] = image
+    services["tserve"]["ports"] = [f"{tserve_port}:8000"]
+    services["prometheus"]["image"] = prometheus
+    services["prometheus"]["ports"] = [f"{prometheus_port}:9090"]
+    services["prometheus"]["volumes"] = [
+        str(DOCKER / volume[2:]) if volume.startswith("./") else volume
+        for volume in services["prometheus"]["volumes"]
+    ]
+    return compose
+
+
+@pytest.fixture(scope="module")
+def stack(
+    engine: Engine, cpu_image: Build, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    compose_cli = shutil.which("podman-compose")
+    if engine.name != "podman" or compose_cli is None:
+        pytest.skip("needs podman-compose (Debian package, bash .ci/install-tools.sh)")
+    folder = tmp_path_factory.mktemp("compose")
+    original = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    prometheus = prometheus_image(engine, original["services"]["prometheus"]["image"], folder)
+    ports = {"tserve": free_port(), "prometheus": free_port()}
+    compose = compose_for_this_machine(cpu_image.image, prometheus, ports["tserve"], ports["prometheus"])
+    (folder / "compose.yaml").write_text(yaml.safe_dump(compose))
+    project = f"tservecompose{uuid.uuid4().hex[:6]}"
+    command = [compose_cli, "-p", project, "-f", str(folder / "compose.yaml")]
+    up = run([*command, "up", "-d"], timeout=300, env=engine.env)
+    try:
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        yield {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    finally:
+        run([*command, "down"], timeout=180, env=engine.env)
+        engine("volume", "rm", "--force", f"{project}_prometheus-data")
+
+
+def test_prometheus_scrapes_the_service_by_its_compose_name(stack: dict[str, str]) -> None:
+    wait_for_status(f"{stack['tserve']}/health/ready", 200, 180)
+    httpx.post(
+        f"{stack['tserve']}/v1/translate", json={"text": "A dog runs on the beach."}, timeout=60
+    ).raise_for_status()
+    query = f"{stack['prometheus']}/api/v1/query"
+    deadline = time.monotonic() + 90  # scrape_interval 15 s in prometheus.yml
+    found: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        try:
+            answer = httpx.get(query, params={"query": 'tserve_requests_total{job="tserve"}'}, timeout=10)
+            found = answer.json()["data"]["result"] if answer.status_code == 200 else []
+        except httpx.HTTPError:
+            found = []
+        if found:
+            break
+        time.sleep(2)
+    assert found, "Prometheus has no tserve_requests_total from the job tserve"
+    assert {series["metric"]["instance"] for series in found} == {"tserve:8000"}
+    up = httpx.get(query, params={"query": 'up{job="tserve"}'}, timeout=10).json()["data"]["result"]
+    assert [series["value"][1] for series in up] == ["1"]
+    rules = httpx.get(f"{stack['prometheus']}/api/v1/rules", timeout=10).json()["data"]["groups"]
+    assert rules, "the alert rules of docker/prometheus/alerts.yml were not loaded"
