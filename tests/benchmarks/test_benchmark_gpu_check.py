@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import gpu_check, gpu_quality
+from benchmarks import gpu_check, gpu_quality, gpu_speed
 from benchmarks.gpu_run import QUICK, GpuRun, failed, markdown, write
 from benchmarks.results import Row
 from tests.benchmarks.test_benchmark_gpu_setup import tiny_wheelhouse
@@ -117,3 +117,16 @@ def test_the_plumbing_runs_end_to_end_without_its_heavy_stages(tmp_path: Path) -
     assert body["meta"]["setup"][0].startswith(f"installed {tmp_path / 'site'}: tserve-probe-one 1.0")
     assert "onnxruntime" in body["meta"] and body["verdicts"] == []
     assert (tmp_path / "site" / "tserve_probe_one.py").is_file()
+
+
+def test_the_translation_goals_take_the_faster_of_our_two_ways_at_the_largest_batch(tmp_path: Path) -> None:
+    run = a_run(tmp_path)
+    batch = max(run.sizes.batches)
+    best = {("hf", batch): 4_000.0, ("whole", batch): 19_000.0, ("continuous", batch): 21_000.0}
+    best |= {("hf", 1): 1.0, ("whole", 1): 1e6, ("continuous", 1): 1e6}  # other batches: not read
+    gpu_speed.translation_goals(run, best, "hf", "whole", "continuous")
+    assert [(v.passed, v.required) for v in run.verdicts] == [(True, False), (True, False)]
+    assert "21,000 tokens/s" in run.verdicts[0].detail and run.verdicts[1].detail.startswith("5.2×")
+    assert not failed(run)  # goals are reported, never required
+    gpu_speed.translation_goals(run, best | {("continuous", batch): 1_000.0}, None, "whole", "continuous")
+    assert run.verdicts[2].passed is False and len(run.verdicts) == 3  # no HF: no ratio
