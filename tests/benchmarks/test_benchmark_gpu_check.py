@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import gpu_check, gpu_quality, gpu_speed
+from benchmarks import gpu_check, gpu_quality, gpu_setup, gpu_speed
 from benchmarks.gpu_run import QUICK, GpuRun, failed, markdown, write
 from benchmarks.results import Row
 from tests.benchmarks.test_benchmark_gpu_setup import tiny_wheelhouse
@@ -111,7 +111,9 @@ def test_the_plumbing_runs_end_to_end_without_its_heavy_stages(tmp_path: Path) -
     command += ["--wheelhouse", str(wheelhouse), "--target", str(tmp_path / "site")]
     command += ["--skip", *gpu_check.STAGES]
     env = {k: v for k, v in os.environ.items() if k != gpu_check.PREPARED}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        command, cwd=gpu_setup.REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     body = json.loads((out / "results.json").read_text())
     assert body["meta"]["setup"][0].startswith(f"installed {tmp_path / 'site'}: tserve-probe-one 1.0")
