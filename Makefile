@@ -53,11 +53,12 @@ bench: $(STAMP)
 	$(PY) -m benchmarks --quick --data-dir $(or $(DATA),$(error set DATA=DIR holding multi30k/ and stsb/))
 
 ## The GPU check (docs/gpu-check.md). `make wheelhouse PY=3.12` (where there is network): the wheels a
-## GPU host of CPython 3.12 needs, in .wheelhouse/py3.12/, and the same cut into parts to carry there.
+## GPU host of CPython 3.12 needs, in .wheelhouse/py3.12/, and the same cut into parts to carry there;
+## LEAVE_OUT=FILE: without the wheels of the projects the host is known to have (scripts/gpu-host-packages.txt).
 wheelhouse:
 	$(if $(filter 3.%,$(PY)),,$(error set PY to the GPU host's Python version, e.g. make wheelhouse PY=3.12))
 	bash scripts/wheelhouse.sh build $(PY) .wheelhouse/py$(PY)
-	bash scripts/wheelhouse.sh split .wheelhouse/py$(PY) .wheelhouse/py$(PY)-parts
+	bash scripts/wheelhouse.sh split .wheelhouse/py$(PY) .wheelhouse/py$(PY)-parts 28 $(LEAVE_OUT)
 
 ## On the GPU host, with its own python3 (torch, CUDA 13 libraries): installs what it lacks from the
 ## wheelhouse (default: .wheelhouse/py<its version>, or its parts), exports, tests, serves and measures

@@ -124,6 +124,22 @@ def to_install(
     return chosen
 
 
+def unmet(
+    wheels: Iterable[Wheel],
+    requirements: Mapping[str, str],
+    installed: Callable[[str], str | None] = host_version,
+) -> list[str]:
+    """The requirements that neither the host nor a wheel here meets (a wheelhouse carried without
+    the wheels of projects the host was expected to have, ``wheelhouse.sh split … LEAVE_OUT``)."""
+    here = {w.name for w in wheels}
+    missing = []
+    for name, requirement in requirements.items():
+        have = installed(name)
+        if name not in here and (have is None or not accepts(requirement, have)):
+            missing.append(f"{requirement} (the host has {have or 'none'})")
+    return missing
+
+
 def install(wheels: Sequence[Wheel], target: Path, python: str = sys.executable) -> bool:
     """``pip install --no-index --no-deps --target`` (the wheelhouse holds every dependency, the
     host the rest); → False when ``target`` already holds exactly these wheels."""
@@ -205,7 +221,10 @@ def prepare(wheelhouse: Path | None, target: Path) -> tuple[dict[str, str], list
             raise SetupError(
                 f"{wheelhouse} is not for this Python {sys.version.split()[0]}: {', '.join(foreign[:3])}"
             )
-        chosen = to_install(wheels, requirements_in(wheelhouse))
+        requirements = requirements_in(wheelhouse)
+        if missing := unmet(wheels, requirements):
+            raise SetupError(f"{wheelhouse} has no wheel for what this host lacks: {', '.join(missing)}")
+        chosen = to_install(wheels, requirements)
         fresh = install(chosen, target)
         installed_into = target
         names = ", ".join(f"{w.name} {w.version}" for w in chosen) or "nothing"

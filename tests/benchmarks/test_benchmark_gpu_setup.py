@@ -128,3 +128,30 @@ def test_the_parts_make_the_wheelhouse_again_and_a_damaged_part_is_refused(tmp_p
     with pytest.raises(gpu_setup.SetupError, match="do not make the wheelhouse"):
         gpu_setup.reassemble(again)
     assert not any(again.glob("*.whl"))
+
+
+def test_the_wheels_of_what_the_host_has_can_stay_behind(tmp_path: Path) -> None:
+    """Split with a list of the host's projects: their wheels are left out of the parts, and a
+    host that lacks one after all is refused at setup, naming it."""
+    wheelhouse = tiny_wheelhouse(tmp_path / "py3.12")
+    leave_out = tmp_path / "host-has.txt"
+    leave_out.write_text("# the host's own\nTserve_Probe.Two\n")
+    parts = tmp_path / "carried" / "py3.12-parts"
+    subprocess.run(
+        ["bash", str(SCRIPT), "split", str(wheelhouse), str(parts), "28", str(leave_out)], check=True
+    )
+    carried = parts.parent / "py3.12"
+    gpu_setup.reassemble(carried)
+    assert sorted(p.name for p in carried.glob("*.whl")) == ["tserve_probe_one-1.0-py3-none-any.whl"]
+    with pytest.raises(gpu_setup.SetupError, match=r"tserve-probe-two \(the host has none\)"):
+        gpu_setup.prepare(carried, tmp_path / "site")
+
+
+def test_a_requirement_is_unmet_only_without_a_wheel_and_a_good_enough_host_version() -> None:
+    wheels = [Wheel.from_path(Path("a-1.0-py3-none-any.whl"))]
+    requirements = {"a": "a>=1", "b": "b>=2", "c": "c[extra]>=3", "d": "d"}
+    host = {"a": "0.1", "b": "2.5", "c": "1.0"}
+    assert gpu_setup.unmet(wheels, requirements, host.get) == [
+        "c[extra]>=3 (the host has 1.0)",
+        "d (the host has none)",
+    ]
