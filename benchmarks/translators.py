@@ -10,7 +10,7 @@ length``, ours a wrapped decoder backend that masks ``</s>``), so every system d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -155,32 +155,57 @@ class CTranslate2:
 
 class OursInProcess:
     """Our ``OnnxTranslator`` called directly (no batcher, no HTTP), on ``threads`` lanes of one
-    intra-op thread each (a batch's sentences dealt out to ``threads`` decodes side by side)."""
+    intra-op thread each: a batch's sentences, in length order, dealt out to ``threads``
+    ``translate`` calls side by side (``embedding.Lanes``; onnxruntime releases the GIL while it
+    runs), so that every lane gets short and long sentences alike and each is one running decode.
+    On N cores, N such lanes keep every core busy, where one decode's intra-op threads split
+    kernels too small to gain from it (docs/decisions.md, "Worker threads"). The service gets the
+    same from its worker threads, behind its queue, which this system leaves out."""
 
     server_pids: Sequence[int] = ()
 
     def __init__(self, artefact_dir: Path, threads: int, name: str, shortlist: bool = False) -> None:
+        from benchmarks.embedding import Lanes
         from service.engine.translator import OnnxTranslator
 
+        if threads < 1:
+            raise ValueError(f"lanes must be >= 1, got {threads}")
         self.name = name
-        self.engine: Any = OnnxTranslator(
-            artefact_dir, SessionConfig("cpu", 1), lanes=threads, shortlist=shortlist
-        )
+        self.engine: Any = OnnxTranslator(artefact_dir, SessionConfig("cpu", 1), shortlist=shortlist)
+        self.lanes = Lanes(threads, threads)
         self.engine.warmup()
         self._eos_id = self.engine.eos_id
 
     def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        from service.engine.base import TranslateItem, TranslateOptions
+        from service.engine.base import TranslateItem, TranslateOptions, Translation
 
         # Forced: no token ends a sentence (</s> is then an ordinary token), so every output has
         # max_len tokens, as CTranslate2's min_decoding_length and HF's min_new_tokens give.
         self.engine.eos_id = -1 if w.forced else self._eos_id
         opts = TranslateOptions(beam_size=w.beam, max_length=w.max_len)
-        out = self.engine.translate([TranslateItem(t, opts) for t in texts])
-        errors = [r for r in out if isinstance(r, Exception)]
+        out = self.dealt_out([TranslateItem(t, opts) for t in texts])
+        errors = [r for r in out if not isinstance(r, Translation)]
         if errors:
             raise errors[0]
-        return [r.hypotheses[0].text for r in out], sum(r.n_output_tokens for r in out)
+        translations = [r for r in out if isinstance(r, Translation)]
+        return [r.hypotheses[0].text for r in translations], sum(r.n_output_tokens for r in translations)
+
+    def dealt_out(self, items: Sequence[Any]) -> list[Any]:
+        """Each ``TranslateItem``'s result, in order: the items tokenized once, then dealt out to
+        the lanes in turn, in length order (one item: no hand-off to another thread)."""
+        encoded = self.engine.encode([item.text for item in items])
+        items = [replace(item, encoded=enc) for item, enc in zip(items, encoded, strict=True)]
+        order = sorted(range(len(items)), key=lambda i: encoded[i].n_tokens)
+        shares = [order[k :: self.lanes.n] for k in range(min(self.lanes.n, len(order)))]
+        results: list[Any] = [None] * len(items)
+
+        def lane(share: list[int]) -> None:
+            for i, result in zip(share, self.engine.translate([items[i] for i in share]), strict=True):
+                results[i] = result
+
+        if shares:
+            self.lanes.run(lane, shares)
+        return results
 
 
 class OursHTTP:

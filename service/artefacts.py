@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,9 +19,12 @@ SCHEMA_VERSION = 1
 
 Task = Literal["translate", "embed"]
 Variant = Literal["fp32", "int8", "fp16"]
-DecoderLayout = Literal[
-    "stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k", "per_layer_kv_positions", "per_layer_kv_slots"
-]
+# The decoder layouts today's export writes (export/graphs/translation_layout.py) and the service
+# serves, one decoder class each (service/engine/layouts.py).
+DecoderLayout = Literal["per_layer_kv_slots", "per_layer_kv_positions"]
+# Layouts earlier exports wrote: their manifests still read, so that loading can name the layout and
+# the command that exports the model again, instead of failing on the manifest.
+RetiredDecoderLayout = Literal["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k"]
 
 
 # The translation graphs' tensor names: export/graphs/translation_layout.py names the inputs and
@@ -33,10 +36,10 @@ MEMORY_KEYS, MEMORY_VALUES = "memory_keys", "memory_values"  # cross-attention K
 # slots: the memory is held once per sentence and its rows (beams) are folded onto it
 SENTENCE_ROWS = "sentence_rows"  # (sentences, width) each sentence's rows, padded by repeating one
 BEAM_INDEX = "beam_index"  # (N,) row n's place in the folded (sentences · width) queries
-PAST_KEYS, PAST_VALUES = "past_keys", "past_values"  # self-attention cache in (all but slots)
+PAST_KEYS, PAST_VALUES = "past_keys", "past_values"  # positions: the self-attention cache in
 PRESENT_KEYS, PRESENT_VALUES = "present_keys", "present_values"  # the cache out, one step longer
 CACHE_KEYS, CACHE_VALUES = "cache_keys", "cache_values"  # slots: the cache, written in place
-POSITIONS = "positions"  # (N,) tokens each row has decoded (per_layer_kv_positions and slots)
+POSITIONS = "positions"  # (N,) tokens each row has decoded
 TOP_K = "top_k"  # (1,) candidates wanted per row; 0: the full log-probs only
 LOG_PROBS = "log_probs"  # (N, V)
 TOP_LOG_PROBS, TOP_TOKENS = "top_log_probs", "top_tokens"  # (N, top_k), best first
@@ -55,12 +58,13 @@ def past_of(present: str) -> str:
     return "past_" + present.removeprefix("present_")
 
 
-# The decoder input whose dtype is the cache's, per layout family (stacked, per layer, slots).
-CACHE_DTYPE_INPUTS = (PAST_KEYS, per_layer(PAST_KEYS, 0), per_layer(CACHE_KEYS, 0))
+# The decoder input whose dtype is the cache's, per layout (positions, slots).
+CACHE_DTYPE_INPUTS = (per_layer(PAST_KEYS, 0), per_layer(CACHE_KEYS, 0))
 
 
-def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout:
-    """The layout a decoder graph has, read from its input names (export/graphs/translation_layout.py)."""
+def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout | None:
+    """The layout a decoder graph has, read from its input names (export/graphs/translation_layout.py);
+    None for a graph of none the service serves."""
     names = set(decoder_inputs)
     if per_layer(CACHE_KEYS, 0) in names:
         if SENTENCE_ROWS not in names:
@@ -69,11 +73,14 @@ def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout:
                 "sentence; export the model again"
             )
         return "per_layer_kv_slots"
-    if POSITIONS in names:
+    if POSITIONS in names and per_layer(PAST_KEYS, 0) in names and TOP_K in names:
         return "per_layer_kv_positions"
-    if per_layer(PAST_KEYS, 0) in names:
-        return "per_layer_kv_top_k"
-    return "stacked_kv_top_k" if TOP_K in names else "stacked_kv"
+    return None
+
+
+def served_decoder_layout(manifest: Manifest) -> bool:
+    """Whether the service serves the artefact's decoder layout (an embedding artefact's: True)."""
+    return manifest.translation is None or manifest.translation.decoder_layout in get_args(DecoderLayout)
 
 
 # The embedding graph's I/O (encoder.onnx of an "embed" artefact): int64 [batch, sequence] in,
@@ -133,8 +140,8 @@ class TranslationInfo(_Strict):
     max_target_len: int
     has_alignments: bool
     # The decoder graph's I/O (export/graphs/translation_layout.py); artefacts from before the field
-    # have the plain stacked layout.
-    decoder_layout: DecoderLayout = "stacked_kv"
+    # have the plain stacked layout, which is no longer served.
+    decoder_layout: DecoderLayout | RetiredDecoderLayout = "stacked_kv"
     # Requests that name none decode with it (score = log-prob / length ** penalty): the source's
     # generation_config.json, tuned on the model's validation set; 1.0 for artefacts without.
     length_penalty: float = 1.0

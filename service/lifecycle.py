@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest
+from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest, served_decoder_layout
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.running import ContinuousEngine
 from service.memory import FrozenHeap, trim_when_idle
@@ -278,7 +278,8 @@ async def load_engines(settings: Settings) -> list[Engine]:
             f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
             "or set TSERVE_AUTO_EXPORT=true"
         )
-    # stale: exported before the reference check; only the default ones can be re-exported here
+    # stale: exported before the reference check, or with a decoder layout no longer served; only
+    # the default ones can be re-exported here
     if missing or (settings.auto_export and any(n in _EXPORTED_BY_DEFAULT for n in stale)):
         await run_export(settings.artefact_root, variant, settings.export_timeout_s)
     # onnxruntime sessions: import only when serving real models
@@ -307,7 +308,8 @@ async def load_engines(settings: Settings) -> list[Engine]:
 
 def _unchecked(directory: Path) -> bool:
     try:
-        return read_manifest(directory).reference_check is None
+        manifest = read_manifest(directory)
+        return manifest.reference_check is None or not served_decoder_layout(manifest)
     except ArtefactError:
         return False  # loading will say what is wrong with it
 

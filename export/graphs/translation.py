@@ -21,16 +21,14 @@ from torch import Tensor, nn
 from export.graphs.int8_rowwise import quantize_int8
 from export.graphs.onnx_tools import append_top_k, export_onnx, graph_spec, optimize, unstack_layers
 from export.graphs.translation_layout import (
-    DECODER_AXES,
     DECODER_OUTPUTS,
-    DEFAULT_DECODER_LAYOUT,
-    DEVICE_DECODER_LAYOUT,
     ENCODER_AXES,
     ENCODER_INPUTS,
     ENCODER_OUTPUTS,
-    SLOT_AXES,
+    POSITIONS_DECODER,
+    SLOT_DECODER,
     TOP_K_OUTPUTS,
-    traced_decoder_inputs,
+    DecoderIO,
 )
 from export.progress import progress
 from export.sources import TranslationSource
@@ -64,12 +62,15 @@ def example_inputs(
     return src, step
 
 
-def slot_step(step: tuple[Tensor, ...], last: int) -> tuple[Tensor, ...]:
-    """The tracing step of layout per_layer_kv_slots from ``example_inputs``' (5 rows): rows at
-    cache columns last, 3, 0, 5, 2 and the memory of 2 sentences, of 3 and 2 rows (the second
-    padded to the width 3)."""
+def tracing_step(step: tuple[Tensor, ...], decoder: DecoderIO) -> tuple[Tensor, ...]:
+    """The decoder's tracing inputs from ``example_inputs``' step (5 rows, 7 columns of past).
+    Positions: the rows have decoded 7, 3, 0, 5, 7 tokens. Slots: rows at cache columns 6, 3, 0,
+    5, 2 and the memory of 2 sentences, of 3 and 2 rows (the second padded to the width 3)."""
+    past_len = step[4].shape[3]
+    if not decoder.slots:
+        return (*step, torch.tensor([past_len, 3, 0, 5, past_len]))
     input_ids, source_mask, memory_keys, memory_values, cache_keys, cache_values = step
-    positions = torch.tensor([last, 3, 0, 5, 2])
+    positions = torch.tensor([past_len - 1, 3, 0, 5, 2])
     sentence_rows, beam_index = torch.tensor([[0, 1, 2], [3, 4, 4]]), torch.arange(5)
     memory = (source_mask[:2], memory_keys[:, :2], memory_values[:, :2])
     return (input_ids, *memory, cache_keys, cache_values, positions, sentence_rows, beam_index)
@@ -81,21 +82,14 @@ def export_graphs(
     src: Tensor,
     step: tuple[Tensor, ...],
     out_dir: Path,
-    layout: DecoderLayout = DEFAULT_DECODER_LAYOUT,
+    decoder_io: DecoderIO = SLOT_DECODER,
 ) -> tuple[Path, Path]:
     """Trace both wrappers to ``encoder.onnx`` and ``decoder.onnx`` with the layout's names and
     dynamic axes (``onnx_tools.export_onnx``: the TorchScript exporter at opset 17, which keeps
-    the shape arithmetic, positions from ``past_keys``, dynamic); ``stacked_kv_top_k`` then
-    appends the candidates' ``TopK`` to the decoder."""
+    the shape arithmetic dynamic), then append the candidates' ``TopK`` to the decoder and give
+    it one K/V input and output per layer."""
     encoder.eval(), decoder.eval()  # the exporter restores the wrapper's mode, recursively, afterwards
-    names = traced_decoder_inputs(layout)
-    past_len, rows = step[4].shape[3], step[0].shape[0]
-    axes = DECODER_AXES
-    if layout == "per_layer_kv_positions":  # rows of the tracing batch decoded 7, 3, 0, 5, … tokens
-        step = (*step, torch.tensor([past_len, 3, 0, 5, past_len][:rows] + [past_len] * (rows - 5)))
-    elif layout == "per_layer_kv_slots":  # slots of 7 columns, rows at columns 6, 3, 0, 5, …
-        step = slot_step(step, past_len - 1)
-        axes = {**DECODER_AXES, **SLOT_AXES}
+    names = decoder_io.traced_inputs()
     enc_path = export_onnx(
         encoder,
         (src,),
@@ -106,16 +100,14 @@ def export_graphs(
     )
     dec_path = export_onnx(
         decoder,
-        step,
+        tracing_step(step, decoder_io),
         out_dir / "decoder.onnx",
         input_names=names,
         output_names=DECODER_OUTPUTS,
-        dynamic_axes={k: v for k, v in axes.items() if k in (*names, *DECODER_OUTPUTS)},
+        dynamic_axes=decoder_io.axes(),
     )
-    if layout != "stacked_kv":
-        append_top_k(dec_path, LOG_PROBS, TOP_K, *TOP_K_OUTPUTS)
-    if layout not in ("stacked_kv", "stacked_kv_top_k"):
-        unstack_layers(dec_path, names[2:6], DECODER_OUTPUTS[1:3])
+    append_top_k(dec_path, LOG_PROBS, TOP_K, *TOP_K_OUTPUTS)
+    unstack_layers(dec_path, decoder_io.stacked_inputs(), DECODER_OUTPUTS[1:3])
     return enc_path, dec_path
 
 
@@ -144,30 +136,28 @@ def export_raw(
     decoder: torch.nn.Module,
     dtype: torch.dtype,
     out_dir: Path,
-    layout: DecoderLayout = DEFAULT_DECODER_LAYOUT,
+    decoder_io: DecoderIO = SLOT_DECODER,
 ) -> None:
     """The traced, unoptimised encoder and decoder-step graphs in ``out_dir``."""
     src, step = example_inputs(
         source.n_layers, source.n_heads, source.d_head, source.vocab_size, dtype, source.special.pad
     )
-    export_graphs(encoder, decoder, src, step, out_dir, layout)
+    export_graphs(encoder, decoder, src, step, out_dir, decoder_io)
 
 
-def _traced(source: TranslationSource, dtype: torch.dtype, out_dir: Path, layout: DecoderLayout) -> None:
-    encoder, decoder = source.build_graphs(dtype, layout)
-    export_raw(source, encoder, decoder, dtype, out_dir, layout)
+def _traced(source: TranslationSource, dtype: torch.dtype, out_dir: Path, decoder_io: DecoderIO) -> None:
+    encoder, decoder = source.build_graphs(dtype, decoder_io.slots)
+    export_raw(source, encoder, decoder, dtype, out_dir, decoder_io)
 
 
-def build_fp32(
-    source: TranslationSource, out_dir: Path, layout: DecoderLayout = DEFAULT_DECODER_LAYOUT
-) -> None:
+def build_fp32(source: TranslationSource, out_dir: Path, decoder_io: DecoderIO = SLOT_DECODER) -> None:
     """The traced fp32 graphs in ``out_dir``, unfused (their manifest lists no fusions).
 
     They are the CPU variants' (fp32, and int8 made from them). Fused, the residual Add and
     LayerNormalization become onnxruntime's ``SkipLayerNormalization``, whose CPU kernel runs
     slower than the two nodes, as in the MiniLM encoder (docs/decisions.md, "The CPU graphs keep
     the plain Add + LayerNormalization and Gelu")."""
-    _traced(source, torch.float32, out_dir, layout)
+    _traced(source, torch.float32, out_dir, decoder_io)
 
 
 def build_int8(fp32_dir: Path, out_dir: Path) -> dict[str, int]:
@@ -180,15 +170,14 @@ def build_int8(fp32_dir: Path, out_dir: Path) -> dict[str, int]:
 def build_fp16(source: TranslationSource, out_dir: Path) -> dict[str, int]:
     """The model traced in float16: K/V and hidden states in float16; log_probs and alignments stay
     float32 (the wrappers cast before log-softmax), so scores keep full precision."""
-    layout = variant_layout("fp16")
-    _traced(source, torch.float16, out_dir, layout)
+    _traced(source, torch.float16, out_dir, variant_decoder("fp16"))
     return merge_fusions(*(optimize_graph(out_dir / f, source) for f in TRANSLATION_GRAPHS))
 
 
-def variant_layout(variant: Variant) -> DecoderLayout:
+def variant_decoder(variant: Variant) -> DecoderIO:
     """The decoder layout a variant is exported with: the in-place slot cache for the CPU variants
     (fp32, int8), the positions layout whose cache the device backend keeps on the GPU for fp16."""
-    return DEVICE_DECODER_LAYOUT if variant == "fp16" else DEFAULT_DECODER_LAYOUT
+    return POSITIONS_DECODER if variant == "fp16" else SLOT_DECODER
 
 
 def count_ops(
@@ -220,4 +209,7 @@ def cpu_fp16_casts(directory: Path, work: Path) -> float:
 
 def decoder_layout(path: Path) -> DecoderLayout:
     """The layout the decoder graph at ``path`` has, read from its inputs."""
-    return decoder_layout_of(t.name for t in graph_spec(path).inputs)
+    layout = decoder_layout_of(t.name for t in graph_spec(path).inputs)
+    if layout is None:
+        raise ValueError(f"{path}: the decoder's inputs are those of no layout the service serves")
+    return layout

@@ -12,8 +12,7 @@ from pathlib import Path
 from export.graphs.onnx_tools import file_entries, graph_spec
 from export.graphs.shortlist import SHORTLIST_DECODER
 from export.graphs.top_k_blocks import block_size, choose_block
-from export.graphs.translation import SLOT_VARIANTS, TRANSLATION_GRAPHS, decoder_layout, variant_layout
-from export.graphs.translation_layout import decoder_io
+from export.graphs.translation import SLOT_VARIANTS, TRANSLATION_GRAPHS, decoder_layout, variant_decoder
 from export.publish.variants import Fusions, published_manifest, tool_fields
 from export.sources import TranslationSource
 from export.verify import Parity
@@ -87,9 +86,9 @@ def up_to_date(
 ) -> bool:
     """A published artefact of the same weights and variant, measured on the current reference
     sentences (export/publish/variants.py), with the same tokenizer file and vocabulary map (or none) and
-    the current default decoder layout, its inputs and its candidates' selection (an older layout
-    or a single TopK still loads, but the re-export is faster; a slot decoder from before its
-    memory was held per sentence does not)."""
+    the variant's decoder layout, its inputs and its candidates' selection (a single TopK still
+    loads, but the re-export is faster; an earlier layout, or a slot decoder from before its
+    memory was held per sentence, does not)."""
     manifest = published_manifest(
         directory,
         task="translate",
@@ -100,11 +99,11 @@ def up_to_date(
     )
     if manifest is None or manifest.translation is None:
         return False
-    layout = variant_layout(variant)
-    if manifest.translation.decoder_layout != layout:
+    decoder = variant_decoder(variant)
+    if manifest.translation.decoder_layout != decoder.layout:
         return False
     decoder_inputs = {t.name for t in manifest.graphs["decoder"].inputs}
-    if decoder_inputs != set(decoder_io(layout, manifest.translation.n_layers)[0]):
+    if decoder_inputs != set(decoder.names(manifest.translation.n_layers)[0]):
         return False  # the layout's inputs have changed since (e.g. the slots' memory per sentence)
     if manifest.translation.length_penalty != source.length_penalty:  # a retuned default
         return False

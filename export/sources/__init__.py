@@ -19,7 +19,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from service.artefacts import DecoderLayout, SpecialIds
+from service.artefacts import SpecialIds
 
 
 class IncrementalDecoder(Protocol):
@@ -47,7 +47,9 @@ class TorchReference(Protocol):
         ...
 
 
-GraphBuilder = Callable[[torch.dtype, DecoderLayout], tuple[nn.Module, nn.Module]]
+# dtype, and whether the decoder steps over slot caches (export/graphs/translation_layout.py,
+# ``DecoderIO.slots``) → (encoder, decoder step) modules
+GraphBuilder = Callable[[torch.dtype, bool], tuple[nn.Module, nn.Module]]
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class TranslationSource:
     max_target_len: int
     source_languages: list[str]
     target_languages: list[str]
-    build_graphs: GraphBuilder  # dtype, decoder layout → (encoder, decoder step) modules
+    build_graphs: GraphBuilder
     reference: TorchReference
     tokenizer_file: Path | None = None  # copied verbatim when the source has a tokenizer.json
     # The source framework's own tokenizer, when it is not ``tokenizer`` (e.g. a converted one):

@@ -4,7 +4,7 @@ Everything here runs the staged artefact directory as the service does: loaded w
 ``service.engine.loader.load_engine`` and decoded with ``OnnxTranslator.translate`` (the greedy
 checks, BLEU, the reference set). Only the fp32-vs-PyTorch parity of raw graph outputs (memory
 K/V, per-step log-probs and cross-attention) drives the graphs step by step, and it does so with
-the engine's own backend and incremental decoder (``slots.incremental_decoder``), the same
+the engine's own backend and incremental decoder (``OnnxTranslator.new_decoder``), the same
 objects the search uses.
 """
 
@@ -28,10 +28,9 @@ from export.sources.ours.data import (
 )
 from export.verify import VerificationError
 from service.engine.base import TranslateItem, TranslateOptions
-from service.engine.decoding import OnnxDecoder
+from service.engine.decoding import Decoder
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig
-from service.engine.slots import SlotDecoder, incremental_decoder
 from service.engine.translator import OnnxTranslator
 
 NEAR_TIE = 1e-3  # a greedy divergence where PyTorch's top two log-probs are closer is a tie, not a bug
@@ -148,19 +147,12 @@ class Figures:
 
 def engine_decoder(
     engine: OnnxTranslator, src: np.ndarray, pad_id: int
-) -> tuple[OnnxDecoder | SlotDecoder, tuple[np.ndarray, np.ndarray]]:
+) -> tuple[Decoder, tuple[np.ndarray, np.ndarray]]:
     """The engine's own incremental decoder over padded ``src`` (with cross-attention), and the
     encoder's memory K/V it runs on."""
     memory = engine.backend.encode(src)
-    info = engine.info
-    decoder = incremental_decoder(
-        engine.backend,
-        memory,
-        (src != pad_id).astype(np.int64),
-        (info.n_layers, info.n_heads, info.d_head),
-        engine.cache_dtype,
-        with_attention=True,
-    )
+    decoder = engine.new_decoder(with_attention=True)
+    decoder.admit(memory, (src != pad_id).astype(np.int64), [1] * len(src))
     return decoder, memory
 
 

@@ -1,13 +1,12 @@
 """A running decode: sentences join it between decoder steps and leave it as soon as they finish.
 
-It ties the encoder, the decoder's cache (``slots.SlotDecoder``, or ``decoding.OnnxDecoder`` for
-the older layouts) and the per-sentence search
-(``search.Search``) together, for whole batches (``OnnxTranslator.translate``) and for the
-continuous executor (``service/queue/continuous.py``) alike: admitting runs the encoder on the
-new sentences and appends their rows; a step runs the decoder once over every running row and
-moves each sentence's search on; finished sentences come back at once. Sentences with different
-beam sizes, n-best, length penalties and limits share the steps; each one's result depends only
-on its own rows.
+It ties the encoder, the decoder of the artefact's layout (``decoding.Decoder``: its cache and
+memory) and the per-sentence search (``search.Search``) together, for whole batches
+(``OnnxTranslator.translate``) and for the continuous executor (``service/queue/continuous.py``)
+alike: admitting runs the encoder on the new sentences and appends their rows; a step runs the
+decoder once over every running row and moves each sentence's search on; finished sentences come
+back at once. Sentences with different beam sizes, n-best, length penalties and limits share the
+steps; each one's result depends only on its own rows.
 """
 
 from __future__ import annotations
@@ -17,13 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.engine.decoding import Backend
+from service.engine.decoding import Backend, Decoder
 from service.engine.search import Search, SentenceSearch, TokenHypothesis
 from service.engine.shortlist import VocabularyMap
-from service.engine.slots import SlotDecoder, incremental_decoder
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
 
 ENCODER_ROWS = 64  # sentences per encoder run at most: more gain nothing, and it bounds the cut's search
@@ -44,14 +40,14 @@ class DecodeShape:
     itemsize: int  # bytes per cache value (4: fp32, 2: fp16)
     vocab_size: int
     max_target_len: int
-    memory_per_sentence: bool  # the slot layout: one memory for all of a sentence's beams
+    memory_per_sentence: bool  # one memory for all of a sentence's beams (``Decoder``'s)
 
     def footprint(self, rows: int, sentences: int, target_len: int, source_len: int) -> int:
         """Self-attention cache of ``rows`` rows and the cross-attention memory of their
-        ``sentences`` sentences (once per row in the older layouts), K and V per layer, twice:
-        the slot buffers grow ahead of need (up to 1.5× the slots, 2× the history;
-        engine/slots.py); in the older layouts a step holds its past and its present cache at
-        once, and a reorder the old and the new rows."""
+        ``sentences`` sentences (once per row where the decoder holds it per row), K and V per
+        layer, twice: the slot buffers grow ahead of need (up to 1.5× the slots, 2× the history;
+        engine/slots.py); a growing cache (engine/positions.py) is held as past and present at
+        once by a step, and as the old and the new rows by a reorder."""
         per_position = 2 * self.n_layers * self.n_heads * self.d_head * self.itemsize
         memories = sentences if self.memory_per_sentence else rows
         return 2 * per_position * (rows * target_len + memories * source_len)
@@ -63,26 +59,23 @@ class RunningDecode:
     def __init__(
         self,
         backend: Backend,
+        decoder: Decoder,  # empty, on ``backend``
         shape: DecodeShape,
-        cache_dtype: type[np.generic],
         tokenizer: TextTokenizer,
         special: tuple[int, int],  # bos, eos
         can_align: bool,
-        vocabulary_map: VocabularyMap | None = None,  # each sentence's shortlist (slots layout)
+        vocabulary_map: VocabularyMap | None = None,  # each sentence's shortlist
     ) -> None:
+        if vocabulary_map is not None and not decoder.steps_over_shortlists:
+            raise ValueError(f"{type(decoder).__name__} does not step over vocabulary shortlists")
         self.backend = backend
+        self.decoder = decoder
         self.shape = shape
         self.tokenizer = tokenizer
         self.vocabulary_map = vocabulary_map
         bos_id, eos_id = special
         self.can_align = can_align
-        self.decoder = incremental_decoder(
-            backend, None, None, (shape.n_layers, shape.n_heads, shape.d_head), cache_dtype, False
-        )
-        if vocabulary_map is not None and not isinstance(self.decoder, SlotDecoder):
-            raise ValueError(f"vocabulary shortlists need the slot layout, not {backend.layout}")
         self.search = Search(bos_id, eos_id)
-        self._takes_top_k = backend.layout != "stacked_kv"
 
     @property
     def sentences(self) -> list[SentenceSearch]:
@@ -139,11 +132,8 @@ class RunningDecode:
             run = starting[start:end]
             ids, mask = self.tokenizer.pad([source.ids for _, source in run])
             repeats = [s.k for s, _ in run]
-            if vmap is not None and isinstance(self.decoder, SlotDecoder):
-                shortlists = [vmap.shortlist(source.tokens) for _, source in run]
-                self.decoder.admit(self.backend.encode(ids), mask, repeats, shortlists)
-            else:
-                self.decoder.admit(self.backend.encode(ids), mask, repeats)
+            shortlists = None if vmap is None else [vmap.shortlist(source.tokens) for _, source in run]
+            self.decoder.admit(self.backend.encode(ids), mask, repeats, shortlists)
             for s, _ in starting[start:end]:
                 self.search.add(s)
         return [s for s in searches if s.done]
@@ -151,12 +141,8 @@ class RunningDecode:
     def step(self) -> list[SentenceSearch]:
         """One decoder step over every running row; → the sentences that finished."""
         self.decoder.with_attention = any(s.with_attention for s in self.sentences)
-        last = self.search.last_tokens()
-        if self._takes_top_k:
-            width = min(2 * max(s.k for s in self.sentences), self.shape.vocab_size)
-            scores, attention = self.decoder.step_candidates(last, width)
-        else:
-            scores, attention = self.decoder.step(last)  # type: ignore[assignment]
+        width = min(2 * max(s.k for s in self.sentences), self.shape.vocab_size)
+        scores, attention = self.decoder.step_candidates(self.search.last_tokens(), width)
         rows, finished = self.search.advance(scores, attention)
         self.decoder.reorder(rows)
         return finished

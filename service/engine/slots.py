@@ -18,8 +18,8 @@ of one that left) gets that row's cache columns so far. Joining writes each new 
 once; when a sentence leaves, the last memory slot moves into its place. Buffers grow (amortised)
 when rows, sentences, source width or history outgrow them and are let go when the decode empties.
 
-With a vocabulary shortlist (a ``shortlisted`` backend's decoder, export/graphs/shortlist.py) every
-sentence joins with its own list of target ids; a step feeds their union and each row's mask
+With a vocabulary shortlist (the backend's decoder is decoder_shortlist.onnx, export/graphs/shortlist.py)
+every sentence joins with its own list of target ids; a step feeds their union and each row's mask
 over it, which change only when sentences join or leave (``shortlist.StepVocabulary``).
 """
 
@@ -52,33 +52,26 @@ from service.artefacts import (
     ArtefactError,
     per_layer,
 )
-from service.engine.decoding import Backend, HostBackend, OnnxDecoder, Stepping, Tensor
+from service.engine.decoding import Decoder, Tensor
 from service.engine.search import Candidates
 from service.engine.session import ELEMENT_NUMPY
 from service.engine.shortlist import StepVocabulary
 
-SLOTS_LAYOUT = "per_layer_kv_slots"
 _FIRST_CACHE_LEN = 16  # columns a fresh cache holds before it first grows
 
 
-class SlotDecoder(Stepping):
+class SlotDecoder(Decoder):
     """``search.IncrementalDecoder`` over a ``per_layer_kv_slots`` decoder, host buffers in place."""
 
-    joins_midway = True
+    memory_per_sentence = True
+    steps_over_shortlists = True
+    cache_on_host = True
 
-    def __init__(
-        self,
-        backend: HostBackend,
-        memory: tuple[Tensor, Tensor] | None,
-        source_mask: np.ndarray | None,
-        cache_shape: tuple[int, int, int],
-        cache_dtype: type[np.generic],
-        with_attention: bool,
-    ) -> None:
-        self.backend = backend
-        self.with_attention = with_attention
-        self._layers, self._heads, self._d_head = cache_shape
-        self._dtype = cache_dtype
+    def _start(self) -> None:
+        self._layers, self._heads, self._d_head = self._cache_shape
+        self._dtype = self._cache_dtype
+        # the decoder is decoder_shortlist.onnx (export/graphs/shortlist.py): it steps over shortlists
+        self._shortlisted = any(i.name == VOCABULARY for i in self.backend.decoder.get_inputs())
         self._rows = 0
         self._sentences = 0  # memory slots in use
         self._next_sentence = 0
@@ -87,10 +80,12 @@ class SlotDecoder(Stepping):
         self._outputs: dict[str, np.ndarray] = {}  # the binding's output arrays, by name
         self._last = np.zeros((0, 1), dtype=np.int64)  # each row's last token: the binding's input_ids
         self._top_k = np.zeros(1, dtype=np.int64)
-        self._output_dtypes, self._vocab = _score_dtypes(backend.decoder, backend.shortlisted)
+        self._output_dtypes, self._vocab = _score_dtypes(self.backend.decoder, self._shortlisted)
         self._release()
-        if memory is not None and source_mask is not None:
-            self.admit(memory, source_mask, [1] * source_mask.shape[0])
+
+    @property
+    def joins_midway(self) -> bool:
+        return True
 
     @property
     def rows(self) -> int:
@@ -119,7 +114,7 @@ class SlotDecoder(Stepping):
         self._sentence = np.zeros(0, dtype=np.int64)  # which sentence a row decodes
         self._held = np.zeros(0, dtype=np.int64)  # which sentence a memory slot holds
         self._fold: tuple[np.ndarray, np.ndarray] | None = None  # (sentence_rows, beam_index)
-        self._shortlists = StepVocabulary() if self.backend.shortlisted else None
+        self._shortlists = StepVocabulary() if self._shortlisted else None
 
     def _buffers(self, slots: int, length: int) -> list[np.ndarray]:
         shape = (slots, self._heads, length, self._d_head)
@@ -165,9 +160,7 @@ class SlotDecoder(Stepping):
         repeats: Sequence[int],
         shortlists: Sequence[np.ndarray] | None = None,
     ) -> None:
-        """New sentences, from one encoder call ((n_layers, n, heads, S, d_head) K/V and their
-        (n, S) mask): sentence i gets a memory slot and ``repeats[i]`` rows after the running ones
-        (and, with a shortlist session, the target ids ``shortlists[i]``)."""
+        """Sentence i also gets a memory slot, written once."""
         if self._shortlists is not None:
             if shortlists is None or len(shortlists) != len(repeats):
                 raise ValueError("this decoder steps over shortlists: every sentence needs one")
@@ -333,19 +326,3 @@ def _score_dtypes(
         raise ArtefactError(f"the decoder's {LOG_PROBS} output has no fixed vocabulary size: {vocab!r}")
     names = (LOG_PROBS, TOP_LOG_PROBS, TOP_TOKENS, CROSS_ATTENTION)
     return {name: ELEMENT_NUMPY[outputs[name].type] for name in names}, vocab
-
-
-def incremental_decoder(
-    backend: Backend,
-    memory: tuple[Tensor, Tensor] | None,
-    source_mask: np.ndarray | None,
-    cache_shape: tuple[int, int, int],
-    cache_dtype: type[np.generic],
-    with_attention: bool,
-) -> OnnxDecoder | SlotDecoder:
-    """The decoder for the backend's layout: slots in place, or the concatenating cache."""
-    if backend.layout == SLOTS_LAYOUT:
-        if not isinstance(backend, HostBackend):
-            raise TypeError("layout per_layer_kv_slots keeps its cache in host buffers (HostBackend)")
-        return SlotDecoder(backend, memory, source_mask, cache_shape, cache_dtype, with_attention)
-    return OnnxDecoder(backend, memory, source_mask, cache_shape, cache_dtype, with_attention)

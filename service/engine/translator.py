@@ -7,14 +7,14 @@ strings and alignments (post). The same running decode serves the continuous exe
 (``service/queue/continuous.py``), which admits sentences from new requests between steps.
 
 The decoder's key/value cache lives in a backend (``decoding.py``: ``HostBackend`` on CPU,
-``DeviceBackend`` with IO binding on CUDA).
+``DeviceBackend`` with IO binding on CUDA), and the decoder class of the artefact's layout is
+chosen once here, at load (``layouts.py``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,6 @@ from service.artefacts import (
     ArtefactError,
     Manifest,
     TranslationInfo,
-    decoder_layout_of,
     load_and_verify,
 )
 from service.engine.base import (
@@ -37,7 +36,8 @@ from service.engine.base import (
     Translation,
     TranslationHypothesis,
 )
-from service.engine.decoding import Backend, DeviceBackend, HostBackend
+from service.engine.decoding import Backend, Decoder, DeviceBackend, HostBackend
+from service.engine.layouts import decoder_class
 from service.engine.running import DecodeShape, RunningDecode, output_limit
 from service.engine.search import TokenHypothesis
 from service.engine.session import (
@@ -74,13 +74,10 @@ class OnnxTranslator:
     session: how its onnxruntime sessions run. io_binding: keep the cache on the
     device (default: when running on CUDA). max_decode_rows: sentences × beam per running decode,
     bounding cache memory for large batches. truncate_source: cut over-long sources (keeping
-    </s>) instead of failing them with ``TextTooLong``. lanes: running decodes a batch is dealt
-    out to, each driven by its own thread (onnxruntime releases the GIL while it runs): on N
-    cores, N lanes of one intra-op thread each keep every core busy, where one decode's intra-op
-    threads split kernels too small to gain from it (docs/decisions.md, "Worker threads"). The
-    service leaves it at 1: its continuous executor runs
-    decodes side by side itself (``service/queue/continuous.py``). shortlist: decode each sentence over
-    its vocabulary shortlist (service/engine/shortlist.py; the artefact must carry a vocabulary map).
+    </s>) instead of failing them with ``TextTooLong``. shortlist: decode each sentence over its
+    vocabulary shortlist (service/engine/shortlist.py; the artefact must carry a vocabulary map).
+    One ``translate`` call is one running decode; the service runs several side by side on its
+    worker threads (``service/queue/``).
     """
 
     def __init__(
@@ -91,11 +88,8 @@ class OnnxTranslator:
         io_binding: bool | None = None,
         max_decode_rows: int = 512,
         truncate_source: bool = False,
-        lanes: int = 1,
         shortlist: bool = False,
     ) -> None:
-        if lanes < 1:
-            raise ValueError(f"lanes must be >= 1, got {lanes}")
         self.manifest: Manifest = load_and_verify(directory)
         self.info = _translation_info(self.manifest, directory)
         self.name = self.manifest.name
@@ -105,11 +99,7 @@ class OnnxTranslator:
         self.bos_id, self.eos_id = special.bos, special.eos
         self.max_decode_rows = max_decode_rows
         self.truncate_source = truncate_source
-        self.lanes = lanes
-        # the caller's thread drives the first lane, these the others
-        self._lane_threads = (
-            ThreadPoolExecutor(lanes - 1, thread_name_prefix=f"{self.name}-lane") if lanes > 1 else None
-        )
+        self.decoder_class = decoder_class(self.manifest, self.info, directory)
         self.tokenizer = TextTokenizer.from_file(
             directory / self.manifest.tokenizer, self.info.max_source_len, special.pad
         )
@@ -131,21 +121,14 @@ class OnnxTranslator:
         ]
         has_attention_output = any(t.name == CROSS_ATTENTION for t in decoder_spec.outputs)
         self._can_align = self.info.has_alignments and has_attention_output
-        layout = self.info.decoder_layout
-        if layout != decoder_layout_of(t.name for t in decoder_spec.inputs):
-            raise ArtefactError(
-                f"{directory / 'manifest.json'}: decoder_layout {layout!r} does not match "
-                "the decoder graph's inputs"
-            )
         encoder, decoder = sessions["encoder"], sessions["decoder"]
-        # The slot layout's cache lives in host buffers written in place (engine/slots.py).
         on_device = io_binding if io_binding is not None else self.provider == CUDA
-        if on_device and layout != "per_layer_kv_slots":
+        if on_device and not self.decoder_class.cache_on_host:
             device = device_type(self.provider)
             gather = DeviceGather(session.provider, device, session.device_id)
-            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, session.device_id, layout)
+            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, session.device_id)
         else:
-            self.backend = HostBackend(encoder, decoder, layout)
+            self.backend = HostBackend(encoder, decoder)
 
     def _vocabulary_map(self, directory: Path) -> VocabularyMap:
         """The vocabulary map of an artefact exported with ``--vmap`` (which then lists the
@@ -155,8 +138,8 @@ class OnnxTranslator:
             raise ArtefactError(f"{where}: the fp16 variant has no shortlist (fp32 and int8 have)")
         if self.info.vocabulary_map is None or "decoder_shortlist" not in self.manifest.graphs:
             raise ArtefactError(f"{where}: no vocabulary map to shortlist with (export with --vmap FILE)")
-        if self.info.decoder_layout != "per_layer_kv_slots":
-            raise ArtefactError(f"{where}: shortlists need the per_layer_kv_slots decoder layout")
+        if not self.decoder_class.steps_over_shortlists:
+            raise ArtefactError(f"{where}: the {self.info.decoder_layout} decoder has no shortlist")
         special = self.manifest.special_ids
         always = [i for i in (special.bos, special.eos, special.unk) if i is not None]
         return VocabularyMap.read(directory / self.info.vocabulary_map, self.tokenizer.token_to_id, always)
@@ -164,7 +147,7 @@ class OnnxTranslator:
     @property
     def joins_midway(self) -> bool:
         """Whether sentences can join a running decode (``service/queue/continuous.py``)."""
-        return self.new_decode().decoder.joins_midway
+        return self.new_decoder().joins_midway
 
     # -- Engine protocol --
 
@@ -185,7 +168,7 @@ class OnnxTranslator:
         results: list[Translation | Exception | None] = [None] * len(items)
         todo = self.prepare(items, results)
         if todo:
-            hyps = self._core(items, todo, results)
+            hyps = self._decode(items, list(todo), todo, results)
             self.finish(items, todo, hyps, results)
         return [r if r is not None else RuntimeError("item was not processed") for r in results]
 
@@ -220,6 +203,11 @@ class OnnxTranslator:
 
     # -- core: a running decode that sentences join and leave --
 
+    def new_decoder(self, with_attention: bool = False) -> Decoder:
+        """An empty decoder of the artefact's layout on this engine's backend."""
+        cache_shape = (self.info.n_layers, self.info.n_heads, self.info.d_head)
+        return self.decoder_class(self.backend, cache_shape, self.cache_dtype, with_attention)
+
     def new_decode(self) -> RunningDecode:
         """An empty running decode on this engine (``translate`` and the scheduler drive one)."""
         info = self.info
@@ -230,36 +218,17 @@ class OnnxTranslator:
             np.dtype(self.cache_dtype).itemsize,
             self.manifest.vocab_size,
             info.max_target_len,
-            info.decoder_layout == "per_layer_kv_slots",
+            self.decoder_class.memory_per_sentence,
         )
         return RunningDecode(
             self.backend,
+            self.new_decoder(),
             shape,
-            self.cache_dtype,
             self.tokenizer,
             (self.bos_id, self.eos_id),
             self._can_align,
             self.vocabulary_map,
         )
-
-    def _core(
-        self,
-        items: Sequence[TranslateItem],
-        todo: dict[int, Encoded],
-        results: list[Translation | Exception | None],
-    ) -> dict[int, list[TokenHypothesis]]:
-        """The sentences dealt out to the lanes in turn, in length order (every lane gets short
-        and long ones alike), each lane one running decode; results do not depend on the lane."""
-        if self._lane_threads is None or len(todo) < 2:
-            return self._decode(items, list(todo), todo, results)
-        order = sorted(todo, key=lambda i: todo[i].n_tokens)
-        n = min(self.lanes, len(order))
-        groups = [order[k::n] for k in range(n)]
-        others = [self._lane_threads.submit(self._decode, items, g, todo, results) for g in groups[1:]]
-        hyps = self._decode(items, groups[0], todo, results)
-        for lane in others:
-            hyps.update(lane.result())
-        return hyps
 
     def _decode(
         self,

@@ -18,12 +18,10 @@ import torch
 
 from export.graphs.top_k_blocks import block_size, choose_block
 from export.graphs.translation_layout import (
-    DECODER_INPUTS,
-    DECODER_OUTPUTS,
-    DEFAULT_DECODER_LAYOUT,
     ENCODER_INPUTS,
     ENCODER_OUTPUTS,
-    decoder_io,
+    POSITIONS_DECODER,
+    SLOT_DECODER,
 )
 from export.sources import GENERATION_CONFIG
 from export.sources.ours.checkpoint import load_checkpoint
@@ -88,9 +86,9 @@ def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
         assert m.task == "translate" and m.name == "transformer-en-de"
         assert [t.name for t in m.graphs["encoder"].inputs] == ENCODER_INPUTS
         assert [t.name for t in m.graphs["encoder"].outputs] == ENCODER_OUTPUTS
-        assert m.translation is not None and m.translation.decoder_layout == DEFAULT_DECODER_LAYOUT
+        assert m.translation is not None and m.translation.decoder_layout == SLOT_DECODER.layout
         assert m.translation.top_k_block == choose_block(m.vocab_size) is not None  # blocked candidates
-        inputs, outputs = decoder_io(DEFAULT_DECODER_LAYOUT, 2)
+        inputs, outputs = SLOT_DECODER.names(2)
         assert [t.name for t in m.graphs["decoder"].inputs] == inputs
         assert [t.name for t in m.graphs["decoder"].outputs] == outputs
         assert m.translation is not None and m.translation.has_alignments
@@ -248,11 +246,12 @@ def test_rerun_skips_until_an_artefact_is_corrupted(checkpoint: Path, exported: 
     [("decoder_layout", "stacked_kv"), ("top_k_block", None)],
     ids=["older decoder layout", "single TopK"],
 )
-def test_an_older_artefact_still_loads_and_is_re_exported(
+def test_an_older_artefact_still_reads_and_is_re_exported(
     checkpoint: Path, exported: Path, tmp_path: Path, field: str, before: str | None
 ) -> None:
-    """An artefact of an older decoder layout, or from before the candidates by blocks (a single
-    TopK, the same output), still loads, but the next export replaces it (that variant only)."""
+    """An artefact of an earlier decoder layout (which the service refuses, naming the command
+    that re-exports it), or from before the candidates by blocks (a single TopK, the same
+    output), still reads and verifies, and the next export replaces it (that variant only)."""
     out = tmp_path / "artefacts"
     shutil.copytree(exported, out)
     fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
@@ -264,7 +263,7 @@ def test_an_older_artefact_still_loads_and_is_re_exported(
     export_translation(checkpoint, out, ["fp32", "int8"])
     assert (fp32 / "manifest.json").stat().st_mtime_ns == stamps[fp32]
     rebuilt = load_and_verify(int8).translation
-    assert rebuilt is not None and rebuilt.decoder_layout == DEFAULT_DECODER_LAYOUT
+    assert rebuilt is not None and rebuilt.decoder_layout == SLOT_DECODER.layout
     assert rebuilt.top_k_block is not None and rebuilt.top_k_block == block_size(int8 / "decoder.onnx")
 
 
@@ -354,39 +353,39 @@ def test_reference_sentences_can_be_replaced(checkpoint: Path, tmp_path: Path) -
     assert cli.main([*argv, "--reference", str(tmp_path / "empty.txt")]) == 1
 
 
-def test_top_k_layout_appends_the_rows_best_tokens_to_the_same_decoder(
+def test_the_decoders_top_k_gives_the_rows_best_tokens_beside_the_same_log_probs(
     checkpoint: Path, tmp_path: Path
 ) -> None:
-    """export_graphs(layout="stacked_kv_top_k"): the plain decoder's outputs unchanged, plus
-    ``top_k`` → each row's best log-probs and tokens, best first; the manifest records the layout."""
+    """The positions layout's decoder (fp16's, traced here in fp32): ``top_k`` → each row's best
+    log-probs and tokens, best first, while ``log_probs`` are those of a step without candidates
+    (``top_k`` 0); the graph has the layout's names and the manifest reader finds its layout."""
     import onnxruntime as ort
 
-    from export.graphs.translation import decoder_layout, example_inputs, export_raw
-    from export.graphs.translation_layout import TOP_K_OUTPUTS
-    from service.artefacts import TOP_K
+    from export.graphs.translation import decoder_layout, example_inputs, export_raw, tracing_step
+    from service.artefacts import LOG_PROBS, TOP_K, TOP_LOG_PROBS, TOP_TOKENS, per_layer
 
     source = load_source(checkpoint)
-    encoder, decoder = source.build_graphs(torch.float32, "stacked_kv")
-    export_raw(source, encoder, decoder, torch.float32, tmp_path / "plain", "stacked_kv")
-    export_raw(source, encoder, decoder, torch.float32, tmp_path / "top_k", "stacked_kv_top_k")
-    assert decoder_layout(tmp_path / "plain" / "decoder.onnx") == "stacked_kv"
-    assert decoder_layout(tmp_path / "top_k" / "decoder.onnx") == "stacked_kv_top_k"
-    plain = ort.InferenceSession(str(tmp_path / "plain" / "decoder.onnx"), providers=["CPUExecutionProvider"])
-    top_k = ort.InferenceSession(str(tmp_path / "top_k" / "decoder.onnx"), providers=["CPUExecutionProvider"])
-    assert [i.name for i in top_k.get_inputs()] == [*DECODER_INPUTS, TOP_K]
-    assert [o.name for o in top_k.get_outputs()] == [*DECODER_OUTPUTS, *TOP_K_OUTPUTS]
+    encoder, decoder = source.build_graphs(torch.float32, POSITIONS_DECODER.slots)
+    export_raw(source, encoder, decoder, torch.float32, tmp_path, POSITIONS_DECODER)
+    assert decoder_layout(tmp_path / "decoder.onnx") == POSITIONS_DECODER.layout
+    session = ort.InferenceSession(str(tmp_path / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    inputs, outputs = POSITIONS_DECODER.names(source.n_layers)
+    assert [i.name for i in session.get_inputs()] == inputs
+    assert [o.name for o in session.get_outputs()] == outputs
     _, step = example_inputs(
         source.n_layers, source.n_heads, source.d_head, source.vocab_size, torch.float32, source.special.pad
     )
-    feeds = {name: x.numpy() for name, x in zip(DECODER_INPUTS, step, strict=True)}
-    want = plain.run(None, feeds)
-    got = top_k.run(None, {**feeds, TOP_K: np.array([6], dtype=np.int64)})
-    for a, b in zip(got[: len(want)], want, strict=True):
-        np.testing.assert_array_equal(a, b)
-    values, tokens = got[len(want) :]
-    assert values.shape == tokens.shape == (want[0].shape[0], 6)
-    np.testing.assert_array_equal(values, -np.sort(-want[0], axis=1)[:, :6])
-    np.testing.assert_array_equal(np.take_along_axis(want[0], tokens, 1), values)
+    traced = dict(zip(POSITIONS_DECODER.traced_inputs(), tracing_step(step, POSITIONS_DECODER), strict=True))
+    feeds = {name: x.numpy() for name, x in traced.items() if name not in POSITIONS_DECODER.stacked_inputs()}
+    for name in POSITIONS_DECODER.stacked_inputs():
+        feeds.update({per_layer(name, i): traced[name][i].numpy() for i in range(source.n_layers)})
+    names = [LOG_PROBS, TOP_LOG_PROBS, TOP_TOKENS]
+    (want, _, _) = session.run(names, {**feeds, TOP_K: np.array([0], dtype=np.int64)})
+    log_probs, values, tokens = session.run(names, {**feeds, TOP_K: np.array([6], dtype=np.int64)})
+    np.testing.assert_array_equal(log_probs, want)
+    assert values.shape == tokens.shape == (want.shape[0], 6)
+    np.testing.assert_array_equal(values, -np.sort(-want, axis=1)[:, :6])
+    np.testing.assert_array_equal(np.take_along_axis(want, tokens, 1), values)
 
 
 def test_reference_check_decoding_is_capped_per_sentence(exported: Path) -> None:

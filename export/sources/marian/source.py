@@ -28,16 +28,10 @@ from export.sources import (
     generation_length_penalty,
     languages_from_name,
 )
-from export.sources.cached_attention import (
-    cache_lengths,
-    folded_cross_attention,
-    fused_qkv,
-    slot_self_attention,
-)
-from export.sources.decoder_step import stack_kv, step_outputs, step_positions
+from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
 from export.sources.marian import MarianImportError
 from export.sources.marian.tokenizer import marian_tokenizer
-from service.artefacts import DecoderLayout, SpecialIds
+from service.artefacts import SpecialIds
 
 
 def is_marian_dir(path: Path) -> bool:
@@ -97,74 +91,64 @@ class MarianEncoderGraph(nn.Module):
         return stack_kv([_project_kv(layer.encoder_attn, x) for layer in dec.layers])
 
 
-class MarianDecoderStepGraph(nn.Module):
-    """One cached Marian decoder step; positions and self-attention mask from ``step_positions``.
+class MarianDecoderStepGraph(DecoderStep):
+    """One cached Marian decoder step (``decoder_step.DecoderStep``).
 
     ``suppressed`` token ids (Marian's ``bad_words_ids``, i.e. ``<pad>``) get the lowest finite
     logit, so they are never chosen, as in ``generate``. With ``slots`` (layout per_layer_kv_slots)
-    self-attention runs on the slot cache, in place, and cross-attention on the memory of each
-    sentence, its beams folded together (export/sources/cached_attention.py).
+    the layers' own projections, norms and feed-forward run around the slot cache and the memory
+    held once per sentence.
     """
 
     bias: Tensor
     model: Any  # a MarianMTModel (registered as a submodule)
 
     def __init__(self, model: Any, suppressed: Sequence[int], slots: bool = False) -> None:
-        super().__init__()
+        layers = list(model.model.decoder.layers)
+        projections = [(a.q_proj, a.k_proj, a.v_proj) for a in (layer.self_attn for layer in layers)]
+        super().__init__(len(layers), layers[0].self_attn.num_heads, projections if slots else None)
         self.model = model
-        attns = [layer.self_attn for layer in model.model.decoder.layers]
-        self.qkv = nn.ModuleList(fused_qkv(a.q_proj, a.k_proj, a.v_proj) for a in attns) if slots else None
+        self.layers = layers
         bias = model.final_logits_bias.detach().float().clone().reshape(-1)
         bias[list(suppressed)] = torch.finfo(torch.float32).min
         self.register_buffer("bias", bias, persistent=False)  # float32 even in an fp16 graph
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        source_mask: Tensor,
-        memory_keys: Tensor,
-        memory_values: Tensor,
-        past_keys: Tensor,
-        past_values: Tensor,
-        positions: Tensor | None = None,
-        sentence_rows: Tensor | None = None,
-        beam_index: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def position_table(self) -> Tensor:
+        table: Tensor = self.model.model.decoder.embed_positions.weight
+        return table
+
+    def embed(self, input_ids: Tensor, pe: Tensor) -> Tensor:
         dec = self.model.model.decoder
-        if self.qkv is None:
-            pe, self_mask = step_positions(past_keys, positions, dec.embed_positions.weight)
-        else:  # slots: row b's token sits at positions[b]; no mask (the operator masks)
-            assert positions is not None
-            pe, self_mask = dec.embed_positions.weight[positions][:, None, :], None
-            lengths = cache_lengths(positions)
-        x = dec.embed_tokens(input_ids) * dec.embed_scale
-        x = x + pe.to(x.dtype)
-        cross_mask = (source_mask != 0)[:, None, None, :]
-        presents: list[tuple[Tensor, Tensor]] = []
-        cross_weights = memory_keys.new_zeros(0)
-        for i, layer in enumerate(dec.layers):
-            if self.qkv is None:
-                k, v = _project_kv(layer.self_attn, x)
-                k, v = torch.cat([past_keys[i], k], dim=2), torch.cat([past_values[i], v], dim=2)
-                presents.append((k, v))
-                attn, _ = _attend(layer.self_attn, x, k, v, self_mask)  # one query: no causal mask
-            else:
-                cache = (past_keys[i], past_values[i])
-                heads, kv = slot_self_attention(x, self.qkv[i], cache, lengths, layer.self_attn.num_heads)
-                presents.append(kv)
-                attn = layer.self_attn.out_proj(heads)
-            x = layer.self_attn_layer_norm(x + attn)
-            memory = (memory_keys[i], memory_values[i], cross_mask)
-            if sentence_rows is None or beam_index is None:
-                cross, cross_weights = _attend(layer.encoder_attn, x, *memory)
-            else:
-                encoder_attn, fold = layer.encoder_attn, (sentence_rows, beam_index)
-                q, shape = encoder_attn.q_proj(x), (encoder_attn.num_heads, encoder_attn.head_dim)
-                heads, cross_weights = folded_cross_attention(q, memory, fold, shape, encoder_attn.scaling)
-                cross = encoder_attn.out_proj(heads)
-            x = _ffn(layer, layer.encoder_attn_layer_norm(x + cross))
-        logits = self.model.lm_head(x[:, 0]).float() + self.bias
-        return step_outputs(logits, presents, cross_weights)
+        x: Tensor = dec.embed_tokens(input_ids) * dec.embed_scale
+        return x + pe.to(x.dtype)
+
+    def layer_step(
+        self, i: int, x: Tensor, past: KeyValue, self_mask: Tensor, memory: Memory
+    ) -> tuple[Tensor, KeyValue, Tensor]:
+        layer = self.layers[i]
+        k, v = _project_kv(layer.self_attn, x)
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        attn, _ = _attend(layer.self_attn, x, k, v, self_mask)  # one query: no causal mask
+        x = layer.self_attn_layer_norm(x + attn)
+        cross, cross_weights = _attend(layer.encoder_attn, x, *memory)
+        return _ffn(layer, layer.encoder_attn_layer_norm(x + cross)), (k, v), cross_weights
+
+    def after_self_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
+        attn = self.layers[i].self_attn
+        out: Tensor = self.layers[i].self_attn_layer_norm(x + attn.out_proj(heads))
+        return out
+
+    def cross_query(self, i: int, x: Tensor) -> tuple[Tensor, tuple[int, int], float]:
+        attn = self.layers[i].encoder_attn
+        return attn.q_proj(x), (attn.num_heads, attn.head_dim), float(attn.scaling)
+
+    def after_cross_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
+        layer = self.layers[i]
+        return _ffn(layer, layer.encoder_attn_layer_norm(x + layer.encoder_attn.out_proj(heads)))
+
+    def logits(self, x: Tensor) -> Tensor:
+        out: Tensor = self.model.lm_head(x).float() + self.bias
+        return out
 
 
 # --- the reference: transformers' own forward and generate ---------------------------------------
@@ -300,10 +284,9 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
 
     tokenizer_file = directory / "tokenizer.json"
 
-    def build(dtype: torch.dtype, layout: DecoderLayout) -> tuple[nn.Module, nn.Module]:
+    def build(dtype: torch.dtype, slots: bool) -> tuple[nn.Module, nn.Module]:
         m: Any = MarianMTModel.from_pretrained(str(directory), attn_implementation="eager")
         m = m.eval().to(dtype)
-        slots = layout == "per_layer_kv_slots"
         return MarianEncoderGraph(m, pad_id).eval(), MarianDecoderStepGraph(m, suppressed, slots).eval()
 
     return TranslationSource(

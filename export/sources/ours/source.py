@@ -24,18 +24,12 @@ from export.sources import (
     generation_length_penalty,
     languages_from_name,
 )
-from export.sources.cached_attention import (
-    cache_lengths,
-    folded_cross_attention,
-    fused_qkv,
-    slot_self_attention,
-)
-from export.sources.decoder_step import stack_kv, step_outputs, step_positions
+from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
 from export.sources.ours.checkpoint import load_checkpoint, read_config
 from export.sources.ours.data import pad
 from export.sources.ours.model import DecoderLayer, Transformer
 from export.sources.ours.translate import TorchDecoder
-from service.artefacts import DecoderLayout, SpecialIds
+from service.artefacts import SpecialIds
 from service.engine.search import beam_search
 
 
@@ -50,86 +44,56 @@ class EncoderGraph(nn.Module):
         return stack_kv(self.model.memory_kv(self.model.encode(input_ids)))
 
 
-class DecoderStepGraph(nn.Module):
-    """One cached decoder step of our model, with positions and masks from ``step_positions``.
+class DecoderStepGraph(DecoderStep):
+    """One cached decoder step of our model (``decoder_step.DecoderStep``).
 
     It calls the model's own layers, so numerics equal ``Transformer.decode`` with ``past``; only
     the glue differs: the single new query needs no causal mask, only the padding mask of rows
-    that joined a running batch later (layout per_layer_kv_positions). With ``slots`` (layout
-    per_layer_kv_slots) the past is a slot cache written in place (export/sources/cached_attention.py),
-    then each layer goes on with its own ``after_self_attention``.
+    that joined a running batch later. With ``slots`` (layout per_layer_kv_slots) the past is a
+    slot cache written in place and the memory one per sentence, around the layer's own
+    projections, norms and feed-forward (eval: no dropout).
     """
 
     def __init__(self, model: Transformer, slots: bool = False) -> None:
-        super().__init__()
-        self.model = model
         layers = cast(list[DecoderLayer], list(model.decoder))
-        attns = [layer.self_attn for layer in layers]
-        self.qkv = nn.ModuleList(fused_qkv(a.w_q, a.w_k, a.w_v) for a in attns) if slots else None
+        projections = [(a.w_q, a.w_k, a.w_v) for a in (layer.self_attn for layer in layers)]
+        super().__init__(len(layers), model.cfg.n_heads, projections if slots else None)
+        self.model = model
+        self.layers = layers
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        source_mask: Tensor,
-        memory_keys: Tensor,
-        memory_values: Tensor,
-        past_keys: Tensor,
-        past_values: Tensor,
-        positions: Tensor | None = None,
-        sentence_rows: Tensor | None = None,
-        beam_index: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        m = self.model
-        cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S); slots: (N, 1, 1, S)
-        if self.qkv is not None:
-            assert positions is not None and sentence_rows is not None and beam_index is not None
-            memory, fold = (memory_keys, memory_values, cross_mask), (sentence_rows, beam_index)
-            return self._slot_step(input_ids, memory, fold, (past_keys, past_values), positions)
-        pe, self_mask = step_positions(past_keys, positions, m.pos.pe)
-        y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
-        presents: list[tuple[Tensor, Tensor]] = []
-        cross_weights = memory_keys.new_zeros(0)
-        for i, layer in enumerate(m.decoder):
-            y, kv, cross_weights = layer(
-                y, (memory_keys[i], memory_values[i]), self_mask, cross_mask, (past_keys[i], past_values[i])
-            )
-            presents.append(kv)
-        logits = y[:, 0] @ m.embed.weight.t()  # (B, V), tied output projection
-        return step_outputs(logits, presents, cross_weights)
+    def position_table(self) -> Tensor:
+        table: Tensor = self.model.pos.pe
+        return table
 
-    def _slot_step(
-        self,
-        input_ids: Tensor,
-        memory: tuple[Tensor, Tensor, Tensor],
-        fold: tuple[Tensor, Tensor],
-        cache: tuple[Tensor, Tensor],
-        positions: Tensor,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Each layer as ``DecoderLayer``: u = norm1(y + SelfAttn(y)) over the slot cache,
-        z = norm2(u + CrossAttn(u, memory)) with the beams folded onto their sentence's memory,
-        norm3(z + FFN(z)) (eval: no dropout)."""
+    def embed(self, input_ids: Tensor, pe: Tensor) -> Tensor:
         m = self.model
-        assert self.qkv is not None
-        memory_keys, memory_values, cross_mask = memory
-        pe = m.pos.pe[positions][:, None, :]  # (B, 1, d): row b's token sits at positions[b]
-        y = m.embed(input_ids) * math.sqrt(m.cfg.d_model) + pe.to(memory_keys.dtype)
-        lengths = cache_lengths(positions)
-        presents: list[tuple[Tensor, Tensor]] = []
-        cross_weights = memory_keys.new_zeros(0)
-        layers = cast(list[DecoderLayer], list(m.decoder))
-        for i, (layer, qkv) in enumerate(zip(layers, self.qkv, strict=True)):
-            heads, kv = slot_self_attention(y, qkv, (cache[0][i], cache[1][i]), lengths, m.cfg.n_heads)
-            presents.append(kv)
-            y = layer.norm1(y + layer.self_attn.w_o(heads))
-            cross = layer.cross_attn
-            memory_kv = (memory_keys[i], memory_values[i], cross_mask)
-            heads, cross_weights = folded_cross_attention(
-                cross.w_q(y), memory_kv, fold, (cross.n_heads, cross.d_k), 1.0 / math.sqrt(cross.d_k)
-            )
-            y = layer.norm2(y + cross.w_o(heads))
-            y = layer.norm3(y + layer.ffn(y))
-        logits = y[:, 0] @ m.embed.weight.t()  # (B, V), tied output projection
-        return step_outputs(logits, presents, cross_weights)
+        x: Tensor = m.embed(input_ids) * math.sqrt(m.cfg.d_model)
+        return x + pe.to(x.dtype)
+
+    def layer_step(
+        self, i: int, x: Tensor, past: KeyValue, self_mask: Tensor, memory: Memory
+    ) -> tuple[Tensor, KeyValue, Tensor]:
+        keys, values, cross_mask = memory
+        out: tuple[Tensor, KeyValue, Tensor] = self.layers[i](x, (keys, values), self_mask, cross_mask, past)
+        return out
+
+    def after_self_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
+        layer = self.layers[i]
+        out: Tensor = layer.norm1(x + layer.self_attn.w_o(heads))
+        return out
+
+    def cross_query(self, i: int, x: Tensor) -> tuple[Tensor, tuple[int, int], float]:
+        cross = self.layers[i].cross_attn
+        return cross.w_q(x), (cross.n_heads, cross.d_k), 1.0 / math.sqrt(cross.d_k)
+
+    def after_cross_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
+        layer = self.layers[i]
+        x = layer.norm2(x + layer.cross_attn.w_o(heads))
+        out: Tensor = layer.norm3(x + layer.ffn(x))
+        return out
+
+    def logits(self, x: Tensor) -> Tensor:
+        return x @ self.model.embed.weight.t()  # (B, V), tied output projection
 
 
 class OursReference:
@@ -179,9 +143,9 @@ def load_ours(source: Path, name: str | None = None) -> TranslationSource:
     name = name or path.parent.name
     src_langs, tgt_langs = languages_from_name(name)
 
-    def build(dtype: torch.dtype, layout: DecoderLayout) -> tuple[nn.Module, nn.Module]:
+    def build(dtype: torch.dtype, slots: bool) -> tuple[nn.Module, nn.Module]:
         m = load_checkpoint(path).to(dtype)  # a fresh copy: the reference stays fp32
-        return EncoderGraph(m).eval(), DecoderStepGraph(m, layout == "per_layer_kv_slots").eval()
+        return EncoderGraph(m).eval(), DecoderStepGraph(m, slots).eval()
 
     return TranslationSource(
         kind="ours",

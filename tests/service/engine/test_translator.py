@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import threading
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from service.artefacts import ArtefactError, DecoderLayout, write_manifest
+from export.graphs.translation_layout import POSITIONS_DECODER, DecoderIO
+from service.artefacts import ArtefactError, write_manifest
 from service.engine.base import (
     Abandoned,
     TextTooLong,
@@ -18,6 +20,7 @@ from service.engine.base import (
     TranslationHypothesis,
 )
 from service.engine.decoding import DeviceBackend, HostBackend
+from service.engine.positions import PositionsDecoder
 from service.engine.running import RunningDecode
 from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
@@ -88,7 +91,7 @@ def test_io_binding_backend_matches_the_host_backend(
 ) -> None:
     """The CUDA code path (IO binding, cache kept as OrtValues, on-device Gather reorder), on CPU,
     with the layout the GPU variant (fp16) is exported with; the slot layout keeps host buffers."""
-    positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", "per_layer_kv_positions")
+    positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", POSITIONS_DECODER)
     device = OnnxTranslator(positions, SessionConfig("cpu", 1), io_binding=True)
     translator = OnnxTranslator(positions, SessionConfig("cpu", 1))
     assert isinstance(device.backend, DeviceBackend) and isinstance(translator.backend, HostBackend)
@@ -257,36 +260,35 @@ def test_an_item_abandoned_during_the_search_leaves_it_at_the_next_step(translat
     assert rows[0] == rows[1] == 4 and rows[2] == 2  # from the third step on, only the other's 2 beams
 
 
-def artefact_with_layout(checkpoint: Path, out: Path, layout: DecoderLayout) -> Path:
-    """An fp32 artefact of ``checkpoint`` whose decoder has ``layout`` (the export's own graph
-    building and manifest, without its verification)."""
+def artefact_with_layout(checkpoint: Path, out: Path, decoder: DecoderIO) -> Path:
+    """An fp32 artefact of ``checkpoint`` whose decoder has the layout of ``decoder`` (the
+    export's own graph building and manifest, without its verification)."""
     from export.graphs.translation import build_fp32
     from export.publish.translation import build_manifest
     from export.translation import load_source, write_tokenizer
 
     source = load_source(checkpoint)
-    build_fp32(source, out, layout)
+    build_fp32(source, out, decoder)
     write_tokenizer(source, out)
     write_manifest(out, build_manifest(source, "fp32", out, "0" * 64, {}, {}))
     return out
 
 
-@pytest.mark.parametrize(
-    "layout", ["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k", "per_layer_kv_positions"]
-)
 @pytest.mark.parametrize("beam", [1, 4])
-def test_every_decoder_layout_translates_exactly_as_the_default(
-    translator: OnnxTranslator, translation_checkpoint: Path, tmp_path: Path, layout: DecoderLayout, beam: int
+def test_the_positions_layout_translates_exactly_as_the_slot_layout(
+    translator: OnnxTranslator, translation_checkpoint: Path, tmp_path: Path, beam: int
 ) -> None:
-    """The older layouts still load and serve; every hypothesis equals the default layout's
-    (per-layer slot caches written in place, in-graph TopK candidates), in a batch and alone:
+    """The fp16 variant's layout, traced in fp32, decoded by its own class: every hypothesis
+    equals the default layout's (per-layer slot caches written in place), in a batch and alone:
     the same tokens, and scores and alignments to float rounding (the slot layout's attention is
-    onnxruntime's GroupQueryAttention kernel, the others' the traced MatMul/Softmax)."""
+    onnxruntime's GroupQueryAttention kernel, the positions layout's the traced MatMul/Softmax)."""
     assert translator.info.decoder_layout == "per_layer_kv_slots"
     other = OnnxTranslator(
-        artefact_with_layout(translation_checkpoint, tmp_path / layout, layout), SessionConfig("cpu", 1)
+        artefact_with_layout(translation_checkpoint, tmp_path / "positions", POSITIONS_DECODER),
+        SessionConfig("cpu", 1),
     )
-    assert other.info.decoder_layout == layout
+    assert other.info.decoder_layout == POSITIONS_DECODER.layout
+    assert other.decoder_class is PositionsDecoder and other.joins_midway
     options = TranslateOptions(beam_size=beam, n_best=beam, alignments=True)
     items = [TranslateItem(text=t, options=options) for t in TEXTS]
     for got, want in zip(other.translate(items), translator.translate(items), strict=True):
@@ -303,50 +305,34 @@ def assert_same_hypotheses(got: list[TranslationHypothesis], want: list[Translat
         np.testing.assert_allclose(a.alignment, b.alignment, atol=1e-5)
 
 
+def with_manifest_layout(artefact: Path, copy: Path, layout: str) -> Path:
+    """A copy of ``artefact`` whose manifest names decoder layout ``layout``."""
+    shutil.copytree(artefact, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["translation"]["decoder_layout"] = layout
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
 def test_a_layout_that_does_not_match_the_graph_is_refused(
     translation_artefact: Path, tmp_path: Path
 ) -> None:
-    import json
-    import shutil
-
-    copy = tmp_path / "copy"
-    shutil.copytree(translation_artefact, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["translation"]["decoder_layout"] = "stacked_kv"
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtefactError, match="decoder_layout"):
+    copy = with_manifest_layout(translation_artefact, tmp_path / "copy", "per_layer_kv_positions")
+    with pytest.raises(ArtefactError, match="decoder_layout 'per_layer_kv_positions' does not match"):
         OnnxTranslator(copy, SessionConfig("cpu", 1))
 
 
-def test_lanes_decode_a_batch_side_by_side_with_the_same_results(
-    translator: OnnxTranslator, translation_artefact: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("layout", ["stacked_kv", "stacked_kv_top_k", "per_layer_kv_top_k"])
+def test_an_artefact_of_an_earlier_layout_is_refused_with_the_command_that_exports_it_again(
+    translation_artefact: Path, tmp_path: Path, layout: str
 ) -> None:
-    """With lanes the batch is dealt out to running decodes on as many threads (each gets long
-    and short sentences alike), and every item's result is what one decode gives it."""
-    laned = OnnxTranslator(translation_artefact, SessionConfig("cpu", 1), lanes=2)
-    seen: dict[str, list[int]] = {}
-    decode = laned._decode
-
-    def spy(items: object, waiting: list[int], *rest: object) -> object:
-        seen[threading.current_thread().name] = list(waiting)
-        return decode(items, waiting, *rest)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(laned, "_decode", spy)
-    batch = [
-        *items(TEXTS, beam_size=4, n_best=2, max_length=12),
-        TranslateItem(" "),
-        *items(TEXTS[:2], beam_size=1),
-    ]
-    got = laned.translate(batch)
-    assert len(seen) == 2 and sorted(i for lane in seen.values() for i in lane) == [0, 1, 2, 3, 4, 5, 7, 8]
-    assert all(len(lane) == 4 for lane in seen.values())
-    for result, want in zip(got, translator.translate(batch), strict=True):
-        assert [h.tokens for h in ok(result).hypotheses] == [h.tokens for h in ok(want).hypotheses]
-        assert [h.score for h in ok(result).hypotheses] == pytest.approx(
-            [h.score for h in ok(want).hypotheses]
-        )
-    seen.clear()
-    laned.translate(items(TEXTS[:1]))
-    assert list(seen.values()) == [[0]]  # one sentence: no hand-off to another thread
-    with pytest.raises(ValueError, match="lanes"):
-        OnnxTranslator(translation_artefact, SessionConfig("cpu", 1), lanes=0)
+    """Layouts earlier exports wrote are no longer served: loading names the layout and the
+    export command for this model, its variant and its artefact root."""
+    copy = with_manifest_layout(translation_artefact, tmp_path / "root" / "tiny-en-de" / "fp32", layout)
+    with pytest.raises(ArtefactError) as refused:
+        OnnxTranslator(copy, SessionConfig("cpu", 1))
+    message = str(refused.value)
+    assert f"decoder layout {layout!r}" in message and "no longer served" in message
+    source = json.loads((copy / "manifest.json").read_text())["source"]["path"]
+    command = f"python -m export {source} --name tiny-en-de --out {tmp_path / 'root'} --variant fp32"
+    assert command in message

@@ -1,0 +1,193 @@
+"""The decoder of layout ``per_layer_kv_positions`` (the fp16 variant, the GPU's): a per-layer
+self-attention cache that grows by one column a step, on either backend (``decoding.py``).
+
+Rows belong to sentences. The cross-attention memory depends only on a row's *sentence*, so it is
+kept once per sentence (the table) and gathered into the rows' feeds only when the row → sentence
+map changes (start of a beam, sentences finishing or joining), not on every beam reorder.
+
+Each row feeds its ``positions``, the tokens it has decoded, and its cached keys are the *last*
+``positions`` columns of the past: so on the host backend sentences may join between steps
+(``admit``), their rows appended with an empty cache, left-padded to the running length and
+masked by their own positions; the cache is cut back to the longest row's history when the rows
+that made it long have left. The device backend only gathers, so there ``admit`` needs an empty
+decoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from service.artefacts import (
+    INPUT_IDS,
+    MEMORY_KEYS,
+    MEMORY_VALUES,
+    PAST_KEYS,
+    PAST_VALUES,
+    POSITIONS,
+    SOURCE_MASK,
+    TOP_K,
+    per_layer,
+)
+from service.engine.decoding import Decoder, Tensor
+from service.engine.search import Candidates
+
+
+class PositionsDecoder(Decoder):
+    """``search.IncrementalDecoder`` over a ``per_layer_kv_positions`` decoder, holding its cache."""
+
+    memory_per_sentence = False
+    steps_over_shortlists = False
+    cache_on_host = False
+
+    def _start(self) -> None:
+        self._table: tuple[Tensor, Tensor] | None = None  # memory K/V per sentence
+        self._table_mask = np.zeros((0, 0), dtype=np.int64)  # (sentences, S) source masks
+        self._row_sentence = np.zeros(0, dtype=np.int64)
+        self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
+        self._memory: dict[str, Tensor] = {}
+        self._mask = self._table_mask
+        self._past = self._empty_cache(0, 0)
+        self._past_len = 0
+
+    @property
+    def joins_midway(self) -> bool:
+        return self.backend.host_arrays  # joining pads and concatenates host arrays
+
+    @property
+    def rows(self) -> int:
+        return len(self._row_sentence)
+
+    @property
+    def sentences(self) -> int:
+        return self._table_mask.shape[0]
+
+    @property
+    def source_len(self) -> int:
+        return self._table_mask.shape[1]
+
+    @property
+    def cache_len(self) -> int:
+        return self._past_len
+
+    def reserve(self, rows: int, sentences: int, source_len: int) -> None:
+        """Nothing: the cache and the memory grow by concatenating as sentences join."""
+
+    def admit(
+        self,
+        memory: tuple[Tensor, Tensor],
+        source_mask: np.ndarray,
+        repeats: Sequence[int],
+        shortlists: Sequence[np.ndarray] | None = None,
+    ) -> None:
+        if shortlists is not None:
+            raise ValueError("a per_layer_kv_positions decoder has no shortlist graph")
+        if self.rows and not self.joins_midway:
+            raise RuntimeError("this backend cannot admit rows into a running decode")
+        if not self.rows:
+            self._table = None
+        first = self._compact()
+        if self._table is None:
+            self._table, self._table_mask = memory, source_mask
+        else:
+            self._table, self._table_mask = _join_memory(self._table, self._table_mask, memory, source_mask)
+        new_rows = np.repeat(np.arange(first, first + len(repeats)), repeats)
+        self._row_sentence = np.concatenate([self._row_sentence, new_rows])
+        self._positions = np.concatenate([self._positions, np.zeros(len(new_rows), dtype=np.int64)])
+        # The new rows' cache is empty: zeros, all masked by their position 0.
+        self._past = {name: _grown(x, len(new_rows)) for name, x in self._past.items()}
+        self._gather_memory()
+
+    def _compact(self) -> int:
+        """Forget the table's sentences no row decodes any more; → the next sentence's index."""
+        if self._table is None:
+            return 0
+        used = np.unique(self._row_sentence)
+        if len(used) < self._table_mask.shape[0]:  # host arrays: only a joining decode gets here
+            width = int(self._table_mask[used].sum(axis=1).max())  # the longest source still used
+            keys, values = (np.asarray(x)[:, used, :, :width] for x in self._table)
+            self._table = (keys, values)
+            self._table_mask = self._table_mask[used, :width]
+            self._row_sentence = np.searchsorted(used, self._row_sentence)
+        return self._table_mask.shape[0]
+
+    def _gather_memory(self) -> None:
+        """The decoder's memory inputs, each layer's K/V of the rows' sentences (host: views)."""
+        assert self._table is not None
+        rows, layers = self._row_sentence, self._cache_shape[0]
+        gathered = (self.backend.take(x, rows, 1) for x in self._table)
+        self._memory = {
+            per_layer(name, i): self.backend.layer(x, i)
+            for name, x in zip((MEMORY_KEYS, MEMORY_VALUES), gathered, strict=True)
+            for i in range(layers)
+        }
+        self._mask = self._table_mask[rows]
+
+    def _empty_cache(self, rows: int, length: int) -> dict[str, Tensor]:
+        layers, heads, d_head = self._cache_shape
+        empty = np.zeros((rows, heads, length, d_head), dtype=self._cache_dtype)
+        return {per_layer(name, i): empty for name in (PAST_KEYS, PAST_VALUES) for i in range(layers)}
+
+    def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+        feeds: dict[str, Tensor] = {
+            INPUT_IDS: np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None],
+            SOURCE_MASK: self._mask,
+            **self._memory,
+            **self._past,
+            TOP_K: np.array([top_k], dtype=np.int64),
+            POSITIONS: self._positions,
+        }
+        log_probs, attn, self._past = self.backend.step(feeds, self.with_attention)
+        self._past_len += 1
+        self._positions = self._positions + 1
+        return log_probs, attn
+
+    def reorder(self, rows: np.ndarray) -> None:
+        if len(rows) == len(self._row_sentence) and np.array_equal(rows, np.arange(len(rows))):
+            return
+        self._positions = self._positions[rows]
+        if self._past_len == 0 or not len(rows):
+            self._past_len = 0
+            self._past = self._empty_cache(len(rows), 0)
+        else:
+            # Columns older than the longest remaining history are padding for every row: cut.
+            cut = self._past_len - int(self._positions.max()) if self.joins_midway else 0
+            self._past = {
+                name: self.backend.take(x[..., cut:, :] if cut else x, rows, 0)
+                for name, x in self._past.items()
+            }
+            self._past_len -= cut
+        sentences = self._row_sentence[rows]
+        if not np.array_equal(sentences, self._row_sentence):
+            self._row_sentence = sentences
+            if len(rows):
+                self._gather_memory()
+
+
+def _join_memory(
+    table: tuple[Tensor, Tensor], table_mask: np.ndarray, memory: tuple[Tensor, Tensor], mask: np.ndarray
+) -> tuple[tuple[Tensor, Tensor], np.ndarray]:
+    """Two sentence tables as one, the shorter sources padded (masked) to the longer: host
+    arrays, each written once into its place."""
+    n, width = table_mask.shape[0], max(table_mask.shape[1], mask.shape[1])
+
+    def joined(old: np.ndarray, new: np.ndarray) -> np.ndarray:  # (layers, sentences, heads, S, d)
+        out = np.zeros((old.shape[0], n + new.shape[1], old.shape[2], width, old.shape[4]), dtype=old.dtype)
+        out[:, :n, :, : old.shape[3]] = old
+        out[:, n:, :, : new.shape[3]] = new
+        return out
+
+    keys, values = (joined(np.asarray(t), np.asarray(m)) for t, m in zip(table, memory, strict=True))
+    out_mask = np.zeros((n + mask.shape[0], width), dtype=table_mask.dtype)
+    out_mask[:n, : table_mask.shape[1]] = table_mask
+    out_mask[n:, : mask.shape[1]] = mask
+    return (keys, values), out_mask
+
+
+def _grown(x: Tensor, n: int) -> np.ndarray:
+    """Host cache ``x`` with ``n`` zero rows appended: one allocation, one copy."""
+    x = np.asarray(x)
+    out = np.zeros((x.shape[0] + n, *x.shape[1:]), dtype=x.dtype)
+    out[: x.shape[0]] = x
+    return out
