@@ -27,7 +27,6 @@ HARD_MAX_REQUEST_CHARS = 1_000_000
 
 ProviderSetting = Literal["auto", "cuda", "cpu"]
 VariantSetting = Literal["auto", "fp32", "int8", "fp16"]
-CUDA_PROVIDER = "CUDAExecutionProvider"
 
 # What `python -m export default` exports (export/__main__.py reads these) and the service serves
 # unless told otherwise; the first translator answers requests that name no pair.
@@ -196,12 +195,13 @@ class Settings(BaseSettings):
         return list(DEFAULT_TRANSLATE_MODELS)
 
     def resolved_provider(self) -> Literal["cuda", "cpu"]:
-        """``auto`` → CUDA when this onnxruntime build offers it (onnxruntime-gpu), else CPU."""
+        """``auto`` → CUDA when this onnxruntime build offers it (onnxruntime-gpu) and the driver
+        sees a GPU, else CPU."""
         if self.provider != "auto":
             return self.provider
-        import onnxruntime  # the service's own dependency; imported late so settings load fast
+        from service.engine.cuda import cuda_usable  # onnxruntime, imported late: settings load fast
 
-        return "cuda" if CUDA_PROVIDER in onnxruntime.get_available_providers() else "cpu"
+        return "cuda" if cuda_usable() else "cpu"
 
     def resolved_variant(self, provider: Literal["cuda", "cpu"] | None = None) -> Variant:
         """``auto`` → fp16 on CUDA (tensor cores), else ``cpu_variant`` (int8 wants a VNNI CPU)."""

@@ -21,9 +21,10 @@ import numpy as np
 import onnxruntime as ort
 
 from service.artefacts import ArtefactError, GraphSpec
+from service.engine import cuda
+from service.engine.cuda import CUDA
 
 ProviderPref = Literal["auto", "cuda", "cpu"]
-CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 
 # ONNX TensorProto element types, by the dtype names the manifest uses.
@@ -41,30 +42,22 @@ class ProviderUnavailable(RuntimeError):
     """``cuda`` was asked for explicitly but onnxruntime cannot use it here."""
 
 
-@functools.cache
-def _load_cuda_libraries() -> None:
-    """Load the CUDA and cuDNN libraries of the ``nvidia-*`` wheels that onnxruntime-gpu's
-    ``[cuda,cudnn]`` extras install: they live in site-packages, where the dynamic loader does
-    not look, so without this the CUDA provider fails to load outside an image that sets
-    LD_LIBRARY_PATH. Libraries already loadable (a system CUDA) are left to the loader."""
-    preload = getattr(ort, "preload_dlls", None)  # onnxruntime >= 1.21
-    if preload is not None:
-        preload()
-
-
 def resolve_providers(pref: ProviderPref | str, device_id: int = 0) -> list[Any]:
     """The provider list for ``InferenceSession``, best first, CPU always last as fallback.
 
-    ``auto`` takes CUDA when this onnxruntime build has it (onnxruntime-gpu); ``cuda`` insists.
+    ``auto`` takes CUDA when this onnxruntime build has it (onnxruntime-gpu) and the driver sees
+    a GPU; ``cuda`` insists.
     """
     if pref not in ("auto", "cuda", "cpu"):
         raise ValueError(f"provider must be auto, cuda or cpu, got {pref!r}")
-    available = ort.get_available_providers()
-    if pref == "cpu" or (pref == "auto" and CUDA not in available):
+    if pref == "cpu" or (pref == "auto" and not cuda.cuda_usable()):
         return [CPU]
+    available = ort.get_available_providers()
     if CUDA not in available:
         raise ProviderUnavailable(f"CUDA asked for but onnxruntime offers only {available}")
-    _load_cuda_libraries()
+    if not cuda.cuda_devices():
+        raise ProviderUnavailable("CUDA asked for but the NVIDIA driver reports no GPU (or is not installed)")
+    cuda.load_cuda_libraries()
     # kSameAsRequested: with dynamic shapes the default power-of-two arena growth wastes memory.
     cuda_options = {"device_id": device_id, "arena_extend_strategy": "kSameAsRequested"}
     return [(CUDA, cuda_options), CPU]

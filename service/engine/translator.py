@@ -36,12 +36,12 @@ from service.engine.base import (
     Translation,
     TranslationHypothesis,
 )
+from service.engine.cuda import CUDA
 from service.engine.decoding import Backend, Decoder, DeviceBackend, HostBackend
 from service.engine.layouts import decoder_class
 from service.engine.running import DecodeShape, RunningDecode, output_limit
 from service.engine.search import TokenHypothesis
 from service.engine.session import (
-    CUDA,
     DEFAULT_SESSION,
     NUMPY_DTYPE,
     DeviceGather,

@@ -103,10 +103,28 @@ def test_auto_provider_is_cuda_exactly_when_onnxruntime_offers_it(
     """The providers of the installed onnxruntime build decide ``auto``; an explicit setting wins."""
     import onnxruntime
 
+    from service.engine import cuda
+
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: available)
+    monkeypatch.setattr(cuda, "cuda_devices", lambda: 1)
     assert Settings().provider == "auto"
     assert Settings().resolved_provider() == expected
     assert Settings(provider="cpu").resolved_provider() == "cpu"
+
+
+def test_auto_provider_is_the_cpu_where_the_driver_sees_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime-gpu installed on a machine without a GPU: auto serves on the CPU (the CPU
+    variant), instead of choosing fp16 for a provider that cannot start."""
+    import onnxruntime
+
+    from service.engine import cuda
+
+    monkeypatch.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    monkeypatch.setattr(cuda, "cuda_devices", lambda: 0)
+    assert Settings().resolved_provider() == "cpu"
+    assert Settings().resolved_variant() == Settings().cpu_variant
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 
 from service.artefacts import ArtefactError
+from service.engine import cuda
 from service.engine import session as sess
 from service.engine.session import (
     CPU,
@@ -25,7 +26,10 @@ from service.engine.session import (
 
 
 def test_auto_and_cpu_resolve_to_what_onnxruntime_offers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """auto takes CUDA only when onnxruntime has it; CPU is always the last fallback."""
+    """auto takes CUDA only when onnxruntime has it and the driver sees a GPU; CPU is always the
+    last fallback."""
+    monkeypatch.setattr(cuda, "cuda_devices", lambda: 1)
+    monkeypatch.setattr(cuda, "load_cuda_libraries", lambda: None)
     monkeypatch.setattr(ort, "get_available_providers", lambda: [CPU])
     assert resolve_providers("auto") == [CPU]
     assert resolve_providers("cpu") == [CPU]
@@ -37,6 +41,24 @@ def test_auto_and_cpu_resolve_to_what_onnxruntime_offers(monkeypatch: pytest.Mon
     assert resolve_providers("cpu") == [CPU]
     with pytest.raises(ValueError, match="provider"):
         resolve_providers("tpu")
+
+
+def test_onnxruntime_gpu_without_a_gpu_serves_auto_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime-gpu lists CUDA on any machine: with no device the driver reports, auto is the
+    CPU and an explicit cuda is refused at once, saying why."""
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
+    monkeypatch.setattr(cuda, "cuda_devices", lambda: 0)
+    assert resolve_providers("auto") == [CPU]
+    with pytest.raises(ProviderUnavailable, match="no GPU"):
+        resolve_providers("cuda")
+
+
+def test_the_driver_probe_counts_no_gpu_here() -> None:
+    """On a machine without the NVIDIA driver (as CI runs) the probe answers 0, not an error."""
+    if any(Path(d, "libcuda.so.1").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")):
+        pytest.skip("an NVIDIA driver is installed here")
+    cuda.cuda_devices.cache_clear()
+    assert cuda.cuda_devices() == 0
 
 
 def test_session_options_follow_the_thread_settings() -> None:
