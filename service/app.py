@@ -14,8 +14,8 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import embed, health, libretranslate, openai, translate
 from service.api.dependencies import require_api_key
-from service.api.direct_dispatch import DirectDispatch
 from service.api.errors import install_error_handlers
+from service.api.hot_path import HotPath
 from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware, ServerTimingMiddleware
 from service.api.playground import install_playground
 from service.lifecycle import GivenEngines, Runtime, start
@@ -65,8 +65,14 @@ def create_app(
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
     if settings.playground:
         install_playground(app)  # open like /docs: the page asks for a key and sends it itself
-    # Added first, so innermost: below every middleware, in place of the router for the JSON routes.
-    app.add_middleware(DirectDispatch, service=app)
+    # Added first, so innermost: below every middleware, ahead of the router for the hot routes.
+    hot_routes = {
+        **translate.HOT_ROUTES,
+        **embed.HOT_ROUTES,
+        **openai.HOT_ROUTES,
+        **libretranslate.HOT_ROUTES,
+    }
+    app.add_middleware(HotPath, routes=hot_routes)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
     )

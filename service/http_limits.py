@@ -10,10 +10,9 @@ after they have held a descriptor for as long as they liked. This protocol adds,
   close when not one byte came) — a slow-header client holds a descriptor that long at most;
   a client still trickling the unread body of a request already answered is cut
   ``header_timeout_s`` after the answer. Between requests a keep-alive connection idles up to
-  uvicorn's ``timeout_keep_alive`` (``keep_alive_timeout_s``), longer than the clients' and
-  proxies' own idle expiry, so that they, not the server, close it: a request sent on a
-  connection the server is closing that instant is reset (httpx, thus the OpenAI SDK, expires
-  idle connections after 5 s, and met resets against a 5 s server timeout under load);
+  ``keep_alive_timeout_s``, longer than the clients' and proxies' own idle expiry, so that they
+  close it, not the server: a request sent on a connection the server closes that instant is
+  reset (docs/decisions.md, "The keep-alive timeout is 75 s");
 - a **head budget**: the request target within ``max_request_line_bytes`` (else 414), the
   header lines within ``max_header_bytes`` (else 431) and ``max_header_count`` (else 431). The
   parser is fed at most the budget, so an endless header costs that many bytes, not more;
@@ -23,10 +22,8 @@ after they have held a descriptor for as long as they liked. This protocol adds,
   connection carries a request in progress, the new one gets 503 and is closed;
 - every error it answers itself in the service's JSON shape with ``X-Request-ID``, parse errors
   (garbage, Content-Length with Transfer-Encoding, two Content-Lengths) included;
-- a **disconnect signal**: each request's scope carries a future in its ASGI extensions
-  (``DISCONNECT_EXTENSION``), done when the connection is lost before the response completes,
-  so a route can stop the work of a client gone without a watcher task of its own; and a
-  future done once the request's whole body has arrived (``BODY_RECEIVED_EXTENSION``).
+- two **signals** in each request's ASGI extensions (``service/api/extensions.py``): when its
+  connection is lost before the response completes, and when its whole body has arrived.
 
 The body deadline (``body_timeout_s`` → 408) is enforced where the body is read, in
 ``service.api.middleware.BodyLimitMiddleware``, so it passes through the app's error handling;
@@ -48,8 +45,8 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from service.api.dependencies import DISCONNECT_EXTENSION
-from service.api.middleware import BODY_RECEIVED_EXTENSION, request_id_from
+from service.api.extensions import BODY_RECEIVED_EXTENSION, DISCONNECT_EXTENSION
+from service.api.middleware import request_id_from
 from service.api.schemas import ErrorBody, ErrorResponse
 from service.settings import Settings
 
@@ -96,15 +93,9 @@ def connection_cap(settings: Settings) -> int:
     budget = max(1, soft - settings.connection_fd_reserve)
     if settings.max_connections:
         if settings.max_connections > budget:
-            log.warning(
-                "max_connections %d is above the %d descriptors left (RLIMIT_NOFILE %d − reserve %d): "
-                "using %d",
-                settings.max_connections,
-                budget,
-                soft,
-                settings.connection_fd_reserve,
-                budget,
-            )
+            reserve = settings.connection_fd_reserve
+            left = f"the {budget} descriptors left (RLIMIT_NOFILE {soft} − reserve {reserve})"
+            log.warning("max_connections %d is above %s: using %d", settings.max_connections, left, budget)
         return min(settings.max_connections, budget)
     return budget
 

@@ -1,11 +1,10 @@
-"""What the routes share: the runtime (``service/lifecycle.py``), the gates that admit a request
-(API key, readiness), the client's disconnect, and ``HttpClient``, what the serving layer
+"""What the routes share: the runtime (``service/lifecycle.py``), what admits a request (the API
+key, readiness), the client's disconnect, and ``HttpClient``, what the serving layer
 (``service/serving/``) is handed of an HTTP request. HTTP only: the checks themselves are the
 serving layer's.
 
-The gates are async callables of the request alone, so that the JSON routes' ``GatedRoute``
-can run them without FastAPI's dependency solving (``service/api/gated_route.py``); the runtime
-is read with ``runtime_of``, a plain function.
+The admission checks are functions of the request alone: FastAPI runs them as the routes'
+declared dependencies, the hot path (``service/api/hot_path.py``) calls them by name.
 """
 
 from __future__ import annotations
@@ -18,8 +17,10 @@ from typing import TypeVar
 
 from fastapi import Request
 from fastapi.security import HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 
 from service.api.errors import ClientDisconnected
+from service.api.extensions import DISCONNECT_EXTENSION
 from service.api.middleware import timed_stage
 from service.lifecycle import Runtime
 from service.serving.access import check_api_key, ready
@@ -38,18 +39,25 @@ async def serving_runtime(request: Request) -> Runtime:
     return ready(runtime_of(request))
 
 
-class ApiKeyGate(HTTPBearer):
-    """``check_api_key`` on the bearer token: 401 without one, 403 with a wrong one.
+def bearer_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, read as FastAPI's ``HTTPBearer``
+    reads it (any other scheme, or none: no token)."""
+    scheme, token = get_authorization_scheme_param(request.headers.get("authorization"))
+    return token if token and scheme.lower() == "bearer" else None
 
-    An ``HTTPBearer``, so OpenAPI shows the scheme; a gate (the request alone, see
-    ``service/api/gated_route.py``), so it runs without a dependency of its own."""
+
+def check_bearer_key(request: Request) -> None:
+    """``check_api_key`` on the bearer token: 401 without one, 403 with a wrong one."""
+    keys = runtime_of(request).settings.api_keys
+    if keys:
+        check_api_key(keys, [bearer_token(request)])
+
+
+class ApiKeyGate(HTTPBearer):
+    """``check_bearer_key`` as a route dependency: an ``HTTPBearer``, so OpenAPI shows the scheme."""
 
     async def __call__(self, request: Request) -> None:  # type: ignore[override]
-        keys = runtime_of(request).settings.api_keys
-        if not keys:
-            return
-        credentials = await super().__call__(request)
-        check_api_key(keys, [credentials.credentials if credentials else None])
+        check_bearer_key(request)
 
 
 require_api_key = ApiKeyGate(
@@ -69,11 +77,6 @@ class HttpClient:
 
     async def unless_gone(self, work: Awaitable[T]) -> T:
         return await until_disconnect(self.request, work)
-
-
-# ASGI extension set by the service's HTTP protocol (``service.http_limits``): a future per
-# request, done once its client's connection is lost.
-DISCONNECT_EXTENSION = "tserve.disconnected"
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

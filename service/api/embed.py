@@ -9,19 +9,19 @@ from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, runtime_of
 from service.api.errors import ERROR_RESPONSES
-from service.api.gated_route import GatedRoute
+from service.api.hot_path import HotRoutes, json_endpoint
 from service.api.schemas import EmbedRequest, EmbedResponse, json_response
 from service.lifecycle import Runtime
 from service.serving import embedding
 from service.serving.access import ready
 from service.serving.routing import choose_embedder
 
-router = APIRouter(tags=["embed"], route_class=GatedRoute)
+router = APIRouter(tags=["embed"])
 
 
 async def embedding_runtime(request: Request) -> Runtime:
     """The runtime, once the service is ready and serves embeddings: the embedding routes' one
-    gate (so a 503 or 404 comes before the body is validated)."""
+    dependency besides the key (so a 503 or 404 comes before the body is validated)."""
     runtime = ready(runtime_of(request))
     choose_embedder(runtime)
     return runtime
@@ -46,3 +46,6 @@ async def embed(
             "usage": {"input_tokens": sum(n_tokens)},
         }
     )
+
+
+HOT_ROUTES: HotRoutes = {("POST", "/v1/embed"): json_endpoint(embed, EmbedRequest, embedding_runtime)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -263,12 +263,19 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
     return error_response(Failure(500, "internal_error", "internal server error"), rid)
 
 
+# How a request's own failures are answered, wherever its route runs (the router, the hot path).
+# Any other exception is a bug: the server-error layer answers it (``_on_unexpected``).
+REQUEST_ERROR_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+    RequestValidationError: _on_validation,
+    **{kind: _on_serving_error for kind in SERVING_ERRORS},
+    ClientDisconnected: _on_disconnected,
+    StarletteHTTPException: _on_http,
+}
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(RequestValidationError, _on_validation)
-    for kind in SERVING_ERRORS:
-        app.add_exception_handler(kind, _on_serving_error)
-    app.add_exception_handler(ClientDisconnected, _on_disconnected)
-    app.add_exception_handler(StarletteHTTPException, _on_http)
+    for kind, handler in REQUEST_ERROR_HANDLERS.items():
+        app.add_exception_handler(kind, handler)
     app.add_exception_handler(Exception, _on_unexpected)
 
 

@@ -21,6 +21,7 @@ from service.api.errors import (
     is_json,
     libretranslate_error,
 )
+from service.api.extensions import BODY_RECEIVED_EXTENSION
 from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS, labelled
 from service.serving.errors import Failure
 
@@ -31,9 +32,6 @@ _new_ids = random.Random()
 _UTF8 = {"utf-8", "utf8"}
 _UTF16_OR_32_BOMS = (b"\xfe\xff", b"\xff\xfe")
 _LIBRETRANSLATE_PATHS = ("/translate", "/languages", "/frontend/settings")  # errors: {"error": "..."}
-# ASGI extension set by the service's HTTP protocol (``service.http_limits``): a future per
-# request, done once its whole body has arrived (what is left to receive is already buffered).
-BODY_RECEIVED_EXTENSION = "tserve.body_received"
 
 
 def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from service.api.dependencies import HttpClient, serving_runtime
 from service.api.embed import embedding_runtime
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
-from service.api.gated_route import GatedRoute
+from service.api.hot_path import HotRoutes, json_endpoint
 from service.api.schemas import (
     ModelCard,
     ModelsResponse,
@@ -31,7 +31,7 @@ from service.engine.base import Engine
 from service.lifecycle import Runtime
 from service.serving import embedding
 
-router = APIRouter(tags=["openai"], route_class=GatedRoute)
+router = APIRouter(tags=["openai"])
 
 
 @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, responses=ERROR_RESPONSES)
@@ -55,6 +55,11 @@ async def embeddings(
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
     )
+
+
+HOT_ROUTES: HotRoutes = {
+    ("POST", "/v1/embeddings"): json_endpoint(embeddings, OpenAIEmbeddingRequest, embedding_runtime)
+}
 
 
 def _encode(vector: np.ndarray, as_base64: bool) -> np.ndarray | str:

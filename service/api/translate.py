@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, serving_runtime
 from service.api.errors import ERROR_RESPONSES
-from service.api.gated_route import GatedRoute
+from service.api.hot_path import HotRoutes, json_endpoint
 from service.api.schemas import (
     Hypothesis,
     SentenceResult,
@@ -24,7 +24,7 @@ from service.lifecycle import Runtime
 from service.serving import translation
 from service.text.document import TextHypothesis, TextTranslation
 
-router = APIRouter(tags=["translate"], route_class=GatedRoute)
+router = APIRouter(tags=["translate"])
 
 
 @router.post("/v1/translate", response_model=TranslateResponse, responses=ERROR_RESPONSES)
@@ -59,6 +59,11 @@ async def translate(
             usage=TranslateUsage(input_tokens=done.input_tokens, output_tokens=done.output_tokens),
         )
     )
+
+
+HOT_ROUTES: HotRoutes = {
+    ("POST", "/v1/translate"): json_endpoint(translate, TranslateRequest, serving_runtime)
+}
 
 
 def _hypothesis(

@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from service.api.middleware import BODY_RECEIVED_EXTENSION
+from service.api.extensions import BODY_RECEIVED_EXTENSION
 from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
 
 pytestmark = pytest.mark.anyio

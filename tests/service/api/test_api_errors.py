@@ -11,7 +11,8 @@ import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from service.api.errors import BodyTimeout
-from service.api.middleware import BODY_RECEIVED_EXTENSION, BodyLimitMiddleware
+from service.api.extensions import BODY_RECEIVED_EXTENSION
+from service.api.middleware import BodyLimitMiddleware
 from service.engine.base import Engine
 from tests.service.api.conftest import engines, error_of, eventually, metric, serving, small_settings
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from service.api.dependencies import DISCONNECT_EXTENSION, until_disconnect
+from service.api.dependencies import until_disconnect
 from service.api.errors import ClientDisconnected
+from service.api.extensions import DISCONNECT_EXTENSION
 
 pytestmark = pytest.mark.anyio
 
