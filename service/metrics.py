@@ -70,6 +70,12 @@ ADMITTED_PER_STEP = Histogram(
     ["model"],
     buckets=_SIZE_BUCKETS,
 )
+LANGUAGE_DETECTIONS = Counter(
+    f"{PREFIX}_language_detections",
+    "Texts whose language was detected (/detect, source auto), by the language found: a served "
+    "one, else other (not served, or no letter to tell)",
+    ["language"],
+)
 
 
 _children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
