@@ -126,6 +126,18 @@ class Settings(BaseSettings):
     # The most decoding one translation request may ask for: sentences × beam_size × max_length
     # (output tokens). 2^20 takes a 50,000-character document at beam 4 and the default max_length.
     max_decode_cost_per_request: int = Field(default=1 << 20, ge=1)
+    # File translation (service/files): an uploaded file's bytes (the request body is bounded by
+    # max_body_bytes as well), and what an archive (.docx, .pptx, .odt, .odp, .epub) may hold,
+    # checked from its directory before anything is unpacked: entries, the bytes they unpack
+    # to, and one entry's uncompressed/compressed ratio (zip bombs).
+    max_file_bytes: int = Field(default=1 << 20, ge=1)
+    max_archive_entries: int = Field(default=1000, ge=1)
+    max_archive_uncompressed_bytes: int = Field(default=64 << 20, ge=1)
+    max_archive_ratio: float = Field(default=100.0, ge=1)
+    # LibreTranslate's /translate_file answers a URL: the translated files wait for their download
+    # in memory (read-only roots), each for this long, all of them within this many bytes.
+    translated_file_ttl_s: float = Field(default=600.0, gt=0)
+    translated_files_max_bytes: int = Field(default=64 << 20, ge=1)
 
     # Access
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: auth off

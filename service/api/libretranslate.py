@@ -28,6 +28,7 @@ from service.api.dependencies import HttpClient, bearer_token, runtime_of
 from service.api.errors import answer, documented, http_failure, libretranslate_error
 from service.api.hot_path import HotRoutes
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
+from service.files.registry import FORMATS
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.errors import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
@@ -180,8 +181,8 @@ async def frontend_settings(request: Request) -> Response:
             "apiKeys": bool(runtime.settings.api_keys),
             "keyRequired": bool(runtime.settings.api_keys),
             "suggestions": False,
-            "filesTranslation": False,
-            "supportedFilesFormat": [],
+            "filesTranslation": True,
+            "supportedFilesFormat": list(FORMATS),
             "language": {
                 "source": {"code": source, "name": _name(source)},
                 "target": {"code": target, "name": _name(target)},

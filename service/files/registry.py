@@ -1,0 +1,140 @@
+"""Which format reads a file (by its extension), and a file's translation through the serving
+layer.
+
+All the translatable texts of a file go to the model as one translation request: one text of
+one line per file text (its whitespace runs collapsed to one space), so the sentence
+segmentation, the request limits, the batcher, the queue and the deadline are those of any
+``/v1/translate`` request, and line ``i`` of the answer is file text ``i``'s translation (the
+segmenter keeps line breaks where they were and a translation holds none). A file is refused
+before any of it is read when it is over ``max_file_bytes`` (413), and before any is translated
+when its text is over the request's character limit (413).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.files.errors import FileTooLarge, UnsupportedFile
+from service.files.pieces import Extracted, translatable, with_edges
+from service.files.safe_zip import ZipLimits
+from service.files.text_formats import read_html, read_markdown, read_srt, read_txt
+from service.lifecycle import Runtime
+from service.serving.errors import InternalError
+from service.serving.submit import Client
+from service.serving.translation import TranslationRequest, translate
+from service.settings import Settings
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    extension: str
+    media_type: str
+    read: Callable[[bytes, ZipLimits], Extracted]
+
+
+def _text(read: Callable[[bytes], Extracted]) -> Callable[[bytes, ZipLimits], Extracted]:
+    return lambda data, _limits: read(data)
+
+
+FORMATS: dict[str, FileFormat] = {
+    f.extension: f
+    for f in (
+        FileFormat(".txt", "text/plain; charset=utf-8", _text(read_txt)),
+        FileFormat(".md", "text/markdown; charset=utf-8", _text(read_markdown)),
+        FileFormat(".srt", "application/x-subrip; charset=utf-8", _text(read_srt)),
+        FileFormat(".html", "text/html; charset=utf-8", _text(read_html)),
+        FileFormat(".htm", "text/html; charset=utf-8", _text(read_html)),
+    )
+}
+
+
+@dataclass(frozen=True)
+class FileRequest:
+    """A file to translate: ``source`` None lets the model's route decide (LibreTranslate's
+    "auto"); ``first_of_several`` and ``certain_source`` as in ``TranslationRequest``."""
+
+    filename: str
+    data: bytes
+    source: str | None
+    target: str | None
+    model: str | None = None
+    first_of_several: bool = False
+    certain_source: bool = False
+
+
+@dataclass(frozen=True)
+class TranslatedFile:
+    filename: str  # the uploaded name
+    media_type: str
+    data: bytes
+    model: str
+    source_language: str
+    target_language: str
+
+
+def file_format(filename: str) -> FileFormat:
+    """The format of ``filename``'s extension; 415 for one none reads."""
+    extension = os.path.splitext(filename)[1].lower()
+    found = FORMATS.get(extension)
+    if found is None:
+        accepted = ", ".join(FORMATS)
+        raise UnsupportedFile(
+            f"{extension or 'a file without an extension'} is not translated (accepted: {accepted})"
+        )
+    return found
+
+
+def zip_limits(settings: Settings) -> ZipLimits:
+    return ZipLimits(
+        max_entries=settings.max_archive_entries,
+        max_uncompressed_bytes=settings.max_archive_uncompressed_bytes,
+        max_ratio=settings.max_archive_ratio,
+    )
+
+
+async def translate_file(runtime: Runtime, client: Client, request: FileRequest) -> TranslatedFile:
+    """The file translated, or a refusal: ``service.files.errors`` or the serving layer's."""
+    settings = runtime.settings
+    if len(request.data) > settings.max_file_bytes:
+        message = f"the file has {len(request.data)} bytes, more than {settings.max_file_bytes}"
+        raise FileTooLarge(message, limit=settings.max_file_bytes)
+    fmt = file_format(request.filename)
+    extracted = await asyncio.to_thread(fmt.read, request.data, zip_limits(settings))
+    sent = [i for i, text in enumerate(extracted.texts) if translatable(text)]
+    lines = [" ".join(extracted.texts[i].split()) for i in sent]
+    document = "\n".join(lines)
+    most = min(runtime.limits.max_chars, runtime.limits.max_translate_chars)
+    if len(document) > most:
+        message = f"the file holds {len(document)} characters of text, more than {most}"
+        raise FileTooLarge(message, limit=most)
+    done = await translate(
+        runtime,
+        client,
+        TranslationRequest(
+            texts=[document],
+            field="file",
+            model=request.model,
+            source=request.source,
+            target=request.target,
+            first_of_several=request.first_of_several,
+            certain_source=request.certain_source,
+        ),
+    )
+    translated_lines = done.texts[0].hypotheses[0].text.split("\n") if lines else []
+    if len(translated_lines) != len(lines):
+        raise InternalError(f"{len(lines)} file texts came back as {len(translated_lines)} lines")
+    translations = list(extracted.texts)
+    for i, line in zip(sent, translated_lines, strict=True):
+        translations[i] = with_edges(extracted.texts[i], line)
+    data = await asyncio.to_thread(extracted.rebuild, translations)
+    return TranslatedFile(
+        filename=request.filename,
+        media_type=fmt.media_type,
+        data=data,
+        model=done.model,
+        source_language=done.source_language,
+        target_language=done.target_language,
+    )
