@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import embed, files, health, libretranslate, openai, translate
+from service.api import detect, embed, files, health, libretranslate, openai, translate
 from service.api.dependencies import require_api_key
 from service.api.errors import install_error_handlers
 from service.api.hot_path import HotPath
@@ -63,6 +63,7 @@ def create_app(
     for module in (translate, embed, openai):
         app.include_router(module.router, dependencies=protected)
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
+    app.include_router(detect.router)  # LibreTranslate's too
     app.include_router(files.router)  # /v1's behind the key; LibreTranslate's check theirs
     if settings.playground:
         install_playground(app)  # open like /docs: the page asks for a key and sends it itself

@@ -6,16 +6,16 @@ as ``api_key`` in the body or query (LibreTranslate's way) or as a bearer token.
 LibreTranslate's shape, ``{"error": "..."}``, and its status codes (400 for any invalid
 request, 403 for a missing or wrong key), plus ours where it has none (413, 429 with
 Retry-After, 503, 504). Translation runs the same path as ``/v1/translate``: the same limits,
-sentence batching, queue, deadline and metrics. ``/detect`` is not offered: there is no language
-detector behind this service, and ``source: "auto"`` resolves only when exactly one served model
-translates into ``target`` and it reads one language. With several models, a request goes to the
-first configured one serving its pair (LibreTranslate's clients cannot name a model).
+sentence batching, queue, deadline and metrics. ``source: "auto"`` translates each text from the
+language detected in it (``service/serving/detection.py``; ``/detect`` is ``service/api/detect.py``),
+reported as ``detectedLanguage`` (a list for a list of texts). With several models, a request goes
+to the first configured one serving its pair (LibreTranslate's clients cannot name a model).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import langcodes
 from fastapi import APIRouter, Request
@@ -31,10 +31,12 @@ from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.files.registry import FORMATS
 from service.serving import translation
 from service.serving.access import check_api_key, ready
+from service.serving.detection import AUTO, translate_detected
 from service.serving.errors import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import UnservedLanguages, translators
 
 router = APIRouter(tags=["libretranslate"])
+Body = TypeVar("Body", bound=BaseModel)
 
 _FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 _MAX_FORM_FIELDS = 2 * 2048 + 16  # q may repeat once per text
@@ -106,21 +108,24 @@ async def translate(request: Request) -> Response:
     """Translate ``q`` (a string or a list) from ``source`` to ``target``; LibreTranslate's shape."""
     runtime = runtime_of(request)
     try:
-        body, single = await _parse(request)
-        check_api_key(runtime.settings.api_keys, _offered_keys(request, body.api_key))
+        body, single = await parse_body(request, LibreTranslateRequest)
+        check_api_key(runtime.settings.api_keys, offered_keys(request, body.api_key))
         n = body.alternatives + 1
         asked = translation.TranslationRequest(
             texts=body.q,
             field="q",
             format=body.format,
-            source=None if body.source == "auto" else body.source,
+            source=body.source,
             target=body.target,
             beam_size=max(4, n),
             n_best=n,
             first_of_several=True,  # its clients cannot name a model
-            certain_source=True,  # "auto" is answered as the language detected
         )
-        done = await translation.translate(ready(runtime), HttpClient(request), asked)
+        if body.source == AUTO:
+            found = await translate_detected(ready(runtime), HttpClient(request), asked)
+            done, detected = found.translated, found.detected
+        else:
+            done, detected = await translation.translate(ready(runtime), HttpClient(request), asked), []
     except UnservedLanguages as e:
         return JSONResponse({"error": _unserved(e)}, 400)
     except HTTPException as e:  # the body stream's limits (413, 408)
@@ -132,9 +137,9 @@ async def translate(request: Request) -> Response:
     if body.alternatives:
         alternatives = [[h.text for h in t.hypotheses[1:]] for t in done.texts]
         out["alternatives"] = alternatives[0] if single else alternatives
-    if body.source == "auto":
-        # Not detected: the one language translated into target (so certain by construction).
-        out["detectedLanguage"] = {"language": done.source_language, "confidence": 100.0}
+    if detected:
+        languages = [{"confidence": d.confidence, "language": d.language} for d in detected]
+        out["detectedLanguage"] = languages[0] if single else languages
     return JSONResponse(out)
 
 
@@ -147,7 +152,7 @@ async def languages(request: Request) -> Response:
     """Every language the service reads or writes, with every target some model translates it into."""
     runtime = runtime_of(request)
     try:
-        check_api_key(runtime.settings.api_keys, _offered_keys(request, None))
+        check_api_key(runtime.settings.api_keys, offered_keys(request, None))
         served = translators(ready(runtime))
     except SERVING_ERRORS as e:
         return answer(request, e, libretranslate_error)
@@ -191,8 +196,9 @@ async def frontend_settings(request: Request) -> Response:
     )
 
 
-async def _parse(request: Request) -> tuple[LibreTranslateRequest, bool]:
-    """The body, and whether ``q`` was one string (then the answer is one string too)."""
+async def parse_body(request: Request, schema: type[Body]) -> tuple[Body, bool]:
+    """The body as JSON or a form (LibreTranslate takes either), validated by ``schema``, and
+    whether ``q`` was one string (then the answer is one string too)."""
     media = _media(request)
     if media not in (*_FORMS, "application/json", ""):
         raise UnsupportedMediaType(f"send JSON or a form, not {media}")
@@ -204,7 +210,7 @@ async def _parse(request: Request) -> tuple[LibreTranslateRequest, bool]:
             fields = json.loads(await request.body())
         if not isinstance(fields, dict):
             raise _invalid("expected a JSON object")
-        return LibreTranslateRequest.model_validate(fields), isinstance(fields.get("q"), str)
+        return schema.model_validate(fields), isinstance(fields.get("q"), str)
     except ValidationError as e:
         raise InvalidRequest(e.errors()) from e
     except UnicodeDecodeError as e:
@@ -238,18 +244,13 @@ def _media(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-def _offered_keys(request: Request, body_key: str | None) -> list[str | None]:
+def offered_keys(request: Request, body_key: str | None) -> list[str | None]:
     """LibreTranslate's ``api_key`` in the body or the query, or a bearer token (any may match)."""
     return [body_key, request.query_params.get("api_key"), bearer_token(request)]
 
 
 def _unserved(refused: UnservedLanguages) -> str:
     """LibreTranslate's words for languages no model serves (it has no model to name)."""
-    if refused.reason == "uncertain_source":
-        sources = ", ".join(refused.candidates)
-        return (
-            f"source 'auto' is ambiguous into {refused.target}: name one of {sources} (no language detection)"
-        )
     if refused.reason == "source":
         asked = refused.source
     else:

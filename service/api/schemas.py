@@ -75,6 +75,9 @@ OneOrManyTexts = Annotated[
     ),
 ]
 Language = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$", max_length=16)]
+SourceLanguage = Annotated[  # a Language, or "auto": detect it
+    str, StringConstraints(pattern=r"^(auto|[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*)$", max_length=16)
+]
 
 
 class _Request(BaseModel):
@@ -118,8 +121,10 @@ class TranslateRequest(_Request):
         description="A translation model of GET /v1/models; default: the model serving "
         "source_language → target_language, or the first one when neither is given",
     )
-    source_language: Language | None = Field(
-        default=None, description="Routes to the model translating from it (checked against the model's)"
+    source_language: SourceLanguage | None = Field(
+        default=None,
+        description="Routes to the model translating from it (checked against the model's); auto: "
+        "each text's language is detected among those served, and the text routed by it",
     )
     target_language: Language | None = Field(
         default=None, description="Routes to the model translating into it (checked against the model's)"
@@ -185,6 +190,11 @@ class SentenceResult(_Response):
     source_tokens: list[str] | None = Field(default=None, description="Source subwords (with alignments)")
 
 
+class DetectedLanguage(_Response):
+    language: str = Field(description="Its code, as /v1/models' languages name it")
+    confidence: float = Field(description="0–100")
+
+
 class TranslationResult(_Response):
     hypotheses: list[Hypothesis] = Field(
         description="Of the whole text, best first; a text's score is its sentences' scores "
@@ -194,6 +204,9 @@ class TranslationResult(_Response):
         default=None, description="Source subwords (with alignments, one-sentence texts only)"
     )
     sentences: list[SentenceResult] = Field(description="The text's sentences in order, each translated")
+    detected_language: DetectedLanguage | None = Field(
+        default=None, description='source_language "auto": the language detected in the text'
+    )
 
 
 class TranslateUsage(_Response):
@@ -202,8 +215,8 @@ class TranslateUsage(_Response):
 
 
 class TranslateResponse(_Response):
-    model: str
-    source_language: str
+    model: str = Field(description='The model that translated (source_language "auto": the first text\'s)')
+    source_language: str = Field(description='Translated from (source_language "auto": the first text\'s)')
     target_language: str
     translations: list[TranslationResult]
     usage: TranslateUsage

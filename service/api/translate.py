@@ -11,6 +11,7 @@ from service.api.dependencies import HttpClient, serving_runtime
 from service.api.errors import ERROR_RESPONSES
 from service.api.hot_path import HotRoutes, json_endpoint
 from service.api.schemas import (
+    DetectedLanguage,
     Hypothesis,
     SentenceResult,
     TranslateRequest,
@@ -22,6 +23,7 @@ from service.api.schemas import (
 from service.engine.base import TranslationHypothesis
 from service.lifecycle import Runtime
 from service.serving import translation
+from service.serving.detection import AUTO, Detection, translate_detected
 from service.text.document import TextHypothesis, TextTranslation
 
 router = APIRouter(tags=["translate"])
@@ -35,7 +37,8 @@ async def translate(
 ) -> Response:
     """Translate one text or a list: each text sentence by sentence, in its own layout
     (all-or-nothing: one untranslatable text fails the request). The model is ``model``, else
-    the one serving ``source_language`` → ``target_language``, else the default (the first)."""
+    the one serving ``source_language`` → ``target_language``, else the default (the first).
+    ``source_language`` "auto": each text from the language detected in it, reported with it."""
     asked = translation.TranslationRequest(
         texts=body.text,
         field="text",
@@ -49,13 +52,18 @@ async def translate(
         length_penalty=body.length_penalty,
         alignments=body.alignments,
     )
-    done = await translation.translate(runtime, HttpClient(request), asked)
+    detected: list[Detection | None] = [None] * len(body.text)
+    if body.source_language == AUTO:
+        found = await translate_detected(runtime, HttpClient(request), asked)
+        done, detected = found.translated, list(found.detected)
+    else:
+        done = await translation.translate(runtime, HttpClient(request), asked)
     return json_response(
         TranslateResponse(
             model=done.model,
             source_language=done.source_language,
             target_language=done.target_language,
-            translations=[_result(t, body.alignments) for t in done.texts],
+            translations=[_result(t, body.alignments, d) for t, d in zip(done.texts, detected, strict=True)],
             usage=TranslateUsage(input_tokens=done.input_tokens, output_tokens=done.output_tokens),
         )
     )
@@ -78,7 +86,7 @@ def _hypothesis(
     )
 
 
-def _result(text: TextTranslation, alignments: bool) -> TranslationResult:
+def _result(text: TextTranslation, alignments: bool, detected: Detection | None) -> TranslationResult:
     sentences = text.sentences
     only = sentences[0] if len(sentences) == 1 and alignments else None  # its details at the top too
     return TranslationResult(
@@ -98,4 +106,7 @@ def _result(text: TextTranslation, alignments: bool) -> TranslationResult:
             )
             for s in sentences
         ],
+        detected_language=DetectedLanguage(language=detected.language, confidence=detected.confidence)
+        if detected
+        else None,
     )

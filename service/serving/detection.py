@@ -43,6 +43,8 @@ from service.text.html import HtmlError, parse_html
 
 T = TypeVar("T")
 
+AUTO = "auto"  # the source language that asks for detection, in every API
+
 # Below this share of the probability the served languages are not the text's (measured on
 # Multi30k and STS English and German: no sentence and 0.14% of three-word snippets fall below
 # it, while French, Spanish, Italian, Dutch, Polish and Swedish sentences all do).

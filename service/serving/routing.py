@@ -1,8 +1,9 @@
 """Which loaded model serves a request: a translator by name or by language pair, the embedder.
 
 The choice is made here once for every API; what differs between APIs is a policy (whether a
-client can name a model, and so must settle a pair two models serve; whether an unnamed source
-language must be certain), and how each words a refusal (``UnservedLanguages``).
+client can name a model, and so must settle a pair two models serve), and how each words a
+refusal (``UnservedLanguages``). A source language left to the service ("auto") is detected in
+each text first (``detection.py``), then routed like a named one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from service.lifecycle import Runtime, ServedEmbedder, ServedTranslator
 from service.serving.errors import InvalidRequest, ModelNotFound, problem
 
 # Why no one model serves the languages asked for.
-Unserved = Literal["source", "target", "pair", "several", "uncertain_source"]
+Unserved = Literal["source", "target", "pair", "several"]
 
 
 class UnservedLanguages(InvalidRequest):
@@ -45,8 +46,6 @@ class UnservedLanguages(InvalidRequest):
             return "target_language", f"{target!r} is not served as a target language"
         if self.reason == "pair":
             return "target_language", f"{source!r} → {target!r} is not served"
-        if self.reason == "uncertain_source":
-            return "source_language", f"{target!r} is translated from {candidates}: name the source language"
         field = "target_language" if target is not None else "source_language"
         return field, f"{candidates} all translate this: name one in 'model'"
 
@@ -58,14 +57,11 @@ def choose_translator(
     target: str | None,
     *,
     first_of_several: bool = False,
-    certain_source: bool = False,
 ) -> ServedTranslator:
     """The model named ``model``, else the one translating ``source`` into ``target`` (None:
     any), else with neither language the default (the first configured). 404 for a model not
     served; 422 (``UnservedLanguages``) for languages no model serves, or several do unless
-    ``first_of_several`` (for clients that cannot name a model: the first configured wins).
-    ``certain_source``: an unnamed source must be the one language of the one model translating
-    into ``target`` (the caller reports it as the language it translated from)."""
+    ``first_of_several`` (for clients that cannot name a model: the first configured wins)."""
     default = translators(runtime)[0]
     if model is not None:
         if model not in runtime.translators:
@@ -76,9 +72,6 @@ def choose_translator(
         return default
     matches = runtime.translators_for(source, target)
     served = ", ".join(runtime.served_pairs())
-    if certain_source and source is None and (len(matches) > 1 or (matches and len(matches[0].sources) > 1)):
-        sources = list(dict.fromkeys(s for t in matches for s in t.sources))
-        raise UnservedLanguages("uncertain_source", source, target, served, sources)
     if len(matches) == 1 or (matches and first_of_several):
         return matches[0]
     if matches:

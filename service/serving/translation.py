@@ -27,7 +27,7 @@ class TranslationRequest:
     """Texts to translate (all-or-nothing: one untranslatable text fails the request). ``field``
     is the texts' field in the API's body, which errors name. The model is ``model``, else the
     one serving ``source`` → ``target`` (see ``choose_translator`` for the two policies); None
-    options are the model's own."""
+    options are the model's own. A source to detect ("auto") is ``detection.translate_detected``'s."""
 
     texts: list[str]
     field: str
@@ -41,7 +41,6 @@ class TranslationRequest:
     length_penalty: float | None = None
     alignments: bool = False
     first_of_several: bool = False
-    certain_source: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,6 @@ async def translate(runtime: Runtime, client: Client, request: TranslationReques
         request.source,
         request.target,
         first_of_several=request.first_of_several,
-        certain_source=request.certain_source,
     )
     options = _options(translator, request)
     field, limits = request.field, runtime.limits

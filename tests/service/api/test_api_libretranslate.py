@@ -67,9 +67,15 @@ async def test_multipart_form_with_repeated_q(served: Served) -> None:
     assert r.json() == {"translatedText": ["B a", "D c"]}
 
 
-async def test_auto_resolves_to_the_only_source_language(served: Served) -> None:
-    r = await served.client.post("/translate", json={"q": "a b", "source": "auto", "target": "de"})
-    assert r.json() == {"translatedText": "B a", "detectedLanguage": {"language": "en", "confidence": 100.0}}
+async def test_auto_reports_the_language_detected(served: Served) -> None:
+    r = await served.client.post("/translate", json={"q": "A dog runs", "source": "auto", "target": "de"})
+    answer = r.json()
+    assert answer["translatedText"] == "RUNS dog A"
+    assert answer["detectedLanguage"]["language"] == "en" and answer["detectedLanguage"]["confidence"] > 90
+    both = {"q": ["A dog", "Ein Hund"], "source": "auto", "target": "de"}
+    r = await served.client.post("/translate", json=both)
+    assert r.status_code == 400  # the German text: no model translates German into German
+    assert r.json()["error"].startswith("Invalid request: q.1: detected as German (de, confidence")
 
 
 @pytest.mark.parametrize(

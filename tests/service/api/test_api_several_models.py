@@ -218,24 +218,27 @@ async def test_duplicate_engine_names_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("source", "target", "engine_attr", "detected"),
+    ("source", "target", "q", "engine_attr", "detected"),
     [
-        ("de", "en", "de_en", None),
-        ("en", "de", "en_de", None),
-        ("auto", "en", "de_en", "de"),  # one model translates into en: from de
-        ("auto", "de", "en_de", "en"),
+        ("de", "en", "a b", "de_en", None),
+        ("en", "de", "a b", "en_de", None),
+        ("auto", "en", "Ein Hund", "de_en", "de"),  # detected: German
+        ("auto", "de", "A dog", "en_de", "en"),
     ],
 )
 async def test_libretranslate_routes_by_pair(
-    two: Two, source: str, target: str, engine_attr: str, detected: str | None
+    two: Two, source: str, target: str, q: str, engine_attr: str, detected: str | None
 ) -> None:
-    r = await two.served.client.post("/translate", json={"q": "a b", "source": source, "target": target})
+    r = await two.served.client.post("/translate", json={"q": q, "source": source, "target": target})
     assert r.status_code == 200, r.text
-    expected: dict[str, Any] = {"translatedText": "B a"}
+    answer = r.json()
+    first, second = q.split()
+    assert answer.pop("translatedText") == f"{second.upper()} {first}"
     if detected:
-        expected["detectedLanguage"] = {"language": detected, "confidence": 100.0}
-    assert r.json() == expected
-    assert texts_seen(getattr(two, engine_attr)) == ["a b"]
+        found = answer.pop("detectedLanguage")
+        assert found["language"] == detected and 50 < found["confidence"] <= 100
+    assert answer == {}
+    assert texts_seen(getattr(two, engine_attr)) == [q]
 
 
 @pytest.mark.parametrize(
@@ -258,13 +261,14 @@ async def test_libretranslate_unserved_pair_is_400_listing_the_pairs(
     assert two.de_en.hooks.batches == [] and two.en_de.hooks.batches == []
 
 
-async def test_libretranslate_auto_is_refused_when_two_models_write_the_target() -> None:
-    async with serving(given=[translator("en-de"), translator("fr-de")]) as s:
-        r = await s.client.post("/translate", json={"q": "a b", "source": "auto", "target": "de"})
-        assert r.status_code == 400
-        assert "ambiguous" in r.json()["error"] and "en, fr" in r.json()["error"]
-        r = await s.client.post("/translate", json={"q": "a b", "source": "fr", "target": "de"})
-        assert r.status_code == 200
+async def test_libretranslate_auto_takes_the_model_of_each_texts_language() -> None:
+    en_de, fr_de = translator("en-de"), translator("fr-de")
+    async with serving(given=[en_de, fr_de]) as s:
+        q = ["Le chat dort sur le lit.", "The cat sleeps on the bed."]
+        r = await s.client.post("/translate", json={"q": q, "source": "auto", "target": "de"})
+        assert r.status_code == 200, r.text
+        assert [d["language"] for d in r.json()["detectedLanguage"]] == ["fr", "en"]
+        assert (texts_seen(fr_de), texts_seen(en_de)) == ([q[0]], [q[1]])
 
 
 async def test_languages_lists_every_source_with_all_its_targets() -> None:

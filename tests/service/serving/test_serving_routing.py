@@ -10,7 +10,7 @@ from service.lifecycle import Runtime
 from service.serving.errors import ModelNotFound
 from service.serving.routing import UnservedLanguages, choose_embedder, choose_translator, translators
 from tests.service.serving.conftest import started, translator
-from tests.service.small_engines import HashEmbedder, ReverseTranslator
+from tests.service.small_engines import HashEmbedder
 
 pytestmark = pytest.mark.anyio
 
@@ -85,20 +85,6 @@ async def test_two_models_for_one_target_need_a_name_unless_the_first_may_serve(
     assert found["type"] == "ambiguous_language_pair" and found["loc"] == ("body", "target_language")
     # A client that cannot name a model gets the first configured.
     assert choose_translator(three, None, None, "de", first_of_several=True).name == named(three, "en-de")
-
-
-async def test_a_source_left_to_the_service_must_be_certain(three: Runtime) -> None:
-    """LibreTranslate's "auto": one model into the target, reading one language."""
-    assert choose_translator(three, None, None, "en", certain_source=True).name == named(three, "de-en")
-    with pytest.raises(UnservedLanguages) as refused:
-        choose_translator(three, None, None, "de", certain_source=True, first_of_several=True)
-    assert (refused.value.reason, refused.value.candidates) == ("uncertain_source", ["en", "fr"])
-    many = ReverseTranslator(name="serving-en+nl-de", source_languages=("en", "nl"), target_languages=("de",))
-    async with started(many) as runtime:
-        with pytest.raises(UnservedLanguages) as refused:
-            choose_translator(runtime, None, None, "de", certain_source=True)
-        assert refused.value.candidates == ["en", "nl"]
-        assert choose_translator(runtime, None, None, "de").name == many.manifest.name  # not certain: fine
 
 
 async def test_no_translator_is_404_for_every_way_of_asking() -> None:

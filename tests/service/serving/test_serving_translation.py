@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
+from service.serving.detection import translate_detected
 from service.serving.errors import InternalError, InvalidRequest
 from service.serving.routing import UnservedLanguages
 from service.serving.translation import TranslationRequest, translate
@@ -132,15 +133,15 @@ async def test_what_the_model_cannot_do_is_refused_at_once_with_every_reason() -
     assert engine.hooks.batches == []
 
 
-async def test_libretranslates_policy_takes_the_first_model_and_a_certain_source() -> None:
+async def test_libretranslates_policy_takes_the_first_model_and_detects_auto() -> None:
     en_de, fr_de, de_en = translator("en-de"), translator("fr-de"), translator("de-en")
     async with started(en_de, fr_de, de_en) as runtime:
         several = TranslationRequest(["a b"], "q", target="de", first_of_several=True)
         assert (await translate(runtime, InProcessClient(), several)).model == en_de.manifest.name
         with pytest.raises(UnservedLanguages):
             await translate(runtime, InProcessClient(), TranslationRequest(["a b"], "q", target="de"))
-        auto = TranslationRequest(["a b"], "q", target="en", first_of_several=True, certain_source=True)
-        done = await translate(runtime, InProcessClient(), auto)
+        auto = TranslationRequest(["Ein Hund"], "q", source="auto", target="en", first_of_several=True)
+        done = (await translate_detected(runtime, InProcessClient(), auto)).translated
     assert (done.model, done.source_language) == (de_en.manifest.name, "de")
 
 
