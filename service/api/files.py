@@ -84,10 +84,9 @@ async def translate_libretranslate_file(request: Request) -> Response:
         asked = FileRequest(
             filename=upload.filename or "",
             data=await upload.read(),
-            source=None if source == "auto" else source,
+            source=source,
             target=target,
             first_of_several=True,  # its clients cannot name a model
-            certain_source=True,
         )
         done = await translate_file(ready(runtime), HttpClient(request), asked)
         name = _store(request).put(done.filename, done.media_type, done.data)

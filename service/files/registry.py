@@ -17,11 +17,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from service.files.epub import read_epub
 from service.files.errors import FileTooLarge, UnsupportedFile
+from service.files.office import office_reader
 from service.files.pieces import Extracted, translatable, with_edges
 from service.files.safe_zip import ZipLimits
 from service.files.text_formats import read_html, read_markdown, read_srt, read_txt
 from service.lifecycle import Runtime
+from service.serving.detection import translate_detected
 from service.serving.errors import InternalError
 from service.serving.submit import Client
 from service.serving.translation import TranslationRequest, translate
@@ -47,14 +50,27 @@ FORMATS: dict[str, FileFormat] = {
         FileFormat(".srt", "application/x-subrip; charset=utf-8", _text(read_srt)),
         FileFormat(".html", "text/html; charset=utf-8", _text(read_html)),
         FileFormat(".htm", "text/html; charset=utf-8", _text(read_html)),
+        FileFormat(
+            ".docx",
+            "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+            office_reader(".docx"),
+        ),
+        FileFormat(
+            ".pptx",
+            "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+            office_reader(".pptx"),
+        ),
+        FileFormat(".odt", "application/vnd.oasis.opendocument.text", office_reader(".odt")),
+        FileFormat(".odp", "application/vnd.oasis.opendocument.presentation", office_reader(".odp")),
+        FileFormat(".epub", "application/epub+zip", read_epub),
     )
 }
 
 
 @dataclass(frozen=True)
 class FileRequest:
-    """A file to translate: ``source`` None lets the model's route decide (LibreTranslate's
-    "auto"); ``first_of_several`` and ``certain_source`` as in ``TranslationRequest``."""
+    """A file to translate: ``source`` "auto" detects the file's language, None lets the model's
+    route decide; ``first_of_several`` as in ``TranslationRequest``."""
 
     filename: str
     data: bytes
@@ -62,7 +78,6 @@ class FileRequest:
     target: str | None
     model: str | None = None
     first_of_several: bool = False
-    certain_source: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,19 +125,18 @@ async def translate_file(runtime: Runtime, client: Client, request: FileRequest)
     if len(document) > most:
         message = f"the file holds {len(document)} characters of text, more than {most}"
         raise FileTooLarge(message, limit=most)
-    done = await translate(
-        runtime,
-        client,
-        TranslationRequest(
-            texts=[document],
-            field="file",
-            model=request.model,
-            source=request.source,
-            target=request.target,
-            first_of_several=request.first_of_several,
-            certain_source=request.certain_source,
-        ),
+    asked = TranslationRequest(
+        texts=[document],
+        field="file",
+        model=request.model,
+        source=request.source,
+        target=request.target,
+        first_of_several=request.first_of_several,
     )
+    if request.source == "auto":  # one language for the file, detected in all of its text
+        done = (await translate_detected(runtime, client, asked)).translated
+    else:
+        done = await translate(runtime, client, asked)
     translated_lines = done.texts[0].hypotheses[0].text.split("\n") if lines else []
     if len(translated_lines) != len(lines):
         raise InternalError(f"{len(lines)} file texts came back as {len(translated_lines)} lines")

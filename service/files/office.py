@@ -1,0 +1,157 @@
+"""Office documents: Word (.docx) and PowerPoint (.pptx) as Office Open XML, and OpenDocument
+text (.odt) and presentations (.odp), all ZIP archives of XML parts.
+
+The archive is opened by ``safe_zip`` and each part read by ``safe_xml``; a paragraph is the unit
+translated (a sentence often spans formatting runs: a bold word, a link, a spell-check
+boundary). Runs inside a paragraph: the paragraph's text is translated whole and put in its
+first run that holds text, and its other runs are emptied, so the paragraph keeps the first
+run's formatting and every run element, field, footnote reference, tab and break stays where it
+was. What is translated:
+
+* .docx: ``w:p`` of the body, headers, footers, footnotes, endnotes and comments; its text is
+  the ``w:t`` elements whose nearest paragraph it is (a text box's paragraphs are their own).
+* .pptx: ``a:p`` of the slides and the speaker notes (``a:t``).
+* .odt, .odp: ``text:p`` and ``text:h`` of ``content.xml`` and ``styles.xml`` (headers, footers);
+  its text is its own text and that of its spans and links (``text:span``, ``text:a``) and what
+  follows each child element; fields, notes and frames inside it are left as they are.
+
+python-docx and python-pptx were compared: each reads one format, walks the body's paragraphs
+(text boxes, notes and comments need raw XML anyway) and parses with lxml without defusedxml's
+checks; one walk over the parts' XML covers the four formats.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from service.files import safe_xml
+from service.files.errors import UnsupportedFile
+from service.files.pieces import Extracted
+from service.files.safe_zip import Archive, ZipLimits
+
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+_TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+_XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
+_ODF_RUNS = frozenset({f"{_TEXT}span", f"{_TEXT}a"})
+
+Slot = tuple[Any, str]  # an element and "text" or "tail"
+
+
+@dataclass(frozen=True)
+class _Kind:
+    name: str  # as the refusals say it
+    parts: re.Pattern[str]  # the archive entries translated
+    paragraphs: tuple[str, ...]
+    slots: Callable[[Any], list[Slot]]  # a paragraph's text, in order
+    is_mine: Callable[[Archive], bool]  # the archive is of this kind
+
+
+def _ooxml_slots(text_tag: str, paragraph_tag: str) -> Callable[[Any], list[Slot]]:
+    def slots(paragraph: Any) -> list[Slot]:
+        return [
+            (t, "text")
+            for t in paragraph.iter(text_tag)
+            if next(t.iterancestors(paragraph_tag), None) is paragraph
+        ]
+
+    return slots
+
+
+def _odf_slots(paragraph: Any) -> list[Slot]:
+    found: list[Slot] = [(paragraph, "text")]
+    for child in paragraph:
+        if child.tag in _ODF_RUNS:
+            found += _odf_slots(child)
+        found.append((child, "tail"))
+    return found
+
+
+def _has(*names: str) -> Callable[[Archive], bool]:
+    return lambda archive: all(archive.has(name) for name in names)
+
+
+def _mimetype(expected: bytes) -> Callable[[Archive], bool]:
+    return lambda archive: archive.has("mimetype") and archive.read("mimetype").strip() == expected
+
+
+_ODF_PARTS = re.compile(r"content\.xml|styles\.xml")
+_ODF_PARAGRAPHS = (f"{_TEXT}p", f"{_TEXT}h")
+
+KINDS = {
+    ".docx": _Kind(
+        "Word document",
+        re.compile(r"word/(?:document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml"),
+        (f"{_W}p",),
+        _ooxml_slots(f"{_W}t", f"{_W}p"),
+        _has("[Content_Types].xml", "word/document.xml"),
+    ),
+    ".pptx": _Kind(
+        "PowerPoint presentation",
+        re.compile(r"ppt/(?:slides/slide\d+|notesSlides/notesSlide\d+)\.xml"),
+        (f"{_A}p",),
+        _ooxml_slots(f"{_A}t", f"{_A}p"),
+        _has("[Content_Types].xml", "ppt/presentation.xml"),
+    ),
+    ".odt": _Kind(
+        "OpenDocument text",
+        _ODF_PARTS,
+        _ODF_PARAGRAPHS,
+        _odf_slots,
+        _mimetype(b"application/vnd.oasis.opendocument.text"),
+    ),
+    ".odp": _Kind(
+        "OpenDocument presentation",
+        _ODF_PARTS,
+        _ODF_PARAGRAPHS,
+        _odf_slots,
+        _mimetype(b"application/vnd.oasis.opendocument.presentation"),
+    ),
+}
+
+
+def office_reader(extension: str) -> Callable[[bytes, ZipLimits], Extracted]:
+    kind = KINDS[extension]
+
+    def read(data: bytes, limits: ZipLimits) -> Extracted:
+        archive = Archive(data, limits, kind.name)
+        if not kind.is_mine(archive):
+            raise UnsupportedFile(f"the file is not a {kind.name}: its archive lacks the parts one has")
+        trees: dict[str, Any] = {}
+        paragraphs: list[list[Slot]] = []
+        for name in archive.names:
+            if kind.parts.fullmatch(name):
+                trees[name] = safe_xml.parse(archive.read(name), name)
+                for paragraph in trees[name].iter(*kind.paragraphs):
+                    slots = kind.slots(paragraph)
+                    if any(_get(slot) for slot in slots):
+                        paragraphs.append(slots)
+
+        def rebuild(translations: list[str]) -> bytes:
+            for slots, translation in zip(paragraphs, translations, strict=True):
+                _put(slots, translation)
+            return archive.rebuild({name: safe_xml.serialize(tree) for name, tree in trees.items()})
+
+        return Extracted(["".join(_get(slot) for slot in slots) for slots in paragraphs], rebuild)
+
+    return read
+
+
+def _get(slot: Slot) -> str:
+    element, attribute = slot
+    return str(getattr(element, attribute) or "")
+
+
+def _put(slots: list[Slot], translation: str) -> None:
+    """The whole translation in the first slot holding text, the others emptied."""
+    first = next(slot for slot in slots if _get(slot))
+    for element, attribute in slots:
+        if (element, attribute) == first:
+            setattr(element, attribute, translation)
+            if element.tag == f"{_W}t":
+                element.set(_XML_SPACE, "preserve")  # else Word drops the text's edge spaces
+        elif getattr(element, attribute):
+            setattr(element, attribute, None)
