@@ -32,7 +32,9 @@ from service.queue import (
     RequestQueue,
     WholeBatchExecutor,
 )
+from service.serving.cache import TranslationCache
 from service.serving.limits import RequestLimits
+from service.serving.quotas import QuotaBook
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
 
 log = logging.getLogger(__name__)
@@ -92,12 +94,16 @@ class Runtime:
     embedder: ServedEmbedder | None = None
     on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
     limits: RequestLimits = field(init=False)
+    translation_cache: TranslationCache = field(init=False)
+    quotas: QuotaBook = field(init=False)
     _trimmer: asyncio.Task[None] | None = field(default=None, init=False)
     _heap: FrozenHeap = field(init=False)
 
     def __post_init__(self) -> None:
         self._heap = FrozenHeap(self.settings.gc_young_threshold)
         self.limits = RequestLimits.from_settings(self.settings)
+        self.translation_cache = TranslationCache(self.settings.translation_cache_bytes)
+        self.quotas = QuotaBook(self.settings.api_key_quotas)
         READY.set(0)
 
     @property

@@ -99,3 +99,32 @@ def observe_stage(model: str, stage: Stage, seconds: float) -> None:
 def timed(model: str, stage: Stage) -> Timer:
     """Time a block (``with``) into the stage histogram."""
     return labelled(STAGE_LATENCY, model, stage).time()
+
+
+# The translation cache (service/serving/cache.py): one per process, shared by every model.
+CACHE_HITS = Counter(
+    f"{PREFIX}_translation_cache_hits", "Sentences answered from the translation cache", ["model"]
+)
+CACHE_MISSES = Counter(
+    f"{PREFIX}_translation_cache_misses",
+    "Sentences looked up in the translation cache and not found",
+    ["model"],
+)
+CACHE_BYTES = Gauge(
+    f"{PREFIX}_translation_cache_bytes", "Bytes the translation cache holds (its entries' objects)"
+)
+CACHE_EVICTIONS = Counter(
+    f"{PREFIX}_translation_cache_evictions",
+    "Least recently used entries dropped to stay within the byte bound",
+)
+
+# Per-key quotas (service/serving/quotas.py): labelled by the limit, never by the key, so the
+# series stay as few as the limits however many keys there are.
+QuotaLimit = Literal["requests_per_minute", "characters_per_minute", "characters_per_day"]
+QUOTA_REJECTIONS = Counter(f"{PREFIX}_quota_rejections", "Requests refused by their key's quota", ["limit"])
+QUOTA_USAGE = Histogram(
+    f"{PREFIX}_quota_usage_ratio",
+    "Share of its limit a key has used, observed at each request charged to it",
+    ["limit"],
+    buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0),
+)

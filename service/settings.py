@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.artefacts import Variant
@@ -32,6 +32,17 @@ VariantSetting = Literal["auto", "fp32", "int8", "fp16"]
 # unless told otherwise; the first translator answers requests that name no pair.
 DEFAULT_TRANSLATE_MODELS = ("transformer-en-de", "transformer-de-en")
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
+
+
+class KeyQuota(BaseModel):
+    """One API key's limits (None: unlimited), each a token bucket holding the limit and refilled
+    over its period (service/serving/quotas.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    characters_per_minute: int | None = Field(default=None, ge=1)
+    characters_per_day: int | None = Field(default=None, ge=1)
 
 
 class Settings(BaseSettings):
@@ -141,6 +152,13 @@ class Settings(BaseSettings):
 
     # Access
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: auth off
+    # Each key's own limits (service/serving/quotas.py): JSON, or the path of a JSON file, mapping
+    # keys of api_keys to KeyQuota fields; a key without an entry, or a limit left out, is unlimited.
+    api_key_quotas: Annotated[dict[str, KeyQuota], NoDecode] = Field(default_factory=dict)
+
+    # Sentence translations kept for repeated sentences (service/serving/cache.py), in bytes of
+    # their Python objects; 0: no cache.
+    translation_cache_bytes: int = Field(default=64 << 20, ge=0)
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: CORS off
 
     # Playground
@@ -162,6 +180,16 @@ class Settings(BaseSettings):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+    @field_validator("api_key_quotas", mode="before")
+    @classmethod
+    def _quotas_from_json_or_file(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if not text:
+            return {}
+        return json.loads(text if text.startswith("{") else Path(text).read_text(encoding="utf-8"))
 
     @field_validator("api_keys")
     @classmethod
@@ -186,6 +214,9 @@ class Settings(BaseSettings):
             raise ValueError("set translate_models (several models) or translate_model (one), not both")
         if not self.translation_models and not self.embed_model:
             raise ValueError("serve at least one model: set translate_models or embed_model")
+        unknown = sorted(set(self.api_key_quotas) - set(self.api_keys))
+        if unknown:  # a quota on a key that does not exist guards nothing: a typo, said at start
+            raise ValueError(f"api_key_quotas: {len(unknown)} key(s) not among api_keys")
         if self.max_queue < self.max_items_per_request:
             raise ValueError(
                 "max_queue must be at least max_items_per_request (else a full request never fits)"

@@ -109,7 +109,7 @@ async def translate(request: Request) -> Response:
     runtime = runtime_of(request)
     try:
         body, single = await parse_body(request, LibreTranslateRequest)
-        check_api_key(runtime.settings.api_keys, offered_keys(request, body.api_key))
+        key = check_api_key(runtime.settings.api_keys, offered_keys(request, body.api_key))
         n = body.alternatives + 1
         asked = translation.TranslationRequest(
             texts=body.q,
@@ -120,6 +120,7 @@ async def translate(request: Request) -> Response:
             beam_size=max(4, n),
             n_best=n,
             first_of_several=True,  # its clients cannot name a model
+            api_key=key,
         )
         if body.source == AUTO:
             found = await translate_detected(ready(runtime), HttpClient(request), asked)

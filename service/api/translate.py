@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from service.api.dependencies import HttpClient, serving_runtime
+from service.api.dependencies import HttpClient, bearer_token, serving_runtime
 from service.api.errors import ERROR_RESPONSES
 from service.api.hot_path import HotRoutes, json_endpoint
 from service.api.schemas import (
@@ -51,6 +51,7 @@ async def translate(
         max_length=body.max_length,
         length_penalty=body.length_penalty,
         alignments=body.alignments,
+        api_key=bearer_token(request),  # checked by require_api_key before the route runs
     )
     detected: list[Detection | None] = [None] * len(body.text)
     if body.source_language == AUTO:

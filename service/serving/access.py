@@ -13,11 +13,12 @@ from service.lifecycle import Runtime
 from service.serving.errors import Forbidden, NotReady, ShuttingDown, Unauthorized
 
 
-def check_api_key(keys: Sequence[str], offered: Iterable[str | None]) -> None:
-    """Nothing to check without configured ``keys``; else one of the ``offered`` keys (the empty
-    and absent ones aside) must be one of them: 401 when none is offered, 403 when none matches."""
+def check_api_key(keys: Sequence[str], offered: Iterable[str | None]) -> str | None:
+    """Nothing to check without configured ``keys`` (None); else one of the ``offered`` keys (the
+    empty and absent ones aside) must be one of them: 401 when none is offered, 403 when none
+    matches. → the configured key that matched, whose quota the request is charged to."""
     if not keys:
-        return
+        return None
     given = [key.encode() for key in offered if key]
     if not given:
         raise Unauthorized(
@@ -25,9 +26,10 @@ def check_api_key(keys: Sequence[str], offered: Iterable[str | None]) -> None:
         )
     # Every offered key against every key, each in constant time and with no early exit: how long
     # the check takes says nothing about which key matched, or how much of one.
-    matched = [secrets.compare_digest(g, key.encode()) for g in given for key in keys]
-    if not any(matched):
+    matched = [key for g in given for key in keys if secrets.compare_digest(g, key.encode())]
+    if not matched:
         raise Forbidden("invalid API key")
+    return matched[0]
 
 
 def ready(runtime: Runtime) -> Runtime:

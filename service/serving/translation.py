@@ -1,4 +1,5 @@
-"""Translation, whichever API asked: route to a model → limits → segment → submit → assemble.
+"""Translation, whichever API asked: route to a model → limits and the key's quota → segment →
+the cache, else submit → assemble.
 
 ``/v1/translate`` and LibreTranslate's ``/translate`` differ only in how they spell a request and
 an answer; both build a ``TranslationRequest`` and get the same model, limits, sentence batching,
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.engine.base import TranslateOptions
+from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.lifecycle import Runtime, ServedTranslator
 from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import sentence_problems, translation_text_problems
@@ -41,6 +42,7 @@ class TranslationRequest:
     length_penalty: float | None = None
     alignments: bool = False
     first_of_several: bool = False
+    api_key: str | None = None  # the configured key that admitted it (``check_api_key``): its quota
 
 
 @dataclass(frozen=True)
@@ -71,20 +73,48 @@ async def translate(runtime: Runtime, client: Client, request: TranslationReques
     options = _options(translator, request)
     field, limits = request.field, runtime.limits
     _refuse(translation_text_problems(request.texts, field, limits))
+    runtime.quotas.charge(request.api_key, sum(len(t) for t in request.texts), field)
     source = request.source or (translator.sources[0] if translator.sources else "")
     with client.timed(*_SEGMENT):
         sentences = await split(request.texts, request.format, source, translator.engine)
     _refuse(sentences.html_problems(field))
     _refuse(sentence_problems(sentences.count, options.beam_size, options.max_length, field, limits))
     items, costs = sentences.items(options)
-    timeout_s = runtime.settings.request_timeout_s
-    results = await submit(client, translator.batcher, items, costs, timeout_s, _TRANSLATE)
+    results = await _cached_or_submitted(runtime, client, translator, items, costs)
     return Translated(
         model=translator.name,
         source_language=source,
         target_language=request.target or (translator.targets[0] if translator.targets else ""),
         texts=all_or_nothing(sentences.assemble(results), field),
     )
+
+
+async def _cached_or_submitted(
+    runtime: Runtime,
+    client: Client,
+    translator: ServedTranslator,
+    items: list[TranslateItem],
+    costs: list[int],
+) -> list[Translation | Exception]:
+    """Each sentence's translation: from the cache, else from the model's queue (only the
+    sentences not found are submitted; each computed one is offered to the cache)."""
+    cache = runtime.translation_cache
+    keys = cache.keys(translator.engine.manifest, runtime.settings.translate_shortlist, items)
+    results: list[Translation | Exception | None] = list(cache.lookup(translator.name, keys))
+    missing = [i for i, found in enumerate(results) if found is None]
+    timeout_s = runtime.settings.request_timeout_s
+    computed = await submit(
+        client,
+        translator.batcher,
+        [items[i] for i in missing],
+        [costs[i] for i in missing],
+        timeout_s,
+        _TRANSLATE,
+    )
+    for i, result in zip(missing, computed, strict=True):
+        results[i] = result
+        cache.store(keys[i], result)
+    return [r for r in results if r is not None]
 
 
 def _options(translator: ServedTranslator, request: TranslationRequest) -> TranslateOptions:

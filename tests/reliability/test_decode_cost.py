@@ -27,6 +27,7 @@ WORST = {"text": TEXTS, "beam_size": 8, "n_best": 8, "max_length": 16}
 def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("decode-cost") / "server.log"
     env = {"TSERVE_REQUEST_TIMEOUT_S": "60", "TSERVE_MAX_BODY_BYTES": str(1 << 20)}
+    env["TSERVE_TRANSLATION_CACHE_BYTES"] = "0"  # WORST is sent twice, and must be decoded twice
     with server_process(small_server_command(DELAY_S), env, log) as server:
         yield server
 
