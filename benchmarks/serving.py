@@ -2,7 +2,8 @@
 
 * dynamic batching vs batch-size-1 serial (the same service with ``TSERVE_MAX_BATCH_SIZE=1``),
   one sentence per request from many clients;
-* a document as one request vs its sentences as concurrent requests (``documents.py``);
+* a document as one request vs its sentences as concurrent requests, and a document sent twice
+  to a service with the translation cache (``documents.py``);
 * HTTP throughput vs the in-process engine (same artefact, same thread count, batches of the
   service's max batch size; each side the best of ``--rounds`` runs);
 * process RSS with both models loaded: after start-up, its peak over every load run of the
@@ -146,6 +147,10 @@ def run(bench: Bench) -> None:
             run_tasks(bench, serial, todo, SERIAL)
         finally:
             serial.stop()
+    if "small/int8" in bench.models:
+        from benchmarks.documents import cached_document_rows
+
+        cached_document_rows(bench, bench.test_set(200)[0])
     both = "both models" if len(todo) == 2 else "ONE model only"
     section = f"serving: process RSS ({both} loaded, int8)"
     settled = f"our service, after its load runs, idle {SETTLE_S:g} s"
