@@ -31,7 +31,12 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _new_ids = random.Random()
 _UTF8 = {"utf-8", "utf8"}
 _UTF16_OR_32_BOMS = (b"\xfe\xff", b"\xff\xfe")
-_LIBRETRANSLATE_PATHS = ("/translate", "/languages", "/frontend/settings")  # errors: {"error": "..."}
+_LIBRETRANSLATE_PATHS = (
+    "/translate",
+    "/translate_file",
+    "/languages",
+    "/frontend/settings",
+)  # {"error": ...}
 
 
 def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:

@@ -144,6 +144,12 @@ async def test_a_body_over_the_body_limit_is_cut_off() -> None:
             "/v1/translate/file", files={"file": ("big.txt", b"x" * 10_000)}, data={"target_language": "de"}
         )
         assert response.status_code == 413
+        libre = await served.client.post(
+            "/translate_file",
+            files={"file": ("big.txt", b"x" * 10_000)},
+            data={"source": "en", "target": "de"},
+        )
+        assert libre.status_code == 413 and set(libre.json()) == {"error"}
 
 
 async def test_a_harmless_file_passes_the_same_checks(served: Served) -> None:

@@ -167,3 +167,10 @@ async def test_a_file_is_one_request_through_the_queue(served: Served) -> None:
     assert response.content.decode().split("\n") == [r(line) for line in lines]
     sentences = [s for batch in served.translator.hooks.batches for s in batch]
     assert sorted(sentences) == sorted(lines)  # 30 texts, beyond max_items_per_request (8)
+
+
+async def test_source_auto_detects_the_files_language(served: Served) -> None:
+    text = "A man is riding a bicycle down the street.\nTwo dogs are playing in the snow.\n"
+    response = await translate_v1(served.client, "notes.txt", text.encode(), source_language="auto")
+    assert response.status_code == 200, response.text
+    assert response.content.decode() == "".join(r(line) + "\n" for line in text.splitlines())
