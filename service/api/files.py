@@ -51,6 +51,7 @@ async def translate_v1_file(
         source=source_language,
         target=target_language,
         model=model,
+        api_key=bearer_token(request),  # checked by require_api_key before the route runs
     )
     done = await translate_file(ready(runtime_of(request)), HttpClient(request), asked)
     return Response(
@@ -72,7 +73,7 @@ async def translate_libretranslate_file(request: Request) -> Response:
     try:
         form = await request.form(max_files=1, max_fields=_MAX_FORM_FIELDS)
         fields = {key: value for key, value in form.items() if isinstance(value, str)}
-        check_api_key(runtime.settings.api_keys, _offered_keys(request, fields.get("api_key")))
+        key = check_api_key(runtime.settings.api_keys, _offered_keys(request, fields.get("api_key")))
         upload = form.get("file")
         if not isinstance(upload, StarletteUpload):
             raise _missing("file")
@@ -87,6 +88,7 @@ async def translate_libretranslate_file(request: Request) -> Response:
             source=source,
             target=target,
             first_of_several=True,  # its clients cannot name a model
+            api_key=key,
         )
         done = await translate_file(ready(runtime), HttpClient(request), asked)
         name = _store(request).put(done.filename, done.media_type, done.data)

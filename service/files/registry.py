@@ -24,7 +24,7 @@ from service.files.pieces import Extracted, translatable, with_edges
 from service.files.safe_zip import ZipLimits
 from service.files.text_formats import read_html, read_markdown, read_srt, read_txt
 from service.lifecycle import Runtime
-from service.serving.detection import translate_detected
+from service.serving.detection import AUTO, translate_detected
 from service.serving.errors import InternalError
 from service.serving.submit import Client
 from service.serving.translation import TranslationRequest, translate
@@ -70,7 +70,7 @@ FORMATS: dict[str, FileFormat] = {
 @dataclass(frozen=True)
 class FileRequest:
     """A file to translate: ``source`` "auto" detects the file's language, None lets the model's
-    route decide; ``first_of_several`` as in ``TranslationRequest``."""
+    route decide; ``first_of_several`` and ``api_key`` as in ``TranslationRequest``."""
 
     filename: str
     data: bytes
@@ -78,6 +78,7 @@ class FileRequest:
     target: str | None
     model: str | None = None
     first_of_several: bool = False
+    api_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,9 @@ async def translate_file(runtime: Runtime, client: Client, request: FileRequest)
         source=request.source,
         target=request.target,
         first_of_several=request.first_of_several,
+        api_key=request.api_key,
     )
-    if request.source == "auto":  # one language for the file, detected in all of its text
+    if request.source == AUTO:  # one language for the file, detected in all of its text
         done = (await translate_detected(runtime, client, asked)).translated
     else:
         done = await translate(runtime, client, asked)

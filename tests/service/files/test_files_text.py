@@ -7,9 +7,9 @@ import httpx
 import pytest
 from markdown_it import MarkdownIt
 
-from tests.service.api.conftest import Served
+from tests.service.api.conftest import Served, serving
+from tests.service.files.conftest import file_settings, translate_v1
 from tests.service.files.conftest import reversed_words as r
-from tests.service.files.conftest import translate_v1
 
 pytestmark = pytest.mark.anyio
 
@@ -174,3 +174,21 @@ async def test_source_auto_detects_the_files_language(served: Served) -> None:
     response = await translate_v1(served.client, "notes.txt", text.encode(), source_language="auto")
     assert response.status_code == 200, response.text
     assert response.content.decode() == "".join(r(line) + "\n" for line in text.splitlines())
+
+
+async def test_both_routes_check_the_api_key() -> None:
+    async with serving(file_settings(api_keys=["secret"])) as served:
+        client, file = served.client, {"file": ("a.txt", b"Two dogs play.")}
+        assert (await translate_v1(client, "a.txt", b"Two dogs play.")).status_code == 401
+        keyed = await client.post(
+            "/v1/translate/file",
+            files=file,
+            data={"target_language": "de"},
+            headers={"Authorization": "Bearer secret"},
+        )
+        assert keyed.status_code == 200
+        form = {"source": "en", "target": "de"}
+        wrong = await client.post("/translate_file", files=file, data={**form, "api_key": "nope"})
+        assert wrong.status_code == 403 and set(wrong.json()) == {"error"}
+        right = await client.post("/translate_file", files=file, data={**form, "api_key": "secret"})
+        assert right.status_code == 200
