@@ -195,12 +195,17 @@ async def translate_detected(
     runtime: Runtime, client: Client, request: TranslationRequest
 ) -> DetectedTranslation:
     """``request`` (its ``source`` unused) with each text translated from the language detected
-    in it. The text limits are checked before detection spends anything; then every text's
-    language must be translatable into the target (else ``UntranslatableLanguage``, naming them
-    all), and the texts of each language go through the translation path together, one
-    language's texts beside another's (a client that leaves cancels them all)."""
+    in it. The text limits and the key's quota are checked before detection spends anything;
+    then every text's language must be translatable into the target (else
+    ``UntranslatableLanguage``, naming them all), and the texts of each language go through the
+    translation path together, one language's texts beside another's (a client that leaves
+    cancels them all)."""
     translators(runtime)  # 404 when there is no translator, before any work
     _refuse(translation_text_problems(request.texts, request.field, runtime.limits))
+    # One request for the key's quota, charged before detection spends anything; the parts
+    # below are not charged again.
+    runtime.quotas.charge(request.api_key, sum(len(t) for t in request.texts), request.field)
+    request = replace(request, api_key=None)
     detected = await detect(runtime, request.texts, request.format)
     groups: dict[str, list[int]] = {}
     refused: list[tuple[int, Detection]] = []

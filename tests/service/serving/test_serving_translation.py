@@ -9,8 +9,10 @@ import pytest
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.serving.detection import translate_detected
 from service.serving.errors import InternalError, InvalidRequest
+from service.serving.quotas import QuotaBook, QuotaExceeded
 from service.serving.routing import UnservedLanguages
 from service.serving.translation import TranslationRequest, translate
+from service.settings import KeyQuota
 from tests.service.serving.conftest import InProcessClient, started, translator
 
 pytestmark = pytest.mark.anyio
@@ -143,6 +145,19 @@ async def test_libretranslates_policy_takes_the_first_model_and_detects_auto() -
         auto = TranslationRequest(["Ein Hund"], "q", source="auto", target="en", first_of_several=True)
         done = (await translate_detected(runtime, InProcessClient(), auto)).translated
     assert (done.model, done.source_language) == (de_en.manifest.name, "de")
+
+
+async def test_a_mixed_language_auto_request_is_one_request_for_the_keys_quota() -> None:
+    """Its texts go to two models, but the key's requests-per-minute counts it once."""
+    en_de, fr_de = translator("en-de"), translator("fr-de")
+    async with started(en_de, fr_de) as runtime:
+        runtime.quotas = QuotaBook({"k": KeyQuota(requests_per_minute=1)}, clock=lambda: 0.0)
+        texts = ["A dog runs in the park.", "Un chien court dans le parc."]
+        mixed = TranslationRequest(texts, "q", source="auto", target="de", api_key="k")
+        done = await translate_detected(runtime, InProcessClient(), mixed)
+        assert [d.language for d in done.detected] == ["en", "fr"]
+        with pytest.raises(QuotaExceeded):
+            await translate_detected(runtime, InProcessClient(), mixed)
 
 
 async def test_a_client_gone_leaves_no_work_behind() -> None:
