@@ -20,10 +20,10 @@ from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import runtime_of
 from service.api.errors import answer, documented, http_failure, libretranslate_error
-from service.api.libretranslate import DetectedLanguage, LibreTranslateErrorBody, offered_keys, parse_body
+from service.api.libretranslate import DetectedLanguage, LibreTranslateErrorBody, admitted_body, json_or_form
 from service.api.schemas import OneOrManyTexts
 from service.serving import detection
-from service.serving.access import check_api_key, ready
+from service.serving.access import ready
 from service.serving.errors import SERVING_ERRORS, InvalidRequest
 from service.serving.limits import translation_text_problems
 from service.serving.routing import translators
@@ -48,27 +48,19 @@ _ERRORS = documented(
         503: "Not ready yet, or shutting down",
     },
 )
-_FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
-_BODY_SCHEMA = DetectRequest.model_json_schema()  # parsed by hand: JSON or a form
 
 
 @router.post(
     "/detect",
     response_model=list[DetectedLanguage],
     responses=_ERRORS,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {media: {"schema": _BODY_SCHEMA} for media in ("application/json", *_FORMS)},
-        }
-    },
+    openapi_extra=json_or_form(DetectRequest),
 )
 async def detect(request: Request) -> Response:
     """The language of ``q`` (a string or a list) among those served: candidates, best first."""
     runtime = runtime_of(request)
     try:
-        body, _ = await parse_body(request, DetectRequest)
-        check_api_key(runtime.settings.api_keys, offered_keys(request, body.api_key))
+        body, _, _ = await admitted_body(request, DetectRequest)
         translators(ready(runtime))
         problems = translation_text_problems(body.q, "q", runtime.limits)
         if problems:

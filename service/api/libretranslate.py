@@ -89,7 +89,12 @@ _ERRORS = documented(
 )
 
 
-_BODY_SCHEMA = LibreTranslateRequest.model_json_schema()  # parsed by hand: JSON or a form
+def json_or_form(schema: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route whose body ``parse_body`` reads by hand: ``schema``,
+    as JSON or as a form."""
+    fields = schema.model_json_schema()
+    content = {media: {"schema": fields} for media in ("application/json", *_FORMS)}
+    return {"requestBody": {"required": True, "content": content}}
 
 
 @router.post(
@@ -97,19 +102,13 @@ _BODY_SCHEMA = LibreTranslateRequest.model_json_schema()  # parsed by hand: JSON
     response_model=LibreTranslateResponse,
     response_model_exclude_none=True,
     responses=_ERRORS,
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {media: {"schema": _BODY_SCHEMA} for media in ("application/json", *_FORMS)},
-        }
-    },
+    openapi_extra=json_or_form(LibreTranslateRequest),
 )
 async def translate(request: Request) -> Response:
     """Translate ``q`` (a string or a list) from ``source`` to ``target``; LibreTranslate's shape."""
     runtime = runtime_of(request)
     try:
-        body, single = await parse_body(request, LibreTranslateRequest)
-        key = check_api_key(runtime.settings.api_keys, offered_keys(request, body.api_key))
+        body, single, key = await admitted_body(request, LibreTranslateRequest)
         n = body.alternatives + 1
         asked = translation.TranslationRequest(
             texts=body.q,
@@ -195,6 +194,15 @@ async def frontend_settings(request: Request) -> Response:
             },
         }
     )
+
+
+async def admitted_body(request: Request, schema: type[Body]) -> tuple[Body, bool, str | None]:
+    """``parse_body``'s body and whether ``q`` was one string, once the API key it offers (its
+    ``api_key``, the query's or a bearer token) is accepted; and that key, to charge its quota."""
+    body, single = await parse_body(request, schema)
+    in_body: str | None = getattr(body, "api_key", None)
+    key = check_api_key(runtime_of(request).settings.api_keys, offered_keys(request, in_body))
+    return body, single, key
 
 
 async def parse_body(request: Request, schema: type[Body]) -> tuple[Body, bool]:
