@@ -128,3 +128,17 @@ QUOTA_USAGE = Histogram(
     ["limit"],
     buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0),
 )
+
+# File translation (service/files): labelled by the format's extension as the registry knows it
+# ("other" for any other name) and the outcome: "ok", or the refusal's error type, a fixed set.
+FILES = Counter(
+    f"{PREFIX}_files",
+    "Files sent to translation, by format and outcome (ok, or the error type answered)",
+    ["format", "outcome"],
+)
+FILE_BYTES = Histogram(
+    f"{PREFIX}_file_bytes",
+    "Size of each file sent to translation, refused ones included",
+    ["format"],
+    buckets=tuple(float(1 << shift) for shift in range(10, 27, 2)),  # 1 KiB to 64 MiB, ×4
+)

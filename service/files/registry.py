@@ -24,8 +24,9 @@ from service.files.pieces import Extracted, translatable, with_edges
 from service.files.safe_zip import ZipLimits
 from service.files.text_formats import read_html, read_markdown, read_srt, read_txt
 from service.lifecycle import Runtime
+from service.metrics import FILE_BYTES, FILES, labelled
 from service.serving.detection import AUTO, translate_detected
-from service.serving.errors import InternalError
+from service.serving.errors import SERVING_ERRORS, InternalError, failure_of
 from service.serving.submit import Client
 from service.serving.translation import TranslationRequest, translate
 from service.settings import Settings
@@ -112,7 +113,25 @@ def zip_limits(settings: Settings) -> ZipLimits:
 
 
 async def translate_file(runtime: Runtime, client: Client, request: FileRequest) -> TranslatedFile:
-    """The file translated, or a refusal: ``service.files.errors`` or the serving layer's."""
+    """The file translated, or a refusal: ``service.files.errors`` or the serving layer's; each
+    file counted in ``tserve_files_total`` by format and outcome, its size in ``tserve_file_bytes``
+    (a client that leaves gets no answer, and its file no outcome)."""
+    extension = os.path.splitext(request.filename)[1].lower()
+    label = extension.removeprefix(".") if extension in FORMATS else "other"
+    labelled(FILE_BYTES, label).observe(len(request.data))
+    try:
+        translated = await _translate_file(runtime, client, request)
+    except SERVING_ERRORS as refused:
+        labelled(FILES, label, failure_of(refused).type).inc()
+        raise
+    except Exception:
+        labelled(FILES, label, InternalError.type).inc()
+        raise
+    labelled(FILES, label, "ok").inc()
+    return translated
+
+
+async def _translate_file(runtime: Runtime, client: Client, request: FileRequest) -> TranslatedFile:
     settings = runtime.settings
     if len(request.data) > settings.max_file_bytes:
         message = f"the file has {len(request.data)} bytes, more than {settings.max_file_bytes}"
