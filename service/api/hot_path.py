@@ -1,11 +1,11 @@
 """The hot routes, served ahead of FastAPI's router by plain endpoints.
 
 FastAPI serves a request by walking its exception and exit-stack layers and the router (which
-tries every route, and builds an included router's routes anew), reading the content type with
-``email.message``, and solving the route's whole dependency tree, every node extracting the
-path, query, header and cookie parameters again: on a one-sentence request that is a large
-share of the server's CPU (docs/decisions.md, "The hot JSON routes skip FastAPI's per-request
-dependency solving and the router"). The hot routes need none of it.
+tries the routes in order, an included router's through the routes it builds for it), reading
+the content type with ``email.message``, and solving the route's whole dependency tree, every
+node extracting the path, query, header and cookie parameters again: on a one-sentence request
+that is a large share of the server's CPU (docs/decisions.md, "The hot routes are plain endpoints ahead of
+FastAPI's router"). The hot routes need none of it.
 
 ``HotPath`` sits just above the router (the innermost middleware): a request whose method and
 path are in its table runs that table's endpoint, a plain ``Request → Response`` function,

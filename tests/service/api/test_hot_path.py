@@ -66,11 +66,12 @@ def without_hot_path(app: FastAPI) -> None:
 
 
 @asynccontextmanager
-async def hot_and_routed() -> AsyncIterator[tuple[Served, Served]]:
-    async with (
-        serving(SETTINGS, same_named_engines()) as hot,
-        serving(SETTINGS, same_named_engines()) as routed,
-    ):
+async def hot_and_routed(
+    tasks: tuple[str, ...] = ("embed", "translate"),
+) -> AsyncIterator[tuple[Served, Served]]:
+    """The app over engines for ``tasks``, twice: with its hot path, and served by FastAPI alone."""
+    engines = [{task: e for task, e in same_named_engines().items() if task in tasks} for _ in range(2)]
+    async with serving(SETTINGS, engines[0]) as hot, serving(SETTINGS, engines[1]) as routed:
         without_hot_path(routed.app)
         yield hot, routed
 
@@ -99,6 +100,7 @@ async def test_every_hot_request_is_answered_as_fastapi_answers_it() -> None:
             for case, headers, body in CASES:
                 sent = valid if body is None else body
                 expected = await answer(routed, "POST", path, headers, sent)
+                assert expected[0] == 200 or case != "valid"
                 assert await answer(hot, "POST", path, headers, sent) == expected, (path, case)
             for state in ("loading", "draining"):
                 with runtime_state([hot.app, routed.app], state):
@@ -109,6 +111,15 @@ async def test_every_hot_request_is_answered_as_fastapi_answers_it() -> None:
             expected = await answer(routed, "GET", path, JSON, b"")  # another method: the router's 405
             assert expected[0] == 405
             assert await answer(hot, "GET", path, JSON, b"") == expected
+
+
+async def test_without_an_embedding_model_the_same_404_comes_before_validation() -> None:
+    async with hot_and_routed(tasks=("translate",)) as (hot, routed):
+        for path in ("/v1/embed", "/v1/embeddings"):
+            for sent in (HOT[path], b"{}"):
+                expected = await answer(routed, "POST", path, JSON, sent)
+                assert expected[0] == 404
+                assert await answer(hot, "POST", path, JSON, sent) == expected
 
 
 @pytest.mark.parametrize("path", list(HOT))
@@ -131,17 +142,23 @@ def hot_path_of(app: FastAPI) -> HotPath:
     return layer
 
 
+def reaching_the_router(app: FastAPI) -> list[str]:
+    """The requests that the hot path passes on to the router from now on, as "METHOD path"."""
+    hot_path = hot_path_of(app)
+    below = hot_path.app
+    reached: list[str] = []
+
+    async def spy(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(f"{scope['method']} {scope['path']}")
+        await below(scope, receive, send)
+
+    hot_path.app = spy
+    return reached
+
+
 async def test_the_hot_requests_never_reach_the_router_and_the_rest_do() -> None:
     async with serving(SETTINGS) as s:
-        hot_path = hot_path_of(s.app)
-        below = hot_path.app
-        reached: list[str] = []
-
-        async def spy(scope: Scope, receive: Receive, send: Send) -> None:
-            reached.append(f"{scope['method']} {scope['path']}")
-            await below(scope, receive, send)
-
-        hot_path.app = spy
+        reached = reaching_the_router(s.app)
         for path, body in HOT.items():
             assert (await s.client.post(path, headers=JSON, content=body)).status_code == 200
         assert (await s.client.get("/v1/models", headers=AUTH)).status_code == 200
@@ -163,20 +180,12 @@ async def test_the_hot_routes_are_the_declared_ones_counted_under_their_path() -
 
 async def test_under_a_root_path_the_router_serves_them() -> None:
     async with serving(SETTINGS) as s:
-        hot_path = hot_path_of(s.app)
-        below = hot_path.app
-        reached: list[str] = []
-
-        async def spy(scope: Scope, receive: Receive, send: Send) -> None:
-            reached.append(scope["path"])
-            await below(scope, receive, send)
-
-        hot_path.app = spy
+        reached = reaching_the_router(s.app)
         transport = httpx.ASGITransport(app=s.app, root_path="/api")
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             response = await client.post("/api/v1/translate", headers=JSON, content=HOT["/v1/translate"])
         assert response.status_code == 200 and response.json()["translations"]
-        assert reached == ["/api/v1/translate"]
+        assert reached == ["POST /api/v1/translate"]
 
 
 async def test_the_hot_routes_keep_their_openapi_declarations() -> None:
