@@ -122,7 +122,7 @@ def validated(model: type[M], received: Any) -> M:
         missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
         raise RequestValidationError([missing])
     try:
-        return model.model_validate(received, from_attributes=True)
+        return model.model_validate(received, from_attributes=True)  # as FastAPI validates a body
     except ValidationError as e:
         problems = [{**p, "loc": ("body", *p["loc"])} for p in e.errors(include_url=False)]
         raise RequestValidationError(problems, body=received) from e
