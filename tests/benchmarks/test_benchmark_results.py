@@ -25,7 +25,8 @@ def test_a_figure_is_measured_once() -> None:
 
 def test_the_registry_names_the_stages_and_only_chooses_among_them() -> None:
     names = [s.name for s in STAGES]
-    assert names[:4] == ["translation", "base", "embedding", "serving"]  # the order they run in
+    # the order they run in: detection and files on the shared service, before serving stops it
+    assert names[:6] == ["translation", "base", "embedding", "detection", "files", "serving"]
     assert len(set(names)) == len(names)
     assert all(s.needs <= set(Need) for s in STAGES)
     args = parse(["--data-dir", "d", "--only", "base", "serving", "--quick", "--no-infinity"])
