@@ -195,6 +195,10 @@ class Manifest(_Strict):
     parity: dict[str, float] = Field(default_factory=dict)  # e.g. max_abs_logits, bleu, bleu_drop
     fusions: dict[str, int] = Field(default_factory=dict)  # onnxruntime optimizer fusion counts
     reference_check: ReferenceCheck | None = None  # absent in manifests written before it existed
+    # The domain and data the model was trained on, from its model card (export/publish/provenance.py),
+    # reported by GET /v1/models; informational: None when the card does not say, or in manifests
+    # written before the field, which stay current (the export fills it in without re-exporting).
+    trained_on: str | None = None
     created_at: str
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from export.graphs.embedding import EMBEDDING_GRAPH
 from export.graphs.onnx_tools import file_entries, graph_spec
-from export.publish.variants import Fusions, published_manifest, tool_fields
+from export.publish.provenance import trained_on
+from export.publish.variants import Fusions, published_manifest, record_trained_on, tool_fields
 from export.sources.bert import TOKENIZER_FILE, EmbeddingSource
 from export.verify import Parity
 from service.artefacts import Manifest, ReferenceCheck, SourceInfo, SpecialIds, Variant
@@ -22,15 +23,19 @@ def up_to_date(
     reference_sha: str,
 ) -> bool:
     """A published artefact of this very export (export/publish/variants.py), with the same embedding
-    settings and, when an STS file was given, the STS figures measured."""
+    settings and, when an STS file was given, the STS figures measured. An up-to-date one gets the
+    model card's ``trained_on`` recorded in its manifest (export/publish/variants.py: record_trained_on)."""
     manifest = published_manifest(
         target, task="embed", name=name, variant=variant, source_sha256=sha, reference_sha256=reference_sha
     )
-    return (
-        manifest is not None
-        and manifest.embedding == source.info()
-        and (not want_sts or "sts_spearman" in manifest.parity)  # the asked-for check was run
-    )
+    if (
+        manifest is None
+        or manifest.embedding != source.info()
+        or (want_sts and "sts_spearman" not in manifest.parity)  # the asked-for check was not run
+    ):
+        return False
+    record_trained_on(target, manifest, trained_on(source.directory))
+    return True
 
 
 def build_manifest(
@@ -58,5 +63,6 @@ def build_manifest(
         parity=parity,
         fusions=fusions,
         reference_check=check,
+        trained_on=trained_on(source.directory),
         **tool_fields(staging / EMBEDDING_GRAPH),
     )

@@ -13,7 +13,8 @@ from export.graphs.onnx_tools import file_entries, graph_spec
 from export.graphs.shortlist import SHORTLIST_DECODER
 from export.graphs.top_k_blocks import block_size, choose_block
 from export.graphs.translation import SLOT_VARIANTS, TRANSLATION_GRAPHS, decoder_layout, variant_decoder
-from export.publish.variants import Fusions, published_manifest, tool_fields
+from export.publish.provenance import trained_on
+from export.publish.variants import Fusions, published_manifest, record_trained_on, tool_fields
 from export.sources import TranslationSource
 from export.verify import Parity
 from service.artefacts import (
@@ -72,6 +73,7 @@ def build_manifest(
         parity={k: round(float(v), 8) for k, v in parity_figures.items()},
         fusions=fusions,
         reference_check=reference_check,
+        trained_on=trained_on(source.path),
         **tool_fields(directory / "decoder.onnx"),
     )
 
@@ -88,7 +90,8 @@ def up_to_date(
     sentences (export/publish/variants.py), with the same tokenizer file and vocabulary map (or none) and
     the variant's decoder layout, its inputs and its candidates' selection (a single TopK still
     loads, but the re-export is faster; an earlier layout, or a slot decoder from before its
-    memory was held per sentence, does not)."""
+    memory was held per sentence, does not). An up-to-date one gets the model card's
+    ``trained_on`` recorded in its manifest (export/publish/variants.py: record_trained_on)."""
     manifest = published_manifest(
         directory,
         task="translate",
@@ -97,7 +100,16 @@ def up_to_date(
         source_sha256=sha,
         reference_sha256=reference_sha,
     )
-    if manifest is None or manifest.translation is None:
+    if manifest is None or not _same_export(manifest, source, variant, vmap):
+        return False
+    record_trained_on(directory, manifest, trained_on(source.path))
+    return True
+
+
+def _same_export(manifest: Manifest, source: TranslationSource, variant: Variant, vmap: Path | None) -> bool:
+    """Whether ``manifest``, of this source's weights, records today's graphs, tokenizer and
+    vocabulary map."""
+    if manifest.translation is None:
         return False
     decoder = variant_decoder(variant)
     if manifest.translation.decoder_layout != decoder.layout:

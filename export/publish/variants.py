@@ -8,8 +8,9 @@ service's loader can open it, verified (through the service's engine, by the cal
 step removes the staging directory and leaves an earlier artefact at the target untouched.
 
 Also here, shared by the translation and the embedding export: the variant names of the
-command line, the up-to-date check that lets a re-run skip finished variants, and the fields
-every manifest records about the tools that wrote it.
+command line, the up-to-date check that lets a re-run skip finished variants (recording their
+informational ``trained_on`` in place), and the fields every manifest records about the tools
+that wrote it.
 """
 
 from __future__ import annotations
@@ -91,6 +92,16 @@ def published_manifest(
         manifest.variant == "fp16" or "SkipLayerNormalization" not in manifest.fusions
     )
     return manifest if same and current_form and (measured or unverifiable) else None
+
+
+def record_trained_on(target: Path, manifest: Manifest, trained_on: str | None) -> None:
+    """Write ``trained_on`` into the manifest of the up-to-date artefact at ``target`` when it
+    records another (none, before the field; or the model card has been edited since): the field
+    is informational, so it is brought up to date in place (the manifest is replaced atomically,
+    no file it lists changes) instead of the variant being exported again."""
+    if manifest.trained_on != trained_on:
+        write_manifest(target, manifest.model_copy(update={"trained_on": trained_on}))
+        progress(f"{target.parent.name}/{target.name}: trained_on recorded in its manifest")
 
 
 def still_to_export(

@@ -84,6 +84,7 @@ def _card(engine: Engine) -> ModelCard:
         variant=m.variant,
         provider=engine.provider,
         max_input_tokens=0,
+        trained_on=m.trained_on,
     )
     if m.translation is not None:
         card.max_input_tokens = m.translation.max_source_len

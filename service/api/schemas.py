@@ -305,6 +305,11 @@ class ModelCard(_Response):
     source_languages: list[str] | None = None
     target_languages: list[str] | None = None
     dim: int | None = None
+    trained_on: str | None = Field(
+        default=None,
+        description="The domain and data the model was trained on, from its model card (null when it "
+        "does not say); text far from that domain translates poorly",
+    )
 
 
 class ModelsResponse(_Response):

@@ -94,6 +94,7 @@ class HashEmbedder:
         max_len: int = 16,
         normalize: bool = True,
         *,
+        trained_on: str | None = None,
         delay_s: float = 0.0,
         warmup_s: float = 0.0,
         gate: threading.Event | None = None,
@@ -102,6 +103,7 @@ class HashEmbedder:
             name,
             "embed",
             source=SourceInfo(kind="bert", path="tests", sha256="0" * 64),
+            trained_on=trained_on,
             embedding=EmbeddingInfo(
                 dim=dim, pooling="mean", normalize=normalize, max_len=max_len, needs_token_type_ids=False
             ),
@@ -157,6 +159,7 @@ class ReverseTranslator:
         source_languages: tuple[str, ...] = ("en",),
         target_languages: tuple[str, ...] = ("de",),
         length_penalty: float = 1.0,
+        trained_on: str | None = None,
         delay_s: float = 0.0,
         warmup_s: float = 0.0,
         gate: threading.Event | None = None,
@@ -164,6 +167,7 @@ class ReverseTranslator:
         self.manifest = _manifest(
             name,
             "translate",
+            trained_on=trained_on,
             translation=TranslationInfo(
                 source_languages=list(source_languages),
                 target_languages=list(target_languages),

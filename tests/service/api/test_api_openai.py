@@ -7,7 +7,8 @@ import base64
 import numpy as np
 import pytest
 
-from tests.service.api.conftest import Served, error_of
+from tests.service.api.conftest import Served, error_of, serving
+from tests.service.small_engines import HashEmbedder, ReverseTranslator
 
 pytestmark = pytest.mark.anyio
 
@@ -81,3 +82,20 @@ async def test_models_lists_both(served: Served) -> None:
     assert cards["translate"]["source_languages"] == ["en"]
     assert cards["translate"]["target_languages"] == ["de"]
     assert {c["object"] for c in cards.values()} == {"model"}
+    assert "trained_on" not in cards["translate"]  # its manifest does not say: no claim
+
+
+async def test_models_say_what_each_was_trained_on() -> None:
+    captions = "Multi30k: English descriptions of Flickr photos with German translations (image captions)"
+    pairs = "datasets named by its model card: snli, multi_nli"
+    given = [
+        ReverseTranslator(name="said-translate", trained_on=captions),
+        HashEmbedder(name="said-embed", trained_on=pairs),
+    ]
+    async with serving(given=given) as served:
+        r = await served.client.get("/v1/models")
+    assert r.status_code == 200
+    assert {card["id"]: card["trained_on"] for card in r.json()["data"]} == {
+        "said-translate": captions,
+        "said-embed": pairs,
+    }
