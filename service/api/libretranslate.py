@@ -15,6 +15,7 @@ to the first configured one serving its pair (LibreTranslate's clients cannot na
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Literal, TypeVar
 
 import langcodes
@@ -228,6 +229,8 @@ async def parse_body(request: Request, schema: type[Body]) -> tuple[Body, bool]:
         raise _invalid(f"invalid JSON at character {e.pos}: {e.msg}") from e
     except RecursionError as e:
         raise _invalid("the JSON is nested too deeply") from e
+    except ValueError as e:  # json's int(): more digits than Python converts
+        raise _invalid(f"a number has more than {sys.get_int_max_str_digits()} digits") from e
     except HTTPException as e:  # the body stream's and the form parser's: a 400 is an invalid request
         if e.status_code != 400:
             raise

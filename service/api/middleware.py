@@ -34,6 +34,7 @@ _UTF16_OR_32_BOMS = (b"\xfe\xff", b"\xff\xfe")
 _LIBRETRANSLATE_PATHS = (
     "/translate",
     "/translate_file",
+    "/detect",
     "/languages",
     "/frontend/settings",
 )  # {"error": ...}

@@ -113,6 +113,21 @@ async def test_invalid_json_is_400(served: Served) -> None:
     assert "invalid JSON" in lt_error(r, 400)
 
 
+@pytest.mark.parametrize("path", ["/translate", "/detect"])
+async def test_a_number_too_long_to_convert_is_400_not_500(path: str) -> None:
+    """json's int() refuses more than sys.get_int_max_str_digits() digits with a ValueError."""
+    body = b'{"q": "a", "source": "en", "target": "de", "alternatives": ' + b"9" * 4301 + b"}"
+    async with serving(small_settings(max_body_bytes=16384)) as served:
+        r = await served.client.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert "digits" in lt_error(r, 400)
+        assert served.translator.hooks.batches == []
+
+
+async def test_detect_refuses_a_body_too_large_in_libretranslates_shape(served: Served) -> None:
+    r = await served.client.post("/detect", json={"q": "a" * 5000})
+    assert "larger than" in lt_error(r, 413)
+
+
 async def test_api_key_in_the_body_the_query_or_a_bearer_token() -> None:
     async with serving(small_settings(api_keys=["k1"])) as served:
         body = {"q": "a b", "source": "en", "target": "de"}
