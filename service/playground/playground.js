@@ -1,7 +1,9 @@
 // The playground: plain DOM, public API only (/v1/models, /v1/translate, /v1/embed). A module: strict.
 
+import { $, element } from "./dom.js";
+import { showModels, watchModelChoice } from "./domain.js";
+
 const KEY_STORAGE = "tserve-api-key"; // sessionStorage: the key lives as long as the tab
-const $ = (id) => document.getElementById(id);
 
 class ApiError extends Error {
   constructor(status, body, retryAfter) {
@@ -97,16 +99,6 @@ function parseServerTiming(header) {
 }
 
 // ---- small DOM helpers ---------------------------------------------------------------------
-
-function element(tag, attributes = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (name === "text") node.textContent = value;
-    else node.setAttribute(name, value);
-  }
-  node.append(...children);
-  return node;
-}
 
 function showError(target, error) {
   const box = $(target);
@@ -205,6 +197,7 @@ async function loadModels() {
     const models = payload.data.map(describeModel);
     line.replaceChildren(...models.flatMap((m, i) => (i ? [" · ", m] : [m])));
     if (!models.length) line.textContent = "No models are served.";
+    showModels(payload.data);
     if (sessionStorage.getItem(KEY_STORAGE)) $("key-section").hidden = true;
   } catch (error) {
     line.textContent =
@@ -359,6 +352,7 @@ async function translate() {
   clearError("translate-error");
   try {
     const { payload, timings, roundTrip } = await call("/v1/translate", {
+      model: $("translate-model").value || undefined, // none listed yet: the service's default
       text: $("translate-text").value,
       beam_size: Number($("beam-size").value),
       n_best: Number($("n-best").value),
@@ -437,6 +431,7 @@ $("key-form").addEventListener("submit", async (event) => {
   await loadModels();
   if ($("key-section").hidden) $("translate-text").focus(); // the key section is gone: keep the keyboard's place
 });
+watchModelChoice();
 bindForm("translate-form", "translate-button", translate);
 bindForm("embed-form", "embed-button", embed);
 loadModels();

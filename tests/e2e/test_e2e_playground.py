@@ -35,6 +35,8 @@ PARAGRAPH = (
 )
 OTHER_PARAGRAPH = "Birds fly south in winter. The old fisherman slowly mends his torn blue nets."
 EMBED_SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "A woman plays the violin."]
+CAPTIONS = "Multi30k: English descriptions of Flickr photos with their German translations (image captions)"
+PAIRS = "datasets named by its model card: snli, multi_nli"
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +48,10 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Its models say what they were trained on (the busy and keyed servers' do not)."""
     log = tmp_path_factory.mktemp("playground-server") / "server.log"
-    with server_process(small_server_command(), {}, log) as s:
+    said = ["--translate-trained-on", CAPTIONS, "--embed-trained-on", PAIRS]
+    with server_process([*small_server_command(), *said], {}, log) as s:
         yield s
 
 
@@ -223,6 +227,54 @@ def test_the_model_line_names_the_served_models(page: Page, server: ServerProces
     expect(line).to_contain_text("small-embed (embed, fp32, CPU, dim 8)")
 
 
+def test_each_panel_says_what_its_model_was_trained_on_and_offers_examples_from_there(
+    page: Page, server: ServerProcess, screenshots: Path
+) -> None:
+    translate_requests: list[Any] = []
+    page.on(
+        "request", lambda r: translate_requests.append(r.post_data_json) if "/v1/translate" in r.url else None
+    )
+    open_playground(page, server)
+    expect(page.locator("#translate-model option")).to_have_text(["small-translate (en→de)"])
+    about = page.locator("#translate-domain")
+    expect(about.locator(".trained-on")).to_have_text(f"small-translate was trained on {CAPTIONS}.")
+    expect(about.locator(".domain-warning")).to_contain_text("far from that domain translates poorly")
+    examples = about.locator("button.example")
+    expect(examples).to_have_count(4)  # English image captions: the model's source language and domain
+    assert "Two dogs are playing in the snow." in examples.all_inner_texts()
+    chosen = examples.nth(1).inner_text()
+    examples.nth(1).click()
+    expect(page.locator("#translate-text")).to_have_value(chosen)
+    expect(page.locator("#translate-text")).to_be_focused()
+    page.click("#translate-button")
+    expect(page.locator(".sentence .source")).to_have_text([chosen])
+    assert translate_requests[-1]["model"] == "small-translate"  # the model the panel describes
+
+    embed_about = page.locator("#embed-domain")
+    expect(embed_about.locator(".trained-on")).to_have_text(f"small-embed was trained on {PAIRS}.")
+    pairs = embed_about.locator("button.example")
+    expect(pairs).to_have_count(3)
+    pairs.first.click()
+    first, second = page.locator("#embed-text").input_value().split("\n")
+    assert pairs.first.inner_text() == f"{first} / {second}"
+    page.click("#embed-button")
+    expect(page.locator("table.similarity")).to_have_attribute("data-n", "2")
+    page.screenshot(path=screenshots / "trained-on-and-examples.png", full_page=True)
+
+
+def test_a_model_that_does_not_say_is_said_not_to_and_gets_no_examples(
+    page: Page, busy_server: ServerProcess
+) -> None:
+    open_playground(page, busy_server)
+    about = page.locator("#translate-domain")
+    expect(about.locator(".trained-on")).to_have_text(
+        "small-translate's manifest does not say what it was trained on."
+    )
+    expect(about.locator(".domain-warning")).to_be_visible()
+    expect(about.locator("button.example")).to_have_count(0)  # no domain: no examples claimed for it
+    expect(page.locator("#embed-domain .trained-on")).to_contain_text("does not say")
+
+
 def test_api_errors_are_shown_as_messages(page: Page, server: ServerProcess, screenshots: Path) -> None:
     open_playground(page, server)
     translate(page, "   ")
@@ -308,7 +360,13 @@ def tab_to(page: Page, element_id: str, limit: int = 40) -> list[str]:
 def test_keyboard_alone_reaches_and_triggers_every_control(page: Page, server: ServerProcess) -> None:
     open_playground(page, server)
     visited = tab_to(page, "translate-button")
-    assert [i for i in visited if i] == ["translate-text", "beam-size", "n-best", "translate-button"]
+    assert [i for i in visited if i] == [
+        "translate-model",
+        "translate-text",
+        "beam-size",
+        "n-best",
+        "translate-button",
+    ]
     page.keyboard.press("Enter")
     expect(page.locator(".heatmap")).to_have_count(3)  # the default text: three sentences
 

@@ -25,14 +25,18 @@ def main(
 ) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--delay-s", type=float, default=0.0, help="seconds each engine batch takes")
+    parser.add_argument("--translate-trained-on", help="the translator's trained_on (default: none)")
+    parser.add_argument("--embed-trained-on", help="the embedder's trained_on (default: none)")
     args = parser.parse_args(argv)
     settings = Settings()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     engines: dict[str, Engine] = {
-        "embed": embedder(name="small-embed", delay_s=args.delay_s),
-        "translate": translator(name="small-translate", delay_s=args.delay_s),
+        "embed": embedder(name="small-embed", trained_on=args.embed_trained_on, delay_s=args.delay_s),
+        "translate": translator(
+            name="small-translate", trained_on=args.translate_trained_on, delay_s=args.delay_s
+        ),
     }
     return serve(create_app(settings, engines), settings)
 
