@@ -307,8 +307,8 @@ class ModelCard(_Response):
     dim: int | None = None
     trained_on: str | None = Field(
         default=None,
-        description="The domain and data the model was trained on, from its model card (null when it "
-        "does not say); text far from that domain translates poorly",
+        description="The domain and data the model was trained on, from its model card (absent when "
+        "it does not say); text far from that domain translates poorly",
     )
 
 
