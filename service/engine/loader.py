@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.artefacts import ArtefactError, read_manifest
 from service.engine.base import EmbedEngine, TranslateEngine
 from service.engine.session import DEFAULT_SESSION, SessionConfig
+
+if TYPE_CHECKING:
+    from service.engine.reranker import RerankEngine
 
 
 def load_engine(
@@ -17,10 +21,10 @@ def load_engine(
     max_batch_tokens: int = 16384,
     max_decode_rows: int = 512,
     shortlist: bool = False,
-) -> EmbedEngine | TranslateEngine:
+) -> EmbedEngine | TranslateEngine | RerankEngine:
     """Verify (sha256 of every listed file) and load; ``ArtefactError`` names the bad file.
 
-    Embedding engines use ``max_batch_size``/``max_batch_tokens`` for their sub-batches;
+    Embedding and rerank engines use ``max_batch_size``/``max_batch_tokens`` for their sub-batches;
     translation engines bound sentences × beam per search call by ``max_decode_rows`` and, with
     ``shortlist``, decode over each sentence's vocabulary shortlist (an export with ``--vmap``).
     """
@@ -32,6 +36,12 @@ def load_engine(
         from service.engine.embedder import OnnxEmbedder  # each engine's imports only when served
 
         return OnnxEmbedder(
+            directory, session, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens
+        )
+    if task == "rerank":
+        from service.engine.reranker import OnnxReranker
+
+        return OnnxReranker(
             directory, session, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens
         )
     if task == "translate":
