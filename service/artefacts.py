@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
@@ -160,10 +160,29 @@ class TranslationInfo(_Strict):
 
 class EmbeddingInfo(_Strict):
     dim: int
-    pooling: Literal["mean", "cls"]
+    # lasttoken: the last real token's hidden state (decoder-style embedders; the batch is right-padded)
+    pooling: Literal["mean", "cls", "lasttoken"]
     normalize: bool  # the source pipeline L2-normalises by default
     max_len: int
     needs_token_type_ids: bool
+    # sentence-transformers' prompts (config_sentence_transformers.json): name -> the text put before
+    # each input before tokenisation (E5/BGE-style "query: "); the default one applies to requests
+    # that name none. Empty in artefacts of models without prompts, and in those written before.
+    prompts: dict[str, str] = Field(default_factory=dict)
+    default_prompt_name: str | None = None
+
+    @model_validator(mode="after")
+    def _default_prompt_is_a_prompt(self) -> EmbeddingInfo:
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ValueError(f"default_prompt_name {self.default_prompt_name!r} is not among the prompts")
+        return self
+
+    def prompt(self, name: str | None) -> str:
+        """The text put before an input: the named prompt's, else the default prompt's, else none.
+        Raises KeyError for a name the model has no prompt of."""
+        if name is None:
+            return "" if self.default_prompt_name is None else self.prompts[self.default_prompt_name]
+        return self.prompts[name]
 
 
 class RerankInfo(_Strict):

@@ -3,10 +3,11 @@
 The directory holds config.json, weights and tokenizer.json, plus sentence-transformers'
 modules.json / 1_Pooling/config.json when it is a sentence-transformers pipeline (pooling mode,
 Normalize module and max_seq_length are read from there; a plain HF model gets mean pooling and
-no normalisation, as sentence-transformers gives it). :func:`inspect_source` reads only JSON
-files (no torch), so an unsupported directory fails fast; :func:`hidden_states_module` is the
-graph the export traces: the model with exactly the I/O of the artefact's ``encoder.onnx``
-(``service.artefacts.EMBEDDING_*``).
+no normalisation, as sentence-transformers gives it) and config_sentence_transformers.json's
+prompts (the text each input is prefixed with, by name, and the default one).
+:func:`inspect_source` reads only JSON files (no torch), so an unsupported directory fails fast;
+:func:`hidden_states_module` is the graph the export traces: the model with exactly the I/O of
+the artefact's ``encoder.onnx`` (``service.artefacts.EMBEDDING_*``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,15 @@ if TYPE_CHECKING:
 SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")
 TOKENIZER_FILE = "tokenizer.json"
 
-Pooling = Literal["mean", "cls"]
+Pooling = Literal["mean", "cls", "lasttoken"]
+# sentence-transformers' pooling config keys, older (pooling_mode_*) and newer (pooling_mode: name)
+_POOLING_KEYS: dict[str, Pooling] = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_cls_tokens": "cls",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+_POOLING_NAMES: tuple[Pooling, ...] = ("mean", "cls", "lasttoken")
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,8 @@ class EmbeddingSource:
     needs_token_type_ids: bool
     weight_files: tuple[Path, ...]
     pad_id: int | None  # config.json's, when it names one
+    prompts: dict[str, str]  # config_sentence_transformers.json's, by name
+    default_prompt_name: str | None
 
     def info(self) -> EmbeddingInfo:
         return EmbeddingInfo(
@@ -57,6 +68,8 @@ class EmbeddingSource:
             normalize=self.normalize,
             max_len=self.max_len,
             needs_token_type_ids=self.needs_token_type_ids,
+            prompts=self.prompts,
+            default_prompt_name=self.default_prompt_name,
         )
 
     @property
@@ -87,15 +100,30 @@ def _pipeline_modules(directory: Path) -> tuple[Pooling, bool]:
 
 
 def _pooling_mode(config_path: Path) -> Pooling:
-    config = _read_json(config_path) if config_path.is_file() else {"pooling_mode_mean_tokens": True}
-    if "pooling_mode" in config:  # newer sentence-transformers write the mode by name
-        config = {f"pooling_mode_{config['pooling_mode']}_tokens": True}
-    enabled = sorted(k for k, v in config.items() if k.startswith("pooling_mode_") and v is True)
-    if enabled == ["pooling_mode_mean_tokens"]:
-        return "mean"
-    if enabled in (["pooling_mode_cls_token"], ["pooling_mode_cls_tokens"]):
-        return "cls"
-    raise ValueError(f"{config_path}: pooling {enabled} is not supported (mean or cls only)")
+    config = _read_json(config_path) if config_path.is_file() else {}
+    if config.get("include_prompt") is False:  # pooling would have to skip the prompt's tokens
+        raise ValueError(f"{config_path}: include_prompt false is not supported (prompt tokens are pooled)")
+    if "pooling_mode" in config:  # newer sentence-transformers write the mode by name (or a list)
+        named = config["pooling_mode"]
+        enabled = [named] if isinstance(named, str) else list(named)
+    else:
+        enabled = sorted(k for k, v in config.items() if k.startswith("pooling_mode_") and v is True)
+        enabled = [_POOLING_KEYS.get(k, k) for k in enabled] or ["mean"]  # none enabled: ST's default
+    if len(enabled) == 1 and enabled[0] in _POOLING_NAMES:
+        mode: Pooling = enabled[0]
+        return mode
+    raise ValueError(f"{config_path}: pooling {enabled} is not supported (mean, cls or lasttoken only)")
+
+
+def _prompts(directory: Path) -> tuple[dict[str, str], str | None]:
+    """sentence-transformers' prompts and default prompt name; none for a model without them."""
+    path = directory / "config_sentence_transformers.json"
+    config = _read_json(path) if path.is_file() else {}
+    prompts = {str(k): str(v) for k, v in (config.get("prompts") or {}).items() if v is not None}
+    default = config.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise ValueError(f"{path}: default_prompt_name {default!r} not in the prompts {sorted(prompts)}")
+    return prompts, None if default is None else str(default)
 
 
 def _max_len(directory: Path, config: dict[str, Any]) -> int:
@@ -141,6 +169,7 @@ def inspect_source(directory: Path) -> EmbeddingSource:
             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
     pooling, normalize = _pipeline_modules(directory)
+    prompts, default_prompt_name = _prompts(directory)
     pad = config.get("pad_token_id")
     return EmbeddingSource(
         directory=directory,
@@ -155,6 +184,8 @@ def inspect_source(directory: Path) -> EmbeddingSource:
         needs_token_type_ids=model_type == "bert" and int(config.get("type_vocab_size", 0)) > 1,
         weight_files=_weight_files(directory),
         pad_id=None if pad is None else int(pad),
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
     )
 
 

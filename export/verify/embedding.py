@@ -124,9 +124,11 @@ def open_engine(directory: Path, threads: int) -> OnnxEmbedder:
 
 def embed(engine: OnnxEmbedder, texts: Sequence[str], normalize: bool) -> np.ndarray:
     """Embeddings through ``engine.embed`` (one call: the engine sub-batches by length), L2
-    normalised when the pipeline does it, as the API returns them."""
+    normalised when the pipeline does it, each text after the model's default prompt: as the API
+    returns them, and as sentence-transformers' ``encode`` does."""
+    prompt = engine.info.prompt(None)
     vectors = []
-    for text, result in zip(texts, engine.embed([EmbedItem(t) for t in texts]), strict=True):
+    for text, result in zip(texts, engine.embed([EmbedItem(prompt + t) for t in texts]), strict=True):
         if isinstance(result, Exception):
             raise VerificationError(f"the engine failed on {text!r}: {result}") from result
         vectors.append(result.vector)

@@ -34,7 +34,14 @@ async def embed(
     runtime: Annotated[Runtime, Depends(embedding_runtime)],
 ) -> Response:
     """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
-    asked = embedding.EmbeddingRequest(body.texts, "texts", truncate=body.truncate, normalize=body.normalize)
+    asked = embedding.EmbeddingRequest(
+        body.texts,
+        "texts",
+        truncate=body.truncate,
+        normalize=body.normalize,
+        dimensions=body.dimensions,
+        prompt_name=body.prompt_name,
+    )
     done = await embedding.embed(runtime, HttpClient(request), asked)
     n_tokens = [e.n_tokens for e in done.embeddings]
     return json_response(

@@ -3,7 +3,9 @@
 Enough of the OpenAI API for its clients (``openai.embeddings.create``, LangChain, LlamaIndex)
 to work unchanged. The official Python client asks for base64 by default: little-endian
 float32 bytes, which it decodes itself. Vectors follow the model's own pipeline (L2-normalised
-for all-MiniLM-L6-v2); over-long texts are truncated, as sentence-transformers does.
+for all-MiniLM-L6-v2); over-long texts are truncated, as sentence-transformers does. ``input`` may
+be token ids in the model's vocabulary, ``dimensions`` shortens the vectors (Matryoshka), and
+``prompt_name`` (sentence-transformers' and TEI's, not OpenAI's) picks one of the model's prompts.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ async def embeddings(
     request: Request,
     runtime: Annotated[Runtime, Depends(embedding_runtime)],
 ) -> Response:
-    asked = embedding.EmbeddingRequest(body.input, "input", model=body.model, dimensions=body.dimensions)
+    asked = embedding.EmbeddingRequest(
+        body.input, "input", model=body.model, dimensions=body.dimensions, prompt_name=body.prompt_name
+    )
     done = await embedding.embed(runtime, HttpClient(request), asked)
     as_base64 = body.encoding_format == "base64"
     tokens = sum(e.n_tokens for e in done.embeddings)
@@ -95,6 +99,8 @@ def _card(engine: Engine) -> ModelCard:
     if m.embedding is not None:
         card.max_input_tokens = m.embedding.max_len
         card.dim = m.embedding.dim
+        card.prompts = m.embedding.prompts or None
+        card.default_prompt_name = m.embedding.default_prompt_name
     if m.rerank is not None:
         card.max_input_tokens = m.rerank.max_len
     return card

@@ -24,7 +24,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     StringConstraints,
+    TypeAdapter,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
@@ -56,23 +58,14 @@ def _one_or_many(value: Any) -> Any:
 
 Text = Annotated[str, StringConstraints(max_length=HARD_MAX_CHARS), AfterValidator(_usable_text)]
 TextList = Annotated[list[Text], Field(min_length=1, max_length=HARD_MAX_ITEMS)]
+_ONE_TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": HARD_MAX_CHARS}
+_ONE_OR_MANY_SCHEMAS = [
+    _ONE_TEXT_SCHEMA,
+    {"type": "array", "items": _ONE_TEXT_SCHEMA, "minItems": 1, "maxItems": HARD_MAX_ITEMS},
+]
 # One string or a list; always a list once parsed, so error locations are ``text[i]``.
 OneOrManyTexts = Annotated[
-    TextList,
-    BeforeValidator(_one_or_many),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "minLength": 1, "maxLength": HARD_MAX_CHARS},
-                {
-                    "type": "array",
-                    "items": {"type": "string", "minLength": 1, "maxLength": HARD_MAX_CHARS},
-                    "minItems": 1,
-                    "maxItems": HARD_MAX_ITEMS,
-                },
-            ]
-        }
-    ),
+    TextList, BeforeValidator(_one_or_many), WithJsonSchema({"anyOf": _ONE_OR_MANY_SCHEMAS})
 ]
 Language = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$", max_length=16)]
 SourceLanguage = Annotated[  # a Language, or "auto": detect it
@@ -225,6 +218,13 @@ class TranslateResponse(_Response):
 # ---- embeddings ------------------------------------------------------------------------------
 
 
+PromptName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+_PROMPT_NAME = (
+    "One of the model's prompts (GET /v1/models), put before each text; default: its default prompt"
+)
+_DIMENSIONS = "Keep the first N dimensions (Matryoshka), normalised again when normalising; default: all"
+
+
 class EmbedRequest(_Request):
     """Embed a list of texts; one vector per text, in order."""
 
@@ -232,6 +232,8 @@ class EmbedRequest(_Request):
     normalize: bool | None = Field(
         default=None, description="L2-normalise; default: the model's own pipeline"
     )
+    prompt_name: PromptName | None = Field(default=None, description=_PROMPT_NAME)
+    dimensions: int | None = Field(default=None, ge=1, le=65536, description=_DIMENSIONS)
     truncate: bool = Field(
         default=True, description="Cut texts at the model's max length; false: 422 instead"
     )
@@ -254,18 +256,63 @@ class EmbedResponse(_Response):
 # ---- OpenAI-compatible embeddings --------------------------------------------------------------
 
 
-class OpenAIEmbeddingRequest(_Request):
-    """``POST /v1/embeddings`` as OpenAI defines it; texts over the model's length are truncated."""
+_STRICT = ConfigDict(strict=True)
+_TEXTS = TypeAdapter(TextList, config=_STRICT)
+TokenIds = Annotated[
+    list[Annotated[int, Field(ge=0, le=2**31 - 1)]], Field(min_length=1, max_length=HARD_MAX_CHARS)
+]
+_TOKEN_ID_LISTS = TypeAdapter(
+    Annotated[list[TokenIds], Field(min_length=1, max_length=HARD_MAX_ITEMS)], config=_STRICT
+)
 
-    input: OneOrManyTexts
+
+def _texts_or_token_ids(value: Any) -> list[str] | list[list[int]]:
+    """One text, texts, one token-id list or token-id lists (OpenAI's four forms), as a list;
+    errors located by index (``input[2]``, ``input[1][3]``)."""
+    if isinstance(value, str):
+        return _TEXTS.validate_python([value])
+    if not isinstance(value, list):
+        raise PydanticCustomError("text_type", "must be a string, a list of strings, or token ids")
+    first = value[0] if value else None
+    if isinstance(first, list):
+        return _TOKEN_ID_LISTS.validate_python(value)
+    if isinstance(first, int) and not isinstance(first, bool):
+        return _TOKEN_ID_LISTS.validate_python([value])
+    return _TEXTS.validate_python(value)
+
+
+_TOKEN_IDS_SCHEMA = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_TOKEN_ID_LISTS_SCHEMA = {
+    "type": "array",
+    "items": _TOKEN_IDS_SCHEMA,
+    "minItems": 1,
+    "maxItems": HARD_MAX_ITEMS,
+}
+TextsOrTokenIds = Annotated[
+    list[str] | list[list[int]],
+    PlainValidator(_texts_or_token_ids),
+    WithJsonSchema({"anyOf": [*_ONE_OR_MANY_SCHEMAS, _TOKEN_IDS_SCHEMA, _TOKEN_ID_LISTS_SCHEMA]}),
+]
+
+
+class OpenAIEmbeddingRequest(_Request):
+    """``POST /v1/embeddings`` as OpenAI defines it; inputs over the model's length are truncated."""
+
+    input: Annotated[
+        TextsOrTokenIds,
+        Field(
+            description="Texts, or token ids in the model's vocabulary: its whole input, specials included"
+        ),
+    ]
     model: str | None = Field(
         default=None, max_length=256, description="The served model's name; default: it"
     )
     encoding_format: Literal["float", "base64"] = Field(
         default="float", description="base64: little-endian float32 bytes, as OpenAI"
     )
-    dimensions: int | None = Field(
-        default=None, ge=1, le=65536, description="Only the model's own dimension is accepted (no shortening)"
+    dimensions: int | None = Field(default=None, ge=1, le=65536, description=_DIMENSIONS)
+    prompt_name: PromptName | None = Field(
+        default=None, description=_PROMPT_NAME + " (not OpenAI's: sentence-transformers' and TEI's)"
     )
     user: str | None = Field(default=None, max_length=256, description="Accepted and ignored")
 
@@ -307,6 +354,10 @@ class ModelCard(_Response):
     source_languages: list[str] | None = None
     target_languages: list[str] | None = None
     dim: int | None = None
+    prompts: dict[str, str] | None = Field(default=None, description="Embeddings: prompt_name's choices")
+    default_prompt_name: str | None = Field(
+        default=None, description="Embeddings: the prompt used unless named"
+    )
     trained_on: str | None = Field(
         default=None,
         description="The domain and data the model was trained on, from its model card (absent when "

@@ -36,6 +36,7 @@ class EmbedItem:
     # tokenized once, for the batcher's cost and the engine alike; None: the engine tokenizes.
     encoded: Encoded | None = field(default=None, compare=False, repr=False)
     normalize: bool = False  # True: the vector comes back L2-normalised (on the engine's worker)
+    dimensions: int | None = None  # its first N dimensions only (Matryoshka), normalised after the cut
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ pre: tokenize (over-long texts are cut or fail alone). core: sort by length and 
 encoder on the padded sub-batches that cost least (``padded_partition``), so short texts do not
 pay for a long one's padding. post: pool each sub-batch (mean over real tokens or [CLS]) and
 put the vectors back in request order. Vectors are returned un-normalised; L2 normalisation is
-an API option.
+an API option, and so is keeping only the first dimensions (Matryoshka models), which comes
+before the normalisation so that a shortened vector is a unit vector again.
 """
 
 from __future__ import annotations
@@ -126,10 +127,7 @@ class OnnxEmbedder:
                 feeds, mask = self._feeds([todo[i].ids for i in chunk])
                 (hidden,) = self.session.run([self._output], feeds)
                 mid = time.perf_counter()
-                vectors = self._pool(hidden, mask)
-                unit = [k for k, i in enumerate(chunk) if items[i].normalize]
-                if unit:
-                    vectors[unit] = l2_normalize(vectors[unit])
+                vectors = self._post(self._pool(hidden, mask), [items[i] for i in chunk])
                 pool_s += time.perf_counter() - mid
                 encoder_s += mid - start
             except Exception as e:  # a failing sub-batch fails its own items only
@@ -154,6 +152,19 @@ class OnnxEmbedder:
         if EMBEDDING_TOKEN_TYPE_IDS in self._inputs:
             feeds[EMBEDDING_TOKEN_TYPE_IDS] = np.zeros_like(input_ids)
         return {k: v for k, v in feeds.items() if k in self._inputs}, mask
+
+    @staticmethod
+    def _post(pooled: np.ndarray, items: Sequence[EmbedItem]) -> list[np.ndarray]:
+        """Each item's vector: cut to its ``dimensions``, then L2-normalised where it asks."""
+        unit = [k for k, it in enumerate(items) if it.normalize and it.dimensions is None]
+        if unit:  # the usual case, one call for the sub-batch
+            pooled[unit] = l2_normalize(pooled[unit])
+        vectors = list(pooled)
+        for k, it in enumerate(items):
+            if it.dimensions is not None:
+                cut = np.ascontiguousarray(pooled[k, : it.dimensions])
+                vectors[k] = l2_normalize(cut) if it.normalize else cut
+        return vectors
 
     def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """(B, T, D) → (B, D) float32 (float16 graphs too), per the manifest's pooling."""

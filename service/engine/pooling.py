@@ -6,7 +6,9 @@ this module belongs to the onnxruntime world.
 
 Numerics follow sentence-transformers: mean pooling divides by the token count clamped at 1e-9
 (a row with no tokens pools to zeros, not NaN); L2 normalisation divides by max(norm, 1e-12)
-like ``torch.nn.functional.normalize``. Everything is computed in float32 even when the graph
+like ``torch.nn.functional.normalize``; last-token pooling takes each row's last real token (the
+service pads on the right, so not the last position) and a row with no tokens pools to zeros, as
+sentence-transformers' ``lasttoken`` mode gives them. Everything is computed in float32 even when the graph
 returns float16, so an fp16 graph's pooled output is as precise as its hidden states allow.
 """
 
@@ -16,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-Pooling = Literal["mean", "cls"]
+Pooling = Literal["mean", "cls", "lasttoken"]
 
 _MIN_COUNT = 1e-9  # sentence-transformers' clamp on the token count
 _MIN_NORM = 1e-12  # torch.nn.functional.normalize's default eps
@@ -41,6 +43,18 @@ def cls_pool(hidden: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     return np.asarray(hidden[:, 0, :], dtype=np.float32)
 
 
+def last_token_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The hidden state of each row's last real token: (batch, seq, dim) × (batch, seq) → (batch, dim)."""
+    m = np.asarray(mask)
+    # the last index where the mask is set (a row without any: the last position, zeroed below)
+    seq = m.shape[1]
+    last = seq - 1 - np.argmax(m[:, ::-1] != 0, axis=1)
+    rows = np.arange(m.shape[0])
+    picked = np.asarray(hidden[rows, last, :], dtype=np.float32)
+    picked[~m.any(axis=1)] = 0.0
+    return picked
+
+
 def l2_normalize(x: np.ndarray, eps: float = _MIN_NORM) -> np.ndarray:
     """Scale each row to unit length; a zero row stays zero instead of becoming NaN."""
     v = np.asarray(x, dtype=np.float32)
@@ -55,4 +69,6 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: Pooling) -> np.ndarray:
         return mean_pool(hidden, mask)
     if mode == "cls":
         return cls_pool(hidden, mask)
-    raise ValueError(f"unknown pooling mode {mode!r} (expected 'mean' or 'cls')")
+    if mode == "lasttoken":
+        return last_token_pool(hidden, mask)
+    raise ValueError(f"unknown pooling mode {mode!r} (expected 'mean', 'cls' or 'lasttoken')")

@@ -1,38 +1,48 @@
 """Embeddings, whichever API asked (``/v1/embed``, OpenAI's ``/v1/embeddings``): the model →
-limits → tokenize → submit.
+limits → the model's options (prompt, dimensions) → tokenize → submit.
 
-Each text is tokenized once, here: its encoding is the queue's cost and the engine's input. The
-engine normalises the vectors when asked (on its worker thread, not on the event loop).
+Each text is tokenized once, here, after the prompt is put before it (as sentence-transformers
+does: the model's default prompt when the request names none): its encoding is the queue's cost
+and the engine's input. Token ids (OpenAI's, TEI's and vLLM's other input form) are the model's
+whole input as given, special tokens included; cut at the model's length like a text (keeping
+the closing special token). The engine cuts vectors to ``dimensions`` and normalises them when
+asked (on its worker thread, not on the event loop).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from service.artefacts import EmbeddingInfo, Manifest
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.lifecycle import Runtime, ServedEmbedder
 from service.queue import off_the_loop_if_large
-from service.serving.errors import InvalidRequest, problem
+from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import text_problems
 from service.serving.routing import choose_embedder
 from service.serving.submit import Client, all_or_nothing, submit
 
 _EMBED = ("embed", "queue wait and encoding (batched with other requests)")
 
+TokenIds = Sequence[int]
+
 
 @dataclass(frozen=True)
 class EmbeddingRequest:
-    """Texts to embed (all-or-nothing: with ``truncate`` false one over-long text fails the
-    request). ``field`` is the texts' field in the API's body, which errors name; ``model`` and
-    ``dimensions``, when given, must be the served model's; ``normalize`` None is the model's own
-    pipeline."""
+    """Texts or token-id lists to embed (all-or-nothing: with ``truncate`` false one over-long
+    input fails the request). ``field`` is the inputs' field in the API's body, which errors name;
+    ``model``, when given, must be a served model; ``normalize`` None is the model's own pipeline;
+    ``prompt_name`` one of the model's prompts (None: its default prompt, if any); ``dimensions``
+    keeps the first N of the model's dimensions."""
 
-    texts: list[str]
+    inputs: Sequence[str | TokenIds]
     field: str
     truncate: bool = True
     normalize: bool | None = None
     model: str | None = None
     dimensions: int | None = None
+    prompt_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,22 +56,74 @@ async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> 
     embedder = choose_embedder(runtime, request.model)
     manifest = embedder.engine.manifest
     info = manifest.embedding
-    dim = info.dim if info is not None else None
-    if request.dimensions is not None and request.dimensions != dim:
-        message = f"{manifest.name} returns {dim}-dimensional vectors; shortening is not supported"
-        raise InvalidRequest([problem("unsupported_dimensions", ("dimensions",), message, dim)])
-    texts, field = request.texts, request.field
-    problems = text_problems(texts, field, runtime.limits)
+    if info is None:  # choose_embedder serves embedding artefacts only
+        raise RuntimeError(f"{manifest.name} is not an embedding model")
+    inputs, field = request.inputs, request.field
+    # token ids have no characters to count: their number is checked, their length is the model's
+    problems = text_problems([x if isinstance(x, str) else "" for x in inputs], field, runtime.limits)
+    problems += _option_problems(manifest, info, request) + _id_problems(manifest, inputs, field)
     if problems:
         raise InvalidRequest(problems)
-    normalize = (
-        (info.normalize if info is not None else False) if request.normalize is None else request.normalize
-    )
-    encodings = await off_the_loop_if_large(sum(len(t) for t in texts), lambda: embedder.engine.encode(texts))
-    items = [EmbedItem(t, request.truncate, e, normalize) for t, e in zip(texts, encodings, strict=True)]
+    prompt = info.prompt(request.prompt_name)
+    texts = [prompt + x for x in inputs if isinstance(x, str)]
+    made = await off_the_loop_if_large(sum(len(t) for t in texts), lambda: embedder.engine.encode(texts))
+    encoded = iter(made)
+    frame = embedder.engine.encode([""])[0].ids if len(texts) < len(inputs) else []
+    normalize = info.normalize if request.normalize is None else request.normalize
+    dimensions = None if request.dimensions == info.dim else request.dimensions
+    encodings = [
+        next(encoded) if isinstance(x, str) else _given_ids(x, frame, info.max_len, request.truncate)
+        for x in inputs
+    ]
+    items = [
+        EmbedItem(prompt + x if isinstance(x, str) else "", request.truncate, e, normalize, dimensions)
+        for x, e in zip(inputs, encodings, strict=True)
+    ]
     costs = [_cost(e, request.truncate, embedder) for e in encodings]
     results = await submit(client, embedder.batcher, items, costs, runtime.settings.request_timeout_s, _EMBED)
     return Embedded(manifest.name, all_or_nothing(results, field))
+
+
+def _option_problems(manifest: Manifest, info: EmbeddingInfo, request: EmbeddingRequest) -> list[Problem]:
+    found: list[Problem] = []
+    if request.dimensions is not None and request.dimensions > info.dim:
+        message = f"{manifest.name} returns {info.dim}-dimensional vectors: dimensions may be 1 to {info.dim}"
+        found.append(problem("unsupported_dimensions", ("dimensions",), message, info.dim))
+    if request.prompt_name is not None:
+        if request.prompt_name not in info.prompts:
+            named = ", ".join(sorted(info.prompts)) or "none"
+            message = f"{manifest.name} has no prompt {request.prompt_name!r} (its prompts: {named})"
+            found.append(problem("unknown_prompt", ("prompt_name",), message))
+        elif not all(isinstance(x, str) for x in request.inputs):
+            message = "a prompt is put before a text: token ids are the model's whole input"
+            found.append(problem("prompt_with_token_ids", ("prompt_name",), message))
+    return found
+
+
+def _id_problems(manifest: Manifest, inputs: Sequence[str | TokenIds], field: str) -> list[Problem]:
+    """Each token-id list's first id outside the model's vocabulary."""
+    found: list[Problem] = []
+    for i, ids in enumerate(inputs):
+        if isinstance(ids, str):
+            continue
+        j = next((j for j, t in enumerate(ids) if not 0 <= t < manifest.vocab_size), None)
+        if j is not None:
+            message = (
+                f"token id {ids[j]} is outside {manifest.name}'s vocabulary (0 to {manifest.vocab_size - 1})"
+            )
+            found.append(problem("token_id_out_of_range", (field, i, j), message, manifest.vocab_size - 1))
+    return found
+
+
+def _given_ids(ids: TokenIds, frame: list[int], max_len: int, truncate: bool) -> Encoded:
+    """Token ids as the engine's input. Cut at ``max_len`` when ``truncate`` as a text is: a list
+    ending with the token the tokenizer closes every text with ([SEP], </s>) keeps it; longer
+    ones not cut fail in the engine, like a text (TextTooLong)."""
+    ids = list(ids)
+    if not truncate or len(ids) <= max_len:
+        return Encoded(ids, [], truncated=False)
+    closing = frame[-1:] if frame and ids[-1] == frame[-1] else []
+    return Encoded(ids[: max_len - len(closing)] + closing, [], truncated=True)
 
 
 def _cost(encoded: Encoded, truncate: bool, embedder: ServedEmbedder) -> int:

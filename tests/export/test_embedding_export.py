@@ -168,6 +168,8 @@ def test_layout_and_manifest(exported: Path) -> None:
             "normalize": True,
             "max_len": MAX_SEQ,
             "needs_token_type_ids": True,
+            "prompts": {},
+            "default_prompt_name": None,
         }
         graph = manifest.graphs["encoder"]
         assert [(t.name, t.dtype, t.shape) for t in graph.inputs] == [

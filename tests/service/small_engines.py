@@ -95,6 +95,8 @@ class HashEmbedder:
         normalize: bool = True,
         *,
         trained_on: str | None = None,
+        prompts: dict[str, str] | None = None,
+        default_prompt_name: str | None = None,
         delay_s: float = 0.0,
         warmup_s: float = 0.0,
         gate: threading.Event | None = None,
@@ -105,7 +107,13 @@ class HashEmbedder:
             source=SourceInfo(kind="bert", path="tests", sha256="0" * 64),
             trained_on=trained_on,
             embedding=EmbeddingInfo(
-                dim=dim, pooling="mean", normalize=normalize, max_len=max_len, needs_token_type_ids=False
+                dim=dim,
+                pooling="mean",
+                normalize=normalize,
+                max_len=max_len,
+                needs_token_type_ids=False,
+                prompts=prompts or {},
+                default_prompt_name=default_prompt_name,
             ),
         )
         self.dim = dim
@@ -139,7 +147,10 @@ class HashEmbedder:
             elif n > self.max_len and not item.truncate:
                 out.append(TextTooLong(f"text has {n} tokens, more than {self.max_len}", self.max_len))
             else:
-                vector = self.vector(item.text, item.truncate)
+                # token-id input (no text): each id embeds as a word of its own
+                ids = item.encoded.ids if item.encoded else []
+                text = item.text or " ".join(f"id{i}" for i in ids)
+                vector = self.vector(text, item.truncate)[: item.dimensions]
                 if item.normalize:  # as the real engine does, on its worker thread
                     vector = l2_normalize(vector[None])[0]
                 out.append(Embedding(vector=vector, n_tokens=min(n, self.max_len)))

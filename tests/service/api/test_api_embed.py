@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.service.api.conftest import Served, error_of
+from tests.service.api.conftest import Served, error_of, serving
+from tests.service.small_engines import HashEmbedder, ReverseTranslator
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +64,10 @@ async def test_without_truncation_a_long_text_fails_the_request_naming_it(served
         ({"texts": ["ok"], "truncate": 1}, "truncate"),
         ({"texts": ["ok"], "pooling": "cls"}, "pooling"),
         ({"texts": [None]}, "texts[0]"),
+        ({"texts": ["ok"], "dimensions": 9}, "dimensions"),  # the small model has 8
+        ({"texts": ["ok"], "dimensions": 0}, "dimensions"),
+        ({"texts": ["ok"], "prompt_name": "query"}, "prompt_name"),  # the small model has no prompts
+        ({"texts": [[1, 2]]}, "texts[0]"),  # token ids are /v1/embeddings' input
     ],
 )
 async def test_invalid_requests_are_422(served: Served, body: dict[str, Any], field: str) -> None:
@@ -70,3 +75,28 @@ async def test_invalid_requests_are_422(served: Served, body: dict[str, Any], fi
     assert r.status_code == 422, r.text
     assert field in [d["field"] for d in error_of(r)["details"]]
     assert served.embedder.hooks.batches == []
+
+
+async def test_the_default_prompt_goes_before_each_text_unless_another_is_named() -> None:
+    """As sentence-transformers' encode: the model's default prompt when none is named."""
+    prompts = {"query": "query: ", "passage": "passage: ", "none": ""}
+    embedder = HashEmbedder(
+        name="embed-prompts", prompts=prompts, default_prompt_name="query", normalize=False
+    )
+    async with serving(
+        given={"embed": embedder, "translate": ReverseTranslator(name="embed-prompts-t")}
+    ) as s:
+        default = (await s.client.post("/v1/embed", json={"texts": ["a b"]})).json()
+        named = (await s.client.post("/v1/embed", json={"texts": ["a b"], "prompt_name": "passage"})).json()
+        empty = (await s.client.post("/v1/embed", json={"texts": ["a b"], "prompt_name": "none"})).json()
+    np.testing.assert_allclose(default["embeddings"][0], embedder.vector("query: a b"), rtol=1e-6)
+    np.testing.assert_allclose(named["embeddings"][0], embedder.vector("passage: a b"), rtol=1e-6)
+    np.testing.assert_allclose(empty["embeddings"][0], embedder.vector("a b"), rtol=1e-6)
+    assert default["n_tokens"] == [5]  # the prompt's tokens are the model's input too
+
+
+async def test_dimensions_shorten_the_vectors(served: Served) -> None:
+    r = await served.client.post("/v1/embed", json={"texts": ["x y"], "dimensions": 3, "normalize": False})
+    assert r.status_code == 200, r.text
+    assert r.json()["dim"] == 3
+    np.testing.assert_allclose(r.json()["embeddings"][0], served.embedder.vector("x y")[:3], rtol=1e-6)

@@ -91,6 +91,40 @@ def test_an_item_that_asks_gets_its_vector_normalised_and_only_it(embedder: Onnx
         np.testing.assert_allclose(ok(result).vector, want, rtol=1e-6, atol=1e-7)
 
 
+def test_dimensions_keep_the_first_ones_normalised_after_the_cut(embedder: OnnxEmbedder) -> None:
+    """Matryoshka: an item asking for N dimensions gets the pooled vector's first N, a unit vector
+    again when it normalises; its batch neighbours keep all of theirs."""
+    plain = [ok(r).vector for r in embedder.embed([EmbedItem(t) for t in TEXTS[:3]])]
+    items = [
+        EmbedItem(TEXTS[0], normalize=True, dimensions=8),
+        EmbedItem(TEXTS[1], dimensions=5),
+        EmbedItem(TEXTS[2]),
+    ]
+    short_unit, short_raw, full = (ok(r).vector for r in embedder.embed(items))
+    np.testing.assert_allclose(short_unit, plain[0][:8] / np.linalg.norm(plain[0][:8]), rtol=1e-6, atol=1e-7)
+    assert np.linalg.norm(short_unit) == pytest.approx(1.0)
+    np.testing.assert_allclose(short_raw, plain[1][:5], rtol=1e-6)
+    np.testing.assert_allclose(full, plain[2], rtol=1e-6)
+    assert short_unit.flags.c_contiguous and short_unit.dtype == np.float32
+
+
+def test_last_token_pooling_takes_each_texts_last_real_token(
+    embedding_artefact: Path, embedding_source: Path, tmp_path: Path
+) -> None:
+    """The pooling follows the manifest (switched to lasttoken): [SEP] of each right-padded row."""
+    directory = Path(shutil.copytree(embedding_artefact, tmp_path / "fp32"))
+    manifest = read_manifest(directory)
+    assert manifest.embedding is not None
+    info = manifest.embedding.model_copy(update={"pooling": "lasttoken"})
+    write_manifest(directory, manifest.model_copy(update={"embedding": info}))
+    engine = OnnxEmbedder(directory, SessionConfig("cpu", 1))
+    hidden, mask = torch_hidden(embedding_source, TEXTS[:3])
+    got = np.stack([ok(r).vector for r in engine.embed([EmbedItem(t) for t in TEXTS[:3]])])
+    last = mask.sum(axis=1) - 1
+    np.testing.assert_allclose(got, hidden[np.arange(3), last], atol=1e-5)
+    assert len(set(last.tolist())) > 1  # rows of different lengths, padded in one batch
+
+
 def test_mixed_lengths_and_sub_batches_do_not_change_results(embedding_artefact: Path) -> None:
     """Length-sorted, padded sub-batches give each text what it gets alone, in request order."""
     engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), max_batch_size=2, max_batch_tokens=24)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.engine.pooling import cls_pool, l2_normalize, mean_pool, pool
+from service.engine.pooling import cls_pool, l2_normalize, last_token_pool, mean_pool, pool
 
 
 def _hidden() -> tuple[np.ndarray, np.ndarray]:
@@ -63,5 +63,34 @@ def test_pool_dispatch() -> None:
     hidden, mask = _hidden()
     np.testing.assert_array_equal(pool(hidden, mask, "mean"), mean_pool(hidden, mask))
     np.testing.assert_array_equal(pool(hidden, mask, "cls"), cls_pool(hidden))
+    np.testing.assert_array_equal(pool(hidden, mask, "lasttoken"), last_token_pool(hidden, mask))
     with pytest.raises(ValueError, match="max"):
         pool(hidden, mask, "max")  # type: ignore[arg-type]
+
+
+def test_last_token_pool_takes_the_last_real_token_not_the_padding() -> None:
+    hidden, mask = _hidden()
+    pooled = last_token_pool(hidden, mask)
+    np.testing.assert_array_equal(pooled, [hidden[0, 2], hidden[1, 1]])  # row 1's position 2 is padding
+    assert pooled.dtype == np.float32
+
+
+def test_last_token_pool_of_an_empty_row_is_zero_and_float16_comes_back_float32() -> None:
+    hidden = np.ones((2, 3, 4), np.float16)
+    mask = np.array([[0, 0, 0], [1, 0, 0]], dtype=np.int64)
+    pooled = last_token_pool(hidden, mask)
+    assert pooled.dtype == np.float32
+    np.testing.assert_array_equal(pooled, [[0.0] * 4, [1.0] * 4])
+
+
+def test_last_token_pool_matches_sentence_transformers() -> None:
+    """Its ``lasttoken`` mode on the same right-padded batch."""
+    torch = pytest.importorskip("torch")
+    pooling = pytest.importorskip("sentence_transformers.sentence_transformer.modules.pooling")
+    rng = np.random.default_rng(1)
+    hidden = rng.normal(size=(4, 6, 5)).astype(np.float32)
+    mask = (np.arange(6)[None, :] < np.array([6, 2, 1, 4])[:, None]).astype(np.int64)
+    features = {"token_embeddings": torch.from_numpy(hidden), "attention_mask": torch.from_numpy(mask)}
+    module = pooling.Pooling(5, pooling_mode="lasttoken")
+    expected = module(features)["sentence_embedding"].numpy()
+    np.testing.assert_array_equal(last_token_pool(hidden, mask), expected)

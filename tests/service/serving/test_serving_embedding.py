@@ -44,7 +44,9 @@ async def test_a_truncated_text_costs_at_most_the_models_length() -> None:
     ("asked", "refusal", "loc"),
     [
         (EmbeddingRequest(["a"], "input", model="text-embedding-3-small"), ModelNotFound, None),
-        (EmbeddingRequest(["a"], "input", dimensions=4), InvalidRequest, ("body", "dimensions")),
+        (EmbeddingRequest(["a"], "input", dimensions=9), InvalidRequest, ("body", "dimensions")),
+        (EmbeddingRequest(["a"], "input", prompt_name="query"), InvalidRequest, ("body", "prompt_name")),
+        (EmbeddingRequest([[1, 1000]], "input"), InvalidRequest, ("body", "input", 0, 1)),
         (EmbeddingRequest(["a"] * 9, "texts"), InvalidRequest, ("body", "texts")),
         (EmbeddingRequest(["a", "b" * 201], "texts"), InvalidRequest, ("body", "texts", 1)),
     ],
