@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import detect, embed, files, health, libretranslate, openai, translate
+from service.api import detect, embed, files, health, libretranslate, openai, rerank, translate
 from service.api.dependencies import require_api_key
 from service.api.errors import install_error_handlers
 from service.api.hot_path import HotPath
@@ -60,7 +60,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(health.router)
     protected = [Depends(require_api_key)]
-    for module in (translate, embed, openai):
+    for module in (translate, embed, openai, rerank):
         app.include_router(module.router, dependencies=protected)
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
     app.include_router(detect.router)  # LibreTranslate's too

@@ -21,6 +21,7 @@ from typing import Any, Literal, cast
 
 from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest, served_decoder_layout
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
+from service.engine.reranker import RerankEngine, RerankItem
 from service.engine.running import ContinuousEngine
 from service.memory import FrozenHeap, trim_when_idle
 from service.metrics import MODEL_INFO, READY
@@ -86,12 +87,19 @@ class ServedEmbedder:
 
 
 @dataclass
+class ServedReranker:
+    engine: RerankEngine
+    batcher: RequestQueue[RerankItem, Any]
+
+
+@dataclass
 class Runtime:
     settings: Settings
     state: State = "loading"
     detail: str | None = None
     translators: dict[str, ServedTranslator] = field(default_factory=dict)  # by name, the default first
     embedder: ServedEmbedder | None = None
+    reranker: ServedReranker | None = None
     on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
     limits: RequestLimits = field(init=False)
     translation_cache: TranslationCache = field(init=False)
@@ -107,8 +115,9 @@ class Runtime:
         READY.set(0)
 
     @property
-    def models(self) -> list[ServedTranslator | ServedEmbedder]:
-        return [*self.translators.values(), *([self.embedder] if self.embedder else [])]
+    def models(self) -> list[ServedTranslator | ServedEmbedder | ServedReranker]:
+        others = [m for m in (self.embedder, self.reranker) if m is not None]
+        return [*self.translators.values(), *others]
 
     @property
     def engines(self) -> list[Engine]:
@@ -149,6 +158,13 @@ class Runtime:
                     translate, self._translate_batcher(translate, policy)
                 )
                 translator.batcher.start()
+            elif engine.manifest.task == "rerank":
+                rerank: RerankEngine = engine  # type: ignore[assignment]
+                self.reranker = ServedReranker(
+                    rerank,
+                    RequestQueue(name, _rerank_cost(rerank), policy, WholeBatchExecutor(rerank.rerank)),
+                )
+                self.reranker.batcher.start()
             else:
                 embed: EmbedEngine = engine  # type: ignore[assignment]
                 self.embedder = ServedEmbedder(
@@ -230,6 +246,18 @@ def _embed_cost(engine: EmbedEngine) -> Callable[[EmbedItem], int]:
     return cost
 
 
+def _rerank_cost(engine: RerankEngine) -> Callable[[RerankItem], int]:
+    """As ``_embed_cost``, for a query-document pair."""
+    info = engine.manifest.rerank
+    max_len = info.max_len if info is not None else None
+
+    def cost(item: RerankItem) -> int:
+        n = (item.encoded or engine.encode_pairs(item.query, [item.document])[0]).n_tokens
+        return min(n, max_len) if item.truncate and max_len else n
+
+    return cost
+
+
 async def start(runtime: Runtime, given: GivenEngines | None) -> None:
     """Load (or take), warm up, then attach batchers; any failure is fatal and explained."""
     try:
@@ -248,7 +276,8 @@ async def start(runtime: Runtime, given: GivenEngines | None) -> None:
 
 
 def _check_given(given: GivenEngines) -> list[Engine]:
-    """The engines in order; a task key must match its engine, and one embedder at most."""
+    """The engines in order; a task key must match its engine, and one embedder and one
+    reranker at most."""
     if isinstance(given, Mapping):
         for key, engine in given.items():
             if key != engine.manifest.task:
@@ -258,6 +287,8 @@ def _check_given(given: GivenEngines) -> list[Engine]:
         given = list(given.values())
     if sum(e.manifest.task == "embed" for e in given) > 1:
         raise ArtefactError("at most one embedding engine is served")
+    if sum(e.manifest.task == "rerank" for e in given) > 1:
+        raise ArtefactError("at most one rerank engine is served")
     return list(given)
 
 
@@ -269,6 +300,8 @@ async def load_engines(settings: Settings) -> list[Engine]:
     wanted = [("translate", name) for name in settings.translation_models]
     if settings.embed_model:
         wanted.append(("embed", settings.embed_model))
+    if settings.rerank_model:
+        wanted.append(("rerank", settings.rerank_model))
     missing = [n for _, n in wanted if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
     stale = [n for _, n in wanted if n not in missing and _unchecked(settings.model_dir(n, variant))]
     not_exportable = [n for n in missing if n not in _EXPORTED_BY_DEFAULT]

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # model served must then be exported with --vmap FILE; the CPU variants (fp32, int8) only.
     translate_shortlist: bool = False
     embed_model: str = DEFAULT_EMBED_MODEL
+    # A cross-encoder exported with `python -m export SOURCE --name NAME` (never auto-exported),
+    # served at /v1/rerank; unset or empty: no reranking.
+    rerank_model: str | None = None
     variant: VariantSetting = "auto"  # auto: fp16 on CUDA, else cpu_variant
     cpu_variant: Literal["fp32", "int8"] = "int8"
     provider: ProviderSetting = "auto"  # auto: CUDA when onnxruntime has it, else CPU
@@ -212,8 +215,8 @@ class Settings(BaseSettings):
     def _consistent(self) -> Settings:
         if self.translate_models and self.translate_model is not None:
             raise ValueError("set translate_models (several models) or translate_model (one), not both")
-        if not self.translation_models and not self.embed_model:
-            raise ValueError("serve at least one model: set translate_models or embed_model")
+        if not self.translation_models and not self.embed_model and not self.rerank_model:
+            raise ValueError("serve at least one model: set translate_models, embed_model or rerank_model")
         unknown = sorted(set(self.api_key_quotas) - set(self.api_keys))
         if unknown:  # a quota on a key that does not exist guards nothing: a typo, said at start
             raise ValueError(f"api_key_quotas: {len(unknown)} key(s) not among api_keys")
