@@ -106,7 +106,9 @@ def hugging_face_logits(source: CrossEncoderSource, pairs: Sequence[tuple[str, s
                 max_length=source.encoder.max_len,
                 return_tensors="pt",
             )
-            out.append(model(**inputs).logits[:, 0].double().numpy())
+            # the inputs the model takes (a tokenizer may offer token type ids it has no use for)
+            taken = {k: v for k, v in inputs.items() if k in source.input_names}
+            out.append(model(**taken).logits[:, 0].double().numpy())
     return np.concatenate(out)
 
 

@@ -188,3 +188,33 @@ def test_out_of_tolerance_publishes_nothing(tiny_source: Path, tmp_path: Path) -
         )
     assert (tmp_path / "tiny" / "fp32" / "manifest.json").is_file()
     assert not (tmp_path / "tiny" / "int8").exists()
+
+
+@pytest.mark.parametrize("model_type", ["xlm-roberta", "roberta", "distilbert", "mpnet"])
+def test_other_supported_families(model_type: str, tmp_path: Path) -> None:
+    """Every family the CLI accepts exports and verifies as a reranker (bge-reranker is XLM-R):
+    no token type ids where the model has one segment type (tiny random weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    source = tiny_cross_encoder_dir(tmp_path / model_type)
+    vocab_size = json.loads((source / "config.json").read_text())["vocab_size"]
+    for name in ("config.json", "model.safetensors"):
+        (source / name).unlink()
+    shape: dict[str, int] = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    shape["intermediate_size"] = 64
+    if model_type == "distilbert":
+        shape = {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64}
+    if model_type in ("roberta", "xlm-roberta"):
+        shape |= {"bos_token_id": 2, "eos_token_id": 3, "type_vocab_size": 1}
+    config = AutoConfig.for_model(
+        model_type, vocab_size=vocab_size, max_position_embeddings=66, pad_token_id=0, num_labels=1, **shape
+    )
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(str(source))
+    assert cli.detect_source(source).kind == "rerank"
+    (directory,) = export_rerank(source, tmp_path / "out", ["fp32"])
+    manifest = load_and_verify(directory)
+    assert manifest.rerank is not None and not manifest.rerank.needs_token_type_ids
+    assert [t.name for t in manifest.graphs["reranker"].inputs] == ["input_ids", "attention_mask"]
+    assert manifest.parity["max_abs_logits"] <= 1e-4
