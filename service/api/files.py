@@ -13,14 +13,16 @@ from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import Path as PathParam
 from starlette.datastructures import UploadFile as StarletteUpload
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, bearer_token, require_api_key, runtime_of
-from service.api.errors import ERROR_RESPONSES, answer, http_failure, libretranslate_error
+from service.api.errors import ERROR_RESPONSES, answer, documented, http_failure, libretranslate_error
+from service.api.libretranslate import LibreTranslateErrorBody
 from service.files.registry import FileRequest, translate_file
-from service.files.store import TranslatedFiles
+from service.files.store import STORED_NAME_MAX_CHARS, TranslatedFiles
 from service.serving.access import check_api_key, ready
 from service.serving.errors import SERVING_ERRORS, InvalidRequest, problem
 
@@ -65,7 +67,49 @@ async def translate_v1_file(
     )
 
 
-@router.post("/translate_file", tags=["libretranslate"])
+# The form is read by hand (LibreTranslate's field names and error shape); declared for OpenAPI.
+_LIBRETRANSLATE_FILE_FORM = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "source", "target"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "source": {"type": "string", "maxLength": 16, "description": 'or "auto"'},
+                        "target": {"type": "string", "maxLength": 16},
+                        "api_key": {"type": "string", "maxLength": 256},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+_LIBRETRANSLATE_ERRORS = documented(
+    LibreTranslateErrorBody,
+    {
+        400: "Invalid request (a field missing, the file not what its extension says, ...)",
+        403: "API key missing or wrong",
+        413: "File, or its text, too large",
+        415: "A file format not translated",
+        429: "Queue full, or the key over its quota; retry after the Retry-After header's seconds",
+        500: "Internal error",
+        503: "Not ready yet, or shutting down",
+        504: "Deadline exceeded",
+    },
+)
+
+
+@router.post(
+    "/translate_file",
+    tags=["libretranslate"],
+    openapi_extra=_LIBRETRANSLATE_FILE_FORM,
+    responses=_LIBRETRANSLATE_ERRORS,
+)
 async def translate_libretranslate_file(request: Request) -> Response:
     """LibreTranslate's file translation: multipart ``file``, ``source`` (or "auto"), ``target``,
     ``api_key``; answers the translated file's download URL."""
@@ -99,8 +143,20 @@ async def translate_libretranslate_file(request: Request) -> Response:
     return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", filename=name))})
 
 
-@router.get("/download_file/{filename}", tags=["libretranslate"])
-async def download_file(request: Request, filename: str) -> Response:
+@router.get(
+    "/download_file/{filename}",
+    tags=["libretranslate"],
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "The translated file"},
+        **documented(
+            LibreTranslateErrorBody,
+            {400: "Not a name the service gives", 404: "No such file: it expired or was never translated"},
+        ),
+    },
+)
+async def download_file(
+    request: Request, filename: Annotated[str, PathParam(max_length=STORED_NAME_MAX_CHARS)]
+) -> Response:
     """A file ``/translate_file`` translated, while it is kept (``TSERVE_TRANSLATED_FILE_TTL_S``)."""
     if "/" in filename or "\\" in filename or filename.startswith("."):
         return JSONResponse({"error": "Invalid filename"}, 400)

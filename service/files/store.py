@@ -15,6 +15,11 @@ from dataclasses import dataclass
 
 from service.files.errors import FileTooLarge
 
+_TOKEN_HEX_BYTES = 16
+_KEPT_NAME_CHARS = 200
+# A download name: the token's hex, a dot, the kept name. Longer paths are refused unread.
+STORED_NAME_MAX_CHARS = 2 * _TOKEN_HEX_BYTES + 1 + _KEPT_NAME_CHARS
+
 
 @dataclass(frozen=True)
 class StoredFile:
@@ -39,7 +44,7 @@ class TranslatedFiles:
         self._expire()
         while self._bytes + len(data) > self.max_bytes:
             self._drop(next(iter(self._files)))
-        name = f"{secrets.token_hex(16)}.{_safe(filename)}"
+        name = f"{secrets.token_hex(_TOKEN_HEX_BYTES)}.{_safe(filename)}"
         self._files[name] = StoredFile(filename, media_type, data, time.monotonic() + self.ttl_s)
         self._bytes += len(data)
         return name
@@ -58,7 +63,8 @@ class TranslatedFiles:
 
 
 def _safe(filename: str) -> str:
-    """The uploaded name's last part, in characters safe in a URL path and a header."""
+    """The uploaded name's last part, in characters safe in a URL path and a header, and short
+    enough for a download name (its end kept: the extension)."""
     base = filename.replace("\\", "/").rsplit("/", 1)[-1]
     kept = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in base)
-    return kept.lstrip(".") or "file"
+    return kept.lstrip(".")[-_KEPT_NAME_CHARS:] or "file"

@@ -6,7 +6,8 @@ The app runs in-process over the small engines, with API keys on (so the auth ch
 and the configured limits at the schema's own ceilings, so that what the schema calls valid is
 refused only for reasons no JSON Schema can express: a language the loaded model does not serve,
 ``n_best`` over ``beam_size``, a text over the model's token limit, an unknown model name. Those
-are the 404 and 422 that positive cases may get; anything else but a 2xx fails.
+are the 404 and 422 that positive cases may get (and, for a translated file, what its bytes and
+name hold); anything else but a 2xx fails.
 
 schemathesis' pytest integration (``@schema.parametrize`` on a lazily loaded schema) does not run
 under pytest 9, and its plugin ends ASGI lifespans after every test; so each test builds its app
@@ -54,9 +55,29 @@ def schema() -> Iterator[OpenApiSchema]:
             # LibreTranslate's API answers 400 where /v1 answers 422 (its own contract).
             "operations": [
                 {
-                    "include-path": "/translate",
+                    "include-path-regex": "^/(translate|detect)$",
                     "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400"]}},
-                }
+                },
+                # A file is refused for what its bytes and name hold, which no JSON Schema says:
+                # a format not translated (415), content that is not that format (422), more
+                # text than a request may hold (413).
+                {
+                    "include-path": "/v1/translate/file",
+                    "checks": {
+                        "positive_data_acceptance": {"expected-statuses": ["2xx", "413", "415", "422"]}
+                    },
+                },
+                {
+                    "include-path": "/translate_file",
+                    "checks": {
+                        "positive_data_acceptance": {"expected-statuses": ["2xx", "400", "413", "415"]}
+                    },
+                },
+                # A name the service never gives, or a file gone: LibreTranslate's 400 and 404.
+                {
+                    "include-path-regex": "^/download_file/",
+                    "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404"]}},
+                },
             ],
         }
     )
