@@ -12,11 +12,14 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.e2e.real_models import served_env, start_service
 from tests.servers import ROOT, ServerProcess
+from tests.tiny_cross_encoder import tiny_rerank_artefact
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +55,26 @@ def test_the_readme_shows_every_model_endpoint_with_curl() -> None:
     assert {"/v1/translate", "/v1/embed", "/v1/embeddings", "/v1/models"} <= paths, paths
 
 
+# The README's reranking example serves a cross-encoder by this name: here a tiny one with
+# random weights, exported by the project's export, as the only model of a second service.
+RERANK_MODEL = "ms-marco-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="module")
+def rerank_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("rerank-artefacts")
+    tiny_rerank_artefact(root, name=RERANK_MODEL, variant="int8")
+    env = served_env(
+        root, "int8", TSERVE_RERANK_MODEL=RERANK_MODEL, TSERVE_TRANSLATE_MODEL="", TSERVE_EMBED_MODEL=""
+    )
+    yield from start_service(tmp_path_factory, "rerank-service", env)
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=[f"{i}:{_id(c)}" for i, c in enumerate(COMMANDS)])
-def test_readme_curl_example_succeeds(command: str, service: ServerProcess) -> None:
+def test_readme_curl_example_succeeds(command: str, request: pytest.FixtureRequest) -> None:
+    service: ServerProcess = request.getfixturevalue(
+        "rerank_service" if _id(command) == "/v1/rerank" else "service"
+    )
     curl = shutil.which("curl")
     if curl is None:
         pytest.skip("the `curl` binary is not installed")
@@ -109,6 +130,12 @@ def check_answer(path: str, sent: dict[str, Any], answer: Any) -> None:
     elif path == "/translate":  # LibreTranslate's shape: one string in, one string out
         assert isinstance(answer["translatedText"], str) and answer["translatedText"].strip(), answer
         assert len(answer.get("alternatives", [])) == sent.get("alternatives", 0), answer
+    elif path == "/detect":  # LibreTranslate's shape: candidates, best first
+        assert answer and answer[0]["language"] == "de" and answer[0]["confidence"] > 0, answer
+    elif path == "/v1/rerank":  # Cohere's shape: every document scored, best first
+        scores = [r["relevance_score"] for r in answer["results"]]
+        assert sorted(r["index"] for r in answer["results"]) == list(range(len(sent["documents"]))), answer
+        assert scores == sorted(scores, reverse=True), answer
     elif path == "/v1/models":
         assert {card["task"] for card in answer["data"]} == {"translate", "embed"}, answer
     elif path == "/languages":
