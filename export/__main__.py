@@ -50,7 +50,7 @@ EMBEDDING_TYPES = (
     "distilbert",
     "mpnet",
 )  # = export.sources.bert.SUPPORTED_MODEL_TYPES (not imported: export.sources pulls torch)
-TRANSLATION_TYPES = ("marian",)
+TRANSLATION_TYPES = {"marian": "marian", "m2m_100": "m2m100"}  # model_type → source kind
 CLASSIFIER_SUFFIX = "ForSequenceClassification"  # = export.sources.cross_encoder's (not imported: torch)
 CHECKPOINTS_DIR = Path(__file__).resolve().parent / "checkpoints"
 STS_FILES = ("sts-dev.csv", "stsb/sts-dev.csv")
@@ -62,7 +62,7 @@ class UnsupportedSource(ValueError):
 
 @dataclass(frozen=True)
 class Detected:
-    kind: str  # "ours" | "marian" | "embedding" | "rerank"
+    kind: str  # "ours" | "marian" | "m2m100" | "embedding" | "rerank"
     path: Path
     detail: str  # what was recognised, for the progress line
 
@@ -70,7 +70,7 @@ class Detected:
 def _supported() -> str:
     return (
         "supported: a .safetensors checkpoint of this project (or a directory holding one), "
-        f"a Hugging Face directory with model_type in {', '.join(TRANSLATION_TYPES + EMBEDDING_TYPES)} "
+        f"a Hugging Face directory with model_type in {', '.join((*TRANSLATION_TYPES, *EMBEDDING_TYPES))} "
         "(a …ForSequenceClassification of these: a reranker), or the word 'default'"
     )
 
@@ -108,7 +108,7 @@ def detect_source(path: Path) -> Detected:
     except (ValueError, AttributeError) as e:
         raise UnsupportedSource(f"{config}: unreadable config ({e})") from e
     if model_type in TRANSLATION_TYPES:
-        return Detected("marian", path, f"Hugging Face {model_type} model")
+        return Detected(TRANSLATION_TYPES[model_type], path, f"Hugging Face {model_type} model")
     architectures = fields.get("architectures") or []
     classifier = next((str(a) for a in architectures if str(a).endswith(CLASSIFIER_SUFFIX)), None)
     if model_type in EMBEDDING_TYPES and classifier is not None:
@@ -143,7 +143,7 @@ def export_one(
 
     progress(f"{detected.path}: {detected.detail}")
 
-    if detected.kind in ("ours", "marian"):
+    if detected.kind in ("ours", *TRANSLATION_TYPES.values()):
         from export.translation import export_translation
 
         export_translation(detected.path, out, variants, eval_dir, name, reference=reference, vmap=vmap)

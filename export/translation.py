@@ -34,10 +34,13 @@ from service.artefacts import Manifest, ReferenceCheck, Variant, sha256_of_files
 
 
 def load_source(path: Path, name: str | None = None) -> TranslationSource:
-    """A Marian directory (config.json with model_type marian) or a checkpoint of ours; the
-    artefact name defaults to the checkpoint's directory name."""
+    """A Marian or M2M-100/NLLB directory (config.json's model_type marian, m2m_100) or a
+    checkpoint of ours; the artefact name defaults to the checkpoint's directory name."""
+    from export.sources.m2m100.source import is_m2m100_dir, load_m2m100
     from export.sources.marian.source import is_marian_dir, load_marian
 
+    if is_m2m100_dir(path):
+        return load_m2m100(path, name)
     return load_marian(path, name) if is_marian_dir(path) else load_ours(path, name)
 
 

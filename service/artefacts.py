@@ -130,7 +130,7 @@ class SpecialIds(_Strict):
 
 
 class SourceInfo(_Strict):
-    kind: Literal["ours", "marian", "bert"]
+    kind: Literal["ours", "marian", "m2m100", "bert"]
     path: str
     sha256: str  # of the source checkpoint's weight file(s), hashed in sorted name order
 
@@ -150,6 +150,9 @@ class TranslationInfo(_Strict):
     # Requests that name none decode with it (score = log-prob / length ** penalty): the source's
     # generation_config.json, tuned on the model's validation set; 1.0 for artefacts without.
     length_penalty: float = 1.0
+    # Multilingual models (M2M-100, NLLB): the token forced first when translating into each
+    # language (its code as users send it); empty for models of one pair.
+    language_tokens: dict[str, int] = {}
     # The vocabulary map (CTranslate2's vmap format) of an export with --vmap, whose manifest
     # then also lists the "decoder_shortlist" graph (export/graphs/shortlist.py); None: no shortlist.
     vocabulary_map: str | None = None

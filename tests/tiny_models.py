@@ -163,3 +163,51 @@ def tiny_bert_dir(directory: Path, max_len: int = 16, seed: int = 0) -> Path:
 def _write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+M2M100_LANGUAGES = ["en", "de", "fr"]
+
+
+def tiny_m2m100_dir(directory: Path, src_lang: str = "en", tgt_lang: str = "de", seed: int = 0) -> Path:
+    """A random M2M100ForConditionalGeneration (M2M-100's layout: <s> 0, <pad> 1, </s> 2, <unk> 3,
+    words, then the ``__xx__`` language tokens) with a word-level ``tokenizer.json`` and a
+    tokenizer_config.json naming the pair."""
+    import torch
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for token in [*WORDS, ".", *(f"__{code}__" for code in M2M100_LANGUAGES)]:
+        vocab.setdefault(token, len(vocab))
+    directory.mkdir(parents=True)
+    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>", *(f"__{c}__" for c in M2M100_LANGUAGES)])
+    tok.save(str(directory / "tokenizer.json"))
+    _write_json(directory / "tokenizer_config.json", {"src_lang": src_lang, "tgt_lang": tgt_lang})
+    cfg = M2M100Config(
+        vocab_size=len(vocab),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        scale_embedding=True,
+        activation_function="relu",
+    )
+    torch.manual_seed(seed)
+    model = M2M100ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():  # pre-LN layers need larger weights for outputs that depend on the source
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.35)
+    model.save_pretrained(str(directory))
+    return directory

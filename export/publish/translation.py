@@ -67,6 +67,7 @@ def build_manifest(
             has_alignments=True,
             decoder_layout=decoder_layout(directory / "decoder.onnx"),
             length_penalty=source.length_penalty,
+            language_tokens=source.language_tokens,
             vocabulary_map=VMAP_FILE if shortlist else None,
             top_k_block=block_size(directory / "decoder.onnx"),
         ),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -56,7 +56,7 @@ GraphBuilder = Callable[[torch.dtype, bool], tuple[nn.Module, nn.Module]]
 class TranslationSource:
     """A loaded translation checkpoint, ready to export."""
 
-    kind: Literal["ours", "marian"]
+    kind: Literal["ours", "marian", "m2m100"]
     name: str  # artefact name: <out_root>/<name>/<variant>/
     path: Path
     weight_files: tuple[Path, ...]  # hashed into the manifest's source.sha256
@@ -78,6 +78,8 @@ class TranslationSource:
     reference_encode: Callable[[Sequence[str]], list[list[int]]] | None = None
     # Requests' default (score = log-prob / length ** penalty): the source's generation config.
     length_penalty: float = 1.0
+    # Multilingual models: each target language's token, forced first (TranslationInfo's field).
+    language_tokens: dict[str, int] = field(default_factory=dict)
 
 
 GENERATION_CONFIG = "generation_config.json"  # Hugging Face's name; ours keep theirs beside them

@@ -113,7 +113,9 @@ class DecoderStep(nn.Module, ABC):
         """Layer ``i``: self-attention over the slot cache (written in place), cross-attention
         with the beams folded onto their sentence's memory, then the rest of the layer."""
         assert self.qkv is not None
-        heads, kv = slot_self_attention(x, self.qkv[i], cache, lengths, self.n_heads)
+        heads, kv = slot_self_attention(
+            self.self_attention_input(i, x), self.qkv[i], cache, lengths, self.n_heads
+        )
         x = self.after_self_attention(i, x, heads)
         q, shape, scale = self.cross_query(i, x)
         heads, cross_weights = folded_cross_attention(q, memory, fold, shape, scale)
@@ -133,6 +135,11 @@ class DecoderStep(nn.Module, ABC):
     ) -> tuple[Tensor, KeyValue, Tensor]:
         """Layer ``i`` over a growing cache → its output, the cache one column longer and the
         cross-attention weights (B, h, 1, S)."""
+
+    def self_attention_input(self, i: int, x: Tensor) -> Tensor:
+        """What layer ``i``'s self-attention projects: its input (post-LN layers), or a norm of it
+        (pre-LN layers, as M2M-100's)."""
+        return x
 
     @abstractmethod
     def after_self_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:

@@ -52,6 +52,10 @@ class TranslateOptions:
     max_length: int = 256  # output tokens
     length_penalty: float = 1.0
     alignments: bool = False
+    # The first output token, forced (a multilingual model's target-language token); None: the
+    # artefact's default (its one target language's token, or nothing forced). In the options so
+    # that it travels with them to the running decode and into the cache keys.
+    forced_first_token: int | None = None
 
 
 @dataclass(frozen=True)

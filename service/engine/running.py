@@ -65,6 +65,7 @@ class RunningDecode:
         special: tuple[int, int],  # bos, eos
         can_align: bool,
         vocabulary_map: VocabularyMap | None = None,  # each sentence's shortlist
+        default_forced_first: int | None = None,  # for options that force none
     ) -> None:
         if vocabulary_map is not None and not decoder.steps_over_shortlists:
             raise ValueError(f"{type(decoder).__name__} does not step over vocabulary shortlists")
@@ -73,6 +74,7 @@ class RunningDecode:
         self.shape = shape
         self.tokenizer = tokenizer
         self.vocabulary_map = vocabulary_map
+        self.default_forced_first = default_forced_first
         bos_id, eos_id = special
         self.can_align = can_align
         self.search = Search(bos_id, eos_id)
@@ -115,6 +117,11 @@ class RunningDecode:
                 length_penalty=options.length_penalty,
                 with_attention=options.alignments and self.can_align,
                 source_len=source.n_tokens,
+                forced_first=(
+                    self.default_forced_first
+                    if options.forced_first_token is None
+                    else options.forced_first_token
+                ),
             )
             for key, source, options in entries
         ]

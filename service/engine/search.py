@@ -71,12 +71,17 @@ class SentenceSearch:
         length_penalty: float = 1.0,
         with_attention: bool = True,
         source_len: int | None = None,
+        forced_first: int | None = None,
     ) -> None:
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
         self.key = key  # the caller's handle for this sentence
         self.with_attention = with_attention  # keep the decoder's cross-attention as alignments
         self.source_len = source_len  # its source's tokens: the alignments' width (None: as given)
+        # The token every hypothesis starts with whatever the scores (a multilingual model's
+        # target language, as transformers' forced_bos_token_id): scored 0 like there, counted in
+        # the length and the limit, left out of the results' tokens.
+        self.forced_first = forced_first
         self.k = beam_size
         self.n_best = n_best
         self.length_penalty = length_penalty
@@ -93,6 +98,12 @@ class SentenceSearch:
 
     def last_tokens(self, bos_id: int) -> np.ndarray:
         return self.history[:, -1] if self.steps else np.full(self.k, bos_id, dtype=np.int64)
+
+    def forced(self) -> list[tuple[int, int, float]] | None:
+        """The first step's one continuation when the first token is forced, else None."""
+        if self.steps or self.forced_first is None:
+            return None
+        return [(0, self.forced_first, float(self.scores[0]))]
 
     def advance(
         self, candidates: Sequence[tuple[int, int, float]], attention: np.ndarray | None, eos_id: int
@@ -133,6 +144,9 @@ class SentenceSearch:
     def _finish(self, tokens: np.ndarray, row: int, logprob: float, ended_with_eos: bool) -> TokenHypothesis:
         length = len(tokens) + int(ended_with_eos)
         alignment = None if self.attention is None else self.attention[row, : len(tokens)].copy()
+        if self.forced_first is not None:
+            tokens = tokens[1:]
+            alignment = None if alignment is None else alignment[1:]
         return TokenHypothesis(
             tokens=[int(x) for x in tokens],
             score=_normalise(logprob, length, self.length_penalty),
@@ -227,7 +241,8 @@ class Search:
             block = None
             if attention is not None and s.with_attention:
                 block = attention[start : start + s.k, : s.source_len]
-            kept = s.advance(list(zip(*ranked[j], strict=True)), block, self.eos_id)
+            continuations = s.forced() or list(zip(*ranked[j], strict=True))
+            kept = s.advance(continuations, block, self.eos_id)
             blocks.append((s, None if kept is None else kept + start))
         finished = [s for s, kept in blocks if kept is None]
         return self._settle(blocks), finished

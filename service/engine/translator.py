@@ -97,6 +97,10 @@ class OnnxTranslator:
         if special.bos is None or special.eos is None:
             raise ArtefactError(f"{directory / 'manifest.json'}: translation needs bos and eos special ids")
         self.bos_id, self.eos_id = special.bos, special.eos
+        # A multilingual artefact serving one target language forces its token unasked.
+        tokens = self.info.language_tokens
+        targets = [tokens[t] for t in self.info.target_languages if t in tokens]
+        self.default_forced_first = targets[0] if len(targets) == 1 else None
         self.max_decode_rows = max_decode_rows
         self.truncate_source = truncate_source
         self.decoder_class = decoder_class(self.manifest, self.info, directory)
@@ -228,6 +232,7 @@ class OnnxTranslator:
             (self.bos_id, self.eos_id),
             self._can_align,
             self.vocabulary_map,
+            self.default_forced_first,
         )
 
     def _decode(

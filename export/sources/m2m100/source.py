@@ -1,0 +1,304 @@
+"""Import a local Hugging Face M2M100ForConditionalGeneration directory (M2M-100, NLLB-200) into
+the project's translation ONNX layout.
+
+As for Marian (export/sources/marian/source.py), the wrappers re-run the model's forward pass
+around its loaded modules so the graphs have our I/O. M2M-100 specifics: pre-LayerNorm blocks
+and the final encoder/decoder LayerNorms, embeddings scaled inside ``embed_tokens``
+(M2M100ScaledWordEmbedding), sinusoidal positions whose row for position p is ``p + pad + 1``
+(a pad token gets the zero row ``pad``), no ``final_logits_bias``, ``</s>`` as the decoder start,
+the source language's token before the text and the target language's forced as the first
+output token (``forced_bos_token_id``; the engine forces it, service/engine/search.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+from tokenizers.processors import TemplateProcessing
+from torch import Tensor, nn
+
+from export.sources import IncrementalDecoder, TranslationSource, generation_length_penalty
+from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
+from export.sources.m2m100 import M2M100ImportError
+from export.sources.marian.source import _attend, _project_kv, _weight_files
+from service.artefacts import SpecialIds
+
+
+def is_m2m100_dir(path: Path) -> bool:
+    config = path / "config.json"
+    if not (path.is_dir() and config.is_file()):
+        return False
+    return bool(json.loads(config.read_text(encoding="utf-8")).get("model_type") == "m2m_100")
+
+
+def _ffn(layer: Any, x: Tensor) -> Tensor:
+    out: Tensor = x + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x))))
+    return out
+
+
+def _positions(embed_positions: Any, pad_id: int) -> Tensor:
+    """The sinusoidal rows of positions 0, 1, … (transformers' offset: pad + 1)."""
+    table: Tensor = embed_positions.weights[pad_id + 1 :]
+    return table
+
+
+class M2M100EncoderGraph(nn.Module):
+    """input_ids → every decoder layer's cross-attention K/V (pre-LN encoder, final LayerNorm)."""
+
+    model: Any  # an M2M100ForConditionalGeneration (registered as a submodule)
+
+    def __init__(self, model: Any, pad_id: int) -> None:
+        super().__init__()
+        self.model = model
+        self.pad_id = pad_id
+
+    def forward(self, input_ids: Tensor) -> tuple[Tensor, Tensor]:
+        enc, dec = self.model.model.encoder, self.model.model.decoder
+        x = enc.embed_tokens(input_ids)
+        pe = _positions(enc.embed_positions, self.pad_id)[: input_ids.shape[1]].to(x.dtype)
+        keep = input_ids != self.pad_id
+        x = x + pe * keep[..., None].to(x.dtype)  # transformers gives <pad> the zero row
+        mask = keep[:, None, None, :]
+        for layer in enc.layers:
+            h = layer.self_attn_layer_norm(x)
+            attn, _ = _attend(layer.self_attn, h, *_project_kv(layer.self_attn, h), mask)
+            x = _ffn(layer, x + attn)
+        x = enc.layer_norm(x)
+        return stack_kv([_project_kv(layer.encoder_attn, x) for layer in dec.layers])
+
+
+class M2M100DecoderStepGraph(DecoderStep):
+    """One cached M2M-100 decoder step (``decoder_step.DecoderStep``), pre-LN layers."""
+
+    model: Any  # an M2M100ForConditionalGeneration (registered as a submodule)
+
+    def __init__(self, model: Any, pad_id: int, slots: bool = False) -> None:
+        layers = list(model.model.decoder.layers)
+        projections = [(a.q_proj, a.k_proj, a.v_proj) for a in (layer.self_attn for layer in layers)]
+        super().__init__(len(layers), layers[0].self_attn.num_heads, projections if slots else None)
+        self.model = model
+        self.layers = layers
+        self.pad_id = pad_id
+
+    def position_table(self) -> Tensor:
+        return _positions(self.model.model.decoder.embed_positions, self.pad_id)
+
+    def embed(self, input_ids: Tensor, pe: Tensor) -> Tensor:
+        x: Tensor = self.model.model.decoder.embed_tokens(input_ids)
+        is_pad = (input_ids == self.pad_id)[..., None]  # transformers gives <pad> the zero row
+        return x + torch.where(is_pad, torch.zeros_like(pe), pe).to(x.dtype)
+
+    def layer_step(
+        self, i: int, x: Tensor, past: KeyValue, self_mask: Tensor, memory: Memory
+    ) -> tuple[Tensor, KeyValue, Tensor]:
+        layer = self.layers[i]
+        h = layer.self_attn_layer_norm(x)
+        k, v = _project_kv(layer.self_attn, h)
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        attn, _ = _attend(layer.self_attn, h, k, v, self_mask)  # one query: no causal mask
+        x = x + attn
+        cross, cross_weights = _attend(layer.encoder_attn, layer.encoder_attn_layer_norm(x), *memory)
+        return _ffn(layer, x + cross), (k, v), cross_weights
+
+    def self_attention_input(self, i: int, x: Tensor) -> Tensor:
+        out: Tensor = self.layers[i].self_attn_layer_norm(x)
+        return out
+
+    def after_self_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
+        out: Tensor = x + self.layers[i].self_attn.out_proj(heads)
+        return out
+
+    def cross_query(self, i: int, x: Tensor) -> tuple[Tensor, tuple[int, int], float]:
+        layer = self.layers[i]
+        attn = layer.encoder_attn
+        q = attn.q_proj(layer.encoder_attn_layer_norm(x))
+        return q, (attn.num_heads, attn.head_dim), float(attn.scaling)
+
+    def after_cross_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
+        layer = self.layers[i]
+        return _ffn(layer, x + layer.encoder_attn.out_proj(heads))
+
+    def logits(self, x: Tensor) -> Tensor:
+        out: Tensor = self.model.lm_head(self.model.model.decoder.layer_norm(x)).float()
+        return out
+
+
+# --- the reference: transformers' own forward and generate ---------------------------------------
+
+
+class _HFDecoder:
+    """M2M100ForConditionalGeneration's cached forward behind the search's IncrementalDecoder."""
+
+    def __init__(self, model: Any, src: Tensor, pad_id: int) -> None:
+        self.model = model
+        self.mask = (src != pad_id).long()
+        with torch.no_grad():
+            self.encoded = model.get_encoder()(input_ids=src, attention_mask=self.mask).last_hidden_state
+        self.cache: Any = None
+
+    @torch.no_grad()
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        out = self.model(
+            encoder_outputs=(self.encoded,),
+            attention_mask=self.mask,
+            decoder_input_ids=torch.from_numpy(last_tokens)[:, None],
+            cache=self.cache,
+            use_cache=True,
+            output_attentions=True,
+        )
+        self.cache = out.past_key_values
+        attn = out.cross_attentions[-1].float().mean(dim=1)[:, -1]
+        return out.logits[:, -1].float().log_softmax(-1).numpy(), attn.numpy()
+
+    def reorder(self, rows: np.ndarray) -> None:
+        idx = torch.from_numpy(rows)
+        self.encoded, self.mask = self.encoded[idx], self.mask[idx]
+        if self.cache is not None:
+            self.cache.reorder_cache(idx)
+
+
+class M2M100Reference:
+    """What transformers computes: the cached forward's cross K/V and log-probs, and ``generate``
+    with the target language's token forced first (left out of the returned ids)."""
+
+    def __init__(self, model: Any, pad_id: int, eos_id: int, forced_first: int) -> None:
+        self.model, self.pad_id, self.eos_id, self.forced_first = model, pad_id, eos_id, forced_first
+
+    def decoder(self, src: Tensor) -> IncrementalDecoder:
+        return _HFDecoder(self.model, src, self.pad_id)
+
+    def memory_kv(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """The cross-attention K/V transformers caches after a first decoder step."""
+        dec = _HFDecoder(self.model, src, self.pad_id)
+        dec.step(np.full(src.shape[0], self.model.config.decoder_start_token_id, dtype=np.int64))
+        layers = dec.cache.cross_attention_cache.layers
+        return torch.stack([layer.keys for layer in layers]), torch.stack([layer.values for layer in layers])
+
+    @torch.no_grad()
+    def greedy(self, src_ids: Sequence[Sequence[int]], max_lens: Sequence[int]) -> list[list[int]]:
+        """greedy ``generate``, one call per length limit (the forced token counts in it, as in the
+        engine); forced </s> at the limit is off, since the project's search ends a too-long
+        hypothesis unfinished instead."""
+        out: list[list[int]] = [[] for _ in src_ids]
+        for limit in sorted(set(max_lens)):
+            rows = [i for i, n in enumerate(max_lens) if n == limit]
+            width = max(len(src_ids[i]) for i in rows)
+            src = torch.tensor([list(src_ids[i]) + [self.pad_id] * (width - len(src_ids[i])) for i in rows])
+            generated = self.model.generate(
+                input_ids=src,
+                attention_mask=(src != self.pad_id).long(),
+                num_beams=1,
+                do_sample=False,
+                max_length=limit + 1,
+                forced_bos_token_id=self.forced_first,
+                forced_eos_token_id=None,
+            )
+            for i, row in zip(rows, generated[:, 2:].tolist(), strict=True):  # start, language token
+                out[i] = row[: row.index(self.eos_id)] if self.eos_id in row else row
+        return out
+
+
+# --- the tokenizer and languages -----------------------------------------------------------------
+
+
+def language_code(token: str) -> str:
+    """A language token as users name the language: M2M-100's ``__de__`` → ``de``; NLLB's codes
+    (``deu_Latn``) as they are."""
+    return token.strip("_")
+
+
+def _tokenizer_config(directory: Path) -> dict[str, Any]:
+    path = directory / "tokenizer_config.json"
+    return dict(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else {}
+
+
+def _language_token(tok: Tokenizer, code: str) -> tuple[str, int]:
+    for token in (code, f"__{code}__"):
+        token_id = tok.token_to_id(token)
+        if token_id is not None:
+            return token, int(token_id)
+    raise M2M100ImportError(f"no language token for {code!r} in the tokenizer")
+
+
+def m2m100_tokenizer(directory: Path, source_token: str, eos: str = "</s>") -> Tokenizer:
+    """The directory's tokenizer.json with the source language's token on the input as the
+    model's tokenizer puts it: first (M2M-100, NLLB), or after ``</s>`` for NLLB's
+    ``legacy_behaviour``."""
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        raise M2M100ImportError(
+            f"{directory}: no tokenizer.json; the service needs a tokenizers tokenizer.json"
+        )
+    tok = Tokenizer.from_file(str(path))
+    eos_id, src_id = tok.token_to_id(eos), tok.token_to_id(source_token)
+    template = (
+        f"$A {eos} {source_token}"
+        if _tokenizer_config(directory).get("legacy_behaviour")
+        else (f"{source_token} $A {eos}")
+    )
+    tok.post_processor = TemplateProcessing(
+        single=template, special_tokens=[(eos, eos_id), (source_token, src_id)]
+    )
+    return tok
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
+    """A local M2M100ForConditionalGeneration directory (config.json, weights, tokenizer.json and
+    tokenizer_config.json naming ``src_lang`` and ``tgt_lang``) as a source of that pair."""
+    from transformers import M2M100ForConditionalGeneration
+
+    model: Any = M2M100ForConditionalGeneration.from_pretrained(str(directory), attn_implementation="eager")
+    model.eval()
+    cfg = model.config
+    pad_id, eos_id = int(cfg.pad_token_id), int(cfg.eos_token_id)
+    start_id = int(cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else eos_id)
+    tok_cfg = _tokenizer_config(directory)
+    if not (tok_cfg.get("src_lang") and tok_cfg.get("tgt_lang")):
+        raise M2M100ImportError(f"{directory}: tokenizer_config.json names no src_lang and tgt_lang")
+    plain = (
+        Tokenizer.from_file(str(directory / "tokenizer.json"))
+        if (directory / "tokenizer.json").is_file()
+        else None
+    )
+    if plain is None:
+        raise M2M100ImportError(
+            f"{directory}: no tokenizer.json; the service needs a tokenizers tokenizer.json"
+        )
+    source_token, _ = _language_token(plain, str(tok_cfg["src_lang"]))
+    target_token, target_id = _language_token(plain, str(tok_cfg["tgt_lang"]))
+    target = language_code(target_token)
+
+    def build(dtype: torch.dtype, slots: bool) -> tuple[nn.Module, nn.Module]:
+        m: Any = M2M100ForConditionalGeneration.from_pretrained(str(directory), attn_implementation="eager")
+        m = m.eval().to(dtype)
+        return M2M100EncoderGraph(m, pad_id).eval(), M2M100DecoderStepGraph(m, pad_id, slots).eval()
+
+    return TranslationSource(
+        kind="m2m100",
+        name=name or directory.name,
+        path=directory,
+        weight_files=_weight_files(directory),
+        tokenizer=m2m100_tokenizer(directory, source_token),
+        special=SpecialIds(pad=pad_id, bos=start_id, eos=eos_id, unk=plain.token_to_id("<unk>")),
+        vocab_size=int(model.lm_head.out_features),
+        n_layers=int(cfg.decoder_layers),
+        n_heads=int(cfg.decoder_attention_heads),
+        d_head=int(cfg.d_model // cfg.decoder_attention_heads),
+        max_source_len=int(cfg.max_position_embeddings),
+        max_target_len=int(cfg.max_position_embeddings),
+        source_languages=[language_code(source_token)],
+        target_languages=[target],
+        build_graphs=build,
+        reference=M2M100Reference(model, pad_id, eos_id, target_id),
+        length_penalty=generation_length_penalty(directory),
+        language_tokens={target: target_id},
+    )
