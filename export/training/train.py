@@ -9,6 +9,13 @@ an epoch checkpoint, ``best.safetensors`` when validation BLEU improves, and ``s
 rerun of the same command resumes where it stopped. ``--average-last N`` finally averages the
 last N epoch checkpoints into ``averaged.safetensors``.
 
+``--encoder-layers`` and ``--decoder-layers`` set the two depths apart (a deep encoder with a
+shallow decoder costs little more to serve: the encoder runs once per sentence, the decoder once
+per output token); ``--attention-dropout`` and ``--activation-dropout`` regularise inside the
+attention and the feed-forward networks. ``--max-minutes M`` starts no epoch that the longest one
+so far would carry past M minutes, so a bounded call (a GPU lent by the minute) ends with its
+state saved and the same command resumes it.
+
 ``--rdrop α`` adds R-Drop (Liang et al., 2021), a regulariser for small corpora: each batch runs
 twice with independent dropout masks, and the loss adds α times the symmetric KL divergence
 between the two predicted distributions. ``--init-from`` starts from a trained checkpoint (its
@@ -152,8 +159,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-ff", type=int, default=1024)
     p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
+    p.add_argument("--encoder-layers", type=int, help="default: --layers (a deep encoder is cheap to serve)")
+    p.add_argument("--decoder-layers", type=int, help="default: --layers (each runs once per output token)")
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--attention-dropout", type=float, default=0.0, help="on the attention weights")
+    p.add_argument(
+        "--activation-dropout", type=float, help="after the feed-forward ReLU (default: --dropout)"
+    )
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--rdrop", type=float, default=0.0, help="R-Drop weight α (0: off; the paper's NMT: 5)")
     p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch")
@@ -175,7 +188,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--bf16", action="store_true", help="bfloat16 autocast (about 1.4x faster on AVX-512 CPUs)"
     )
     p.add_argument("--limit", type=int, default=0, help="use only the first N training pairs (smoke runs)")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0.0,
+        help="stop after the last epoch predicted to end within M minutes of this run (state.pt "
+        "resumes it); 0: no limit",
+    )
     args = p.parse_args(argv)
+    deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -198,18 +219,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         tokenizer = train_tokenizer(train_src + train_tgt, args.vocab_size)
         tokenizer.save(str(tok_path))
 
+    dropouts = {
+        "dropout": args.dropout,
+        "attention_dropout": args.attention_dropout,
+        "activation_dropout": args.activation_dropout,
+    }
     if args.init_from:
-        cfg = replace(read_config(args.init_from), dropout=args.dropout)
+        cfg = replace(read_config(args.init_from), **dropouts)
     else:
         cfg = TransformerConfig(
             vocab_size=tokenizer.get_vocab_size(),
             d_model=args.d_model,
             n_heads=args.heads,
             d_ff=args.d_ff,
-            n_encoder_layers=args.layers,
-            n_decoder_layers=args.layers,
+            n_encoder_layers=args.encoder_layers or args.layers,
+            n_decoder_layers=args.decoder_layers or args.layers,
             max_len=args.max_len,
-            dropout=args.dropout,
+            **dropouts,
         )
     limit = cfg.max_len - 1
     tr_s, tr_t = encode_source(tokenizer, train_src, limit), encode_target(tokenizer, train_tgt, limit)
@@ -226,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     epoch0, best_bleu, history = 0, -1.0, []
     if state_path.exists():
         state: dict[str, Any] = torch.load(state_path, map_location=device, weights_only=False)
-        if state["config"] != cfg.to_dict():
+        if TransformerConfig.from_dict(state["config"]) != cfg:
             raise SystemExit(f"{state_path} was trained with another config; use a new --work-dir")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -234,11 +260,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         epoch0, best_bleu, history = state["epoch"], state["best_bleu"], state["history"]
         random.setstate(state["py_rng"])
         torch.set_rng_state(state["torch_rng"])
+        if device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"], device)
         print(f"resumed after epoch {epoch0} (best val BLEU {best_bleu:.2f})")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{n_params / 1e6:.1f}M parameters, vocab {cfg.vocab_size}, {len(tr_s)} pairs, device {device}")
 
+    longest_epoch = max((h.get("epoch_seconds", 0.0) for h in history), default=0.0)
     for epoch in range(epoch0 + 1, args.epochs + 1):
+        if deadline is not None and time.monotonic() + longest_epoch > deadline:
+            print(
+                f"stopped before epoch {epoch}: the longest epoch so far ({longest_epoch:.0f} s) would end "
+                f"after --max-minutes {args.max_minutes:g}; rerun the same command to resume",
+                flush=True,
+            )
+            return
         model.train()
         t0 = time.time()
         batches = list(token_batches(tr_s, tr_t, args.max_tokens, cfg.pad_id, seed=args.seed * 1000 + epoch))
@@ -256,12 +292,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             bar.set_postfix(loss=f"{train_loss / train_tokens:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
         train_time = time.time() - t0
         metrics = evaluate(model, tokenizer, va_s, va_t, val_tgt, args.max_tokens)
+        epoch_time = time.time() - t0
+        longest_epoch = max(longest_epoch, epoch_time)
         record = {
             "epoch": epoch,
             "train_loss": train_loss / train_tokens,
             "val_loss": metrics["loss"],
             "val_bleu_greedy": metrics["bleu"],
             "train_seconds": round(train_time, 1),
+            "epoch_seconds": round(epoch_time, 1),
             "tokens_per_second": round(train_tokens / train_time),
             "step": scheduler.last_epoch,
             "lr": scheduler.get_last_lr()[0],
@@ -287,6 +326,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "history": history,
                 "py_rng": random.getstate(),
                 "torch_rng": torch.get_rng_state(),
+                **({"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
             },
             tmp,
         )

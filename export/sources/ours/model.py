@@ -34,6 +34,10 @@ class TransformerConfig:
     n_decoder_layers: int = 3
     max_len: int = 256
     dropout: float = 0.1
+    # On the attention weights (softmax output); 0: none, as the paper.
+    attention_dropout: float = 0.0
+    # Inside the feed-forward network, after the ReLU; None: ``dropout``, as before the option existed.
+    activation_dropout: float | None = None
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -44,6 +48,10 @@ class TransformerConfig:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.d_model % 2:
             raise ValueError("d_model must be even for the sinusoidal encoding")
+
+    @property
+    def ffn_dropout(self) -> float:
+        return self.dropout if self.activation_dropout is None else self.activation_dropout
 
     @property
     def d_k(self) -> int:
@@ -59,19 +67,21 @@ class TransformerConfig:
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout: nn.Module | None = None
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(QKᵀ / √d_k) V.
 
     q: (B, h, T_q, d_k); k, v: (B, h, T_k, d_k); mask: bool, broadcastable to
-    (B, h, T_q, T_k), True where a query may attend to a key. Returns (output, weights).
+    (B, h, T_q, T_k), True where a query may attend to a key. Returns (output, weights); with
+    ``dropout`` the output uses the dropped-out weights and the returned weights stay whole.
     """
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, h, T_q, T_k)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)  # rows sum to 1 over keys
-    return weights @ v, weights  # (B, h, T_q, d_k), (B, h, T_q, T_k)
+    used = weights if dropout is None else dropout(weights)
+    return used @ v, weights  # (B, h, T_q, d_k), (B, h, T_q, T_k)
 
 
 class MultiHeadAttention(nn.Module):
@@ -81,9 +91,11 @@ class MultiHeadAttention(nn.Module):
     ``project_kv`` and ``attend`` are exposed separately so the decoder can cache keys/values.
     """
 
-    def __init__(self, d_model: int, n_heads: int) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.n_heads = n_heads
+        # None when off, so that training draws no random numbers for it (results as before).
+        self.attention_dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.d_k = d_model // n_heads
         self.w_q = nn.Linear(d_model, d_model)
         self.w_k = nn.Linear(d_model, d_model)
@@ -99,7 +111,7 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, x_q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         q = self._split_heads(self.w_q(x_q))  # (B, h, T_q, d_k)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask, self.attention_dropout)
         b, _, t, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(b, t, self.n_heads * self.d_k)  # (B, T_q, d_model)
         return self.w_o(concat), weights
@@ -147,8 +159,8 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads)
-        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.ffn_dropout)
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -169,9 +181,9 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads)
-        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.ffn_dropout)
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.norm3 = nn.LayerNorm(cfg.d_model)
