@@ -45,6 +45,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--tgt-lang", default="de")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--length-penalty", type=float, help="default: the first teacher's generation config")
+    p.add_argument("--device", default="cpu", help="where the teachers decode (cuda on a GPU host)")
     return p.parse_args(argv)
 
 
@@ -55,7 +56,7 @@ def write_lines(path: Path, lines: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
-    teachers = [load_checkpoint(t) for t in args.teacher]
+    teachers = [load_checkpoint(t, args.device) for t in args.teacher]
     tokenizer = Tokenizer.from_file(str(args.tokenizer or args.teacher[0].parent / "tokenizer.json"))
     penalty = checkpoint_length_penalty(args.teacher[0], args.length_penalty)
     sources, _ = read_parallel(args.data_dir, "train", args.src_lang, args.tgt_lang)

@@ -42,9 +42,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="score = log-prob / length ** penalty "
         "(default: the checkpoint's generation_config.json, else 1.0)",
     )
+    p.add_argument("--device", default="cpu", help="where the checkpoints decode")
     args = p.parse_args(argv)
 
-    models = [load_checkpoint(c) for c in args.checkpoint]
+    models = [load_checkpoint(c, args.device) for c in args.checkpoint]
     first = args.checkpoint[0]
     tokenizer = Tokenizer.from_file(str(args.tokenizer or first.parent / "tokenizer.json"))
     sources, references = read_parallel(args.data_dir, args.split, args.src_lang, args.tgt_lang)
