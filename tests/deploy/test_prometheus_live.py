@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from deploy_helpers import (
     ALERTS,
@@ -117,6 +118,12 @@ def _traffic(base: str, sent: dict[str, int], rounds: int) -> None:
             sent[str(status)] = sent.get(str(status), 0) + 1
         status, _ = _http(base + "/v1/models")
         assert status == 200
+        # a file, for the file-translation panel
+        answer = httpx.post(
+            base + "/v1/translate/file", files={"file": ("notes.txt", b"a file to translate")}
+        )
+        assert answer.status_code == 200, answer.text[:300]
+        sent["200"] = sent.get("200", 0) + 1
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str, str]] = [
     (E, {"texts": "A dog."}, "texts", "list_type", "valid list"),
     (E, {"texts": []}, "texts", "too_short", "at least 1"),
     (E, {"texts": ["ok"], "normalize": "yes"}, "normalize", "bool_type", "boolean"),
-    (OAI, {"input": "ok", "dimensions": 128}, "dimensions", "unsupported_dimensions", "384"),
+    (OAI, {"input": "ok", "dimensions": 512}, "dimensions", "unsupported_dimensions", "384"),
     (OAI, {"input": "ok", "encoding_format": "hex"}, "encoding_format", "literal_error", "base64"),
 ]
 

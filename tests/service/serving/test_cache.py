@@ -169,7 +169,14 @@ def test_every_option_is_part_of_the_key() -> None:
     """The key holds the whole ``TranslateOptions``: every field of it takes part in its equality
     and hash, so a field added there is in the key at once."""
     base = TranslateOptions()
-    changed = {"beam_size": 5, "n_best": 2, "max_length": 7, "length_penalty": 0.3, "alignments": True}
+    changed = {
+        "beam_size": 5,
+        "n_best": 2,
+        "max_length": 7,
+        "length_penalty": 0.3,
+        "alignments": True,
+        "forced_first_token": 9,
+    }
     assert {f.name for f in fields(TranslateOptions) if f.compare and f.hash is not False} == set(changed)
     for name, value in changed.items():
         assert replace(base, **{name: value}) != base
