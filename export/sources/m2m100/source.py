@@ -13,20 +13,18 @@ output token (``forced_bos_token_id``; the engine forces it, service/engine/sear
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tokenizers import Tokenizer
 from tokenizers.processors import TemplateProcessing
 from torch import Tensor, nn
 
-from export.sources import IncrementalDecoder, TranslationSource, generation_length_penalty
+from export.sources import TranslationSource, generation_length_penalty
 from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
+from export.sources.hf_seq2seq import Seq2SeqReference, attend, project_kv, weight_files
 from export.sources.m2m100 import M2M100ImportError
-from export.sources.marian.source import _attend, _project_kv, _weight_files
 from service.artefacts import SpecialIds
 
 
@@ -67,10 +65,10 @@ class M2M100EncoderGraph(nn.Module):
         mask = keep[:, None, None, :]
         for layer in enc.layers:
             h = layer.self_attn_layer_norm(x)
-            attn, _ = _attend(layer.self_attn, h, *_project_kv(layer.self_attn, h), mask)
+            attn, _ = attend(layer.self_attn, h, *project_kv(layer.self_attn, h), mask)
             x = _ffn(layer, x + attn)
         x = enc.layer_norm(x)
-        return stack_kv([_project_kv(layer.encoder_attn, x) for layer in dec.layers])
+        return stack_kv([project_kv(layer.encoder_attn, x) for layer in dec.layers])
 
 
 class M2M100DecoderStepGraph(DecoderStep):
@@ -99,11 +97,11 @@ class M2M100DecoderStepGraph(DecoderStep):
     ) -> tuple[Tensor, KeyValue, Tensor]:
         layer = self.layers[i]
         h = layer.self_attn_layer_norm(x)
-        k, v = _project_kv(layer.self_attn, h)
+        k, v = project_kv(layer.self_attn, h)
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        attn, _ = _attend(layer.self_attn, h, k, v, self_mask)  # one query: no causal mask
+        attn, _ = attend(layer.self_attn, h, k, v, self_mask)  # one query: no causal mask
         x = x + attn
-        cross, cross_weights = _attend(layer.encoder_attn, layer.encoder_attn_layer_norm(x), *memory)
+        cross, cross_weights = attend(layer.encoder_attn, layer.encoder_attn_layer_norm(x), *memory)
         return _ffn(layer, x + cross), (k, v), cross_weights
 
     def self_attention_input(self, i: int, x: Tensor) -> Tensor:
@@ -126,81 +124,6 @@ class M2M100DecoderStepGraph(DecoderStep):
 
     def logits(self, x: Tensor) -> Tensor:
         out: Tensor = self.model.lm_head(self.model.model.decoder.layer_norm(x)).float()
-        return out
-
-
-# --- the reference: transformers' own forward and generate ---------------------------------------
-
-
-class _HFDecoder:
-    """M2M100ForConditionalGeneration's cached forward behind the search's IncrementalDecoder."""
-
-    def __init__(self, model: Any, src: Tensor, pad_id: int) -> None:
-        self.model = model
-        self.mask = (src != pad_id).long()
-        with torch.no_grad():
-            self.encoded = model.get_encoder()(input_ids=src, attention_mask=self.mask).last_hidden_state
-        self.cache: Any = None
-
-    @torch.no_grad()
-    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        out = self.model(
-            encoder_outputs=(self.encoded,),
-            attention_mask=self.mask,
-            decoder_input_ids=torch.from_numpy(last_tokens)[:, None],
-            cache=self.cache,
-            use_cache=True,
-            output_attentions=True,
-        )
-        self.cache = out.past_key_values
-        attn = out.cross_attentions[-1].float().mean(dim=1)[:, -1]
-        return out.logits[:, -1].float().log_softmax(-1).numpy(), attn.numpy()
-
-    def reorder(self, rows: np.ndarray) -> None:
-        idx = torch.from_numpy(rows)
-        self.encoded, self.mask = self.encoded[idx], self.mask[idx]
-        if self.cache is not None:
-            self.cache.reorder_cache(idx)
-
-
-class M2M100Reference:
-    """What transformers computes: the cached forward's cross K/V and log-probs, and ``generate``
-    with the target language's token forced first (left out of the returned ids)."""
-
-    def __init__(self, model: Any, pad_id: int, eos_id: int, forced_first: int) -> None:
-        self.model, self.pad_id, self.eos_id, self.forced_first = model, pad_id, eos_id, forced_first
-
-    def decoder(self, src: Tensor) -> IncrementalDecoder:
-        return _HFDecoder(self.model, src, self.pad_id)
-
-    def memory_kv(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """The cross-attention K/V transformers caches after a first decoder step."""
-        dec = _HFDecoder(self.model, src, self.pad_id)
-        dec.step(np.full(src.shape[0], self.model.config.decoder_start_token_id, dtype=np.int64))
-        layers = dec.cache.cross_attention_cache.layers
-        return torch.stack([layer.keys for layer in layers]), torch.stack([layer.values for layer in layers])
-
-    @torch.no_grad()
-    def greedy(self, src_ids: Sequence[Sequence[int]], max_lens: Sequence[int]) -> list[list[int]]:
-        """greedy ``generate``, one call per length limit (the forced token counts in it, as in the
-        engine); forced </s> at the limit is off, since the project's search ends a too-long
-        hypothesis unfinished instead."""
-        out: list[list[int]] = [[] for _ in src_ids]
-        for limit in sorted(set(max_lens)):
-            rows = [i for i, n in enumerate(max_lens) if n == limit]
-            width = max(len(src_ids[i]) for i in rows)
-            src = torch.tensor([list(src_ids[i]) + [self.pad_id] * (width - len(src_ids[i])) for i in rows])
-            generated = self.model.generate(
-                input_ids=src,
-                attention_mask=(src != self.pad_id).long(),
-                num_beams=1,
-                do_sample=False,
-                max_length=limit + 1,
-                forced_bos_token_id=self.forced_first,
-                forced_eos_token_id=None,
-            )
-            for i, row in zip(rows, generated[:, 2:].tolist(), strict=True):  # start, language token
-                out[i] = row[: row.index(self.eos_id)] if self.eos_id in row else row
         return out
 
 
@@ -286,7 +209,7 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
         kind="m2m100",
         name=name or directory.name,
         path=directory,
-        weight_files=_weight_files(directory),
+        weight_files=weight_files(directory, M2M100ImportError),
         tokenizer=m2m100_tokenizer(directory, source_token),
         special=SpecialIds(pad=pad_id, bos=start_id, eos=eos_id, unk=plain.token_to_id("<unk>")),
         vocab_size=int(model.lm_head.out_features),
@@ -298,7 +221,7 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
         source_languages=[language_code(source_token)],
         target_languages=[target],
         build_graphs=build,
-        reference=M2M100Reference(model, pad_id, eos_id, target_id),
+        reference=Seq2SeqReference(model, pad_id, eos_id, forced_first=target_id),
         length_penalty=generation_length_penalty(directory),
         language_tokens={target: target_id},
     )

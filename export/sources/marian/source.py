@@ -17,18 +17,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from export.sources import (
-    IncrementalDecoder,
     TranslationSource,
     generation_length_penalty,
     languages_from_name,
 )
 from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
+from export.sources.hf_seq2seq import Seq2SeqReference, attend, project_kv, weight_files
 from export.sources.marian import MarianImportError
 from export.sources.marian.tokenizer import marian_tokenizer
 from service.artefacts import SpecialIds
@@ -42,27 +41,6 @@ def is_marian_dir(path: Path) -> bool:
 
 
 # --- the graphs ---------------------------------------------------------------------------------
-
-
-def _split_heads(x: Tensor, attn: Any) -> Tensor:
-    b, t, _ = x.shape
-    return x.view(b, t, attn.num_heads, attn.head_dim).transpose(1, 2)  # (B, h, T, d)
-
-
-def _project_kv(attn: Any, x: Tensor) -> tuple[Tensor, Tensor]:
-    return _split_heads(attn.k_proj(x), attn), _split_heads(attn.v_proj(x), attn)
-
-
-def _attend(attn: Any, x_q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """MarianAttention's eager path: softmax(q kᵀ · scaling + mask) v, then out_proj."""
-    q = _split_heads(attn.q_proj(x_q), attn)
-    scores = (q @ k.transpose(-2, -1)) * attn.scaling
-    if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)
-    heads = weights @ v  # (B, h, T_q, d)
-    b, _, t, _ = heads.shape
-    return attn.out_proj(heads.transpose(1, 2).reshape(b, t, -1)), weights
 
 
 def _ffn(layer: Any, x: Tensor) -> Tensor:
@@ -86,9 +64,9 @@ class MarianEncoderGraph(nn.Module):
         x = x + enc.embed_positions.weight[: input_ids.shape[1]].to(x.dtype)
         mask = (input_ids != self.pad_id)[:, None, None, :]
         for layer in enc.layers:
-            attn, _ = _attend(layer.self_attn, x, *_project_kv(layer.self_attn, x), mask)
+            attn, _ = attend(layer.self_attn, x, *project_kv(layer.self_attn, x), mask)
             x = _ffn(layer, layer.self_attn_layer_norm(x + attn))
-        return stack_kv([_project_kv(layer.encoder_attn, x) for layer in dec.layers])
+        return stack_kv([project_kv(layer.encoder_attn, x) for layer in dec.layers])
 
 
 class MarianDecoderStepGraph(DecoderStep):
@@ -126,11 +104,11 @@ class MarianDecoderStepGraph(DecoderStep):
         self, i: int, x: Tensor, past: KeyValue, self_mask: Tensor, memory: Memory
     ) -> tuple[Tensor, KeyValue, Tensor]:
         layer = self.layers[i]
-        k, v = _project_kv(layer.self_attn, x)
+        k, v = project_kv(layer.self_attn, x)
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        attn, _ = _attend(layer.self_attn, x, k, v, self_mask)  # one query: no causal mask
+        attn, _ = attend(layer.self_attn, x, k, v, self_mask)  # one query: no causal mask
         x = layer.self_attn_layer_norm(x + attn)
-        cross, cross_weights = _attend(layer.encoder_attn, x, *memory)
+        cross, cross_weights = attend(layer.encoder_attn, x, *memory)
         return _ffn(layer, layer.encoder_attn_layer_norm(x + cross)), (k, v), cross_weights
 
     def after_self_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
@@ -151,82 +129,6 @@ class MarianDecoderStepGraph(DecoderStep):
         return out
 
 
-# --- the reference: transformers' own forward and generate ---------------------------------------
-
-
-class _HFDecoder:
-    """MarianMTModel's cached forward behind the search's IncrementalDecoder protocol."""
-
-    def __init__(self, model: Any, src: Tensor, pad_id: int, suppressed: Sequence[int]) -> None:
-        self.model = model
-        self.mask = (src != pad_id).long()
-        with torch.no_grad():
-            self.encoded = model.get_encoder()(input_ids=src, attention_mask=self.mask).last_hidden_state
-        self.cache: Any = None
-        self.suppressed = list(suppressed)
-
-    @torch.no_grad()
-    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        out = self.model(
-            encoder_outputs=(self.encoded,),
-            attention_mask=self.mask,
-            decoder_input_ids=torch.from_numpy(last_tokens)[:, None],
-            past_key_values=self.cache,
-            use_cache=True,
-            output_attentions=True,
-        )
-        self.cache = out.past_key_values
-        logits = out.logits[:, -1].float()
-        logits[:, self.suppressed] = -torch.inf  # NoBadWordsLogitsProcessor
-        attn = out.cross_attentions[-1].float().mean(dim=1)[:, -1]
-        return logits.log_softmax(-1).numpy(), attn.numpy()
-
-    def reorder(self, rows: np.ndarray) -> None:
-        idx = torch.from_numpy(rows)
-        self.encoded, self.mask = self.encoded[idx], self.mask[idx]
-        if self.cache is not None:
-            self.cache.reorder_cache(idx)
-
-
-class MarianReference:
-    """What transformers computes: the cached forward's cross K/V and log-probs, and ``generate``."""
-
-    def __init__(self, model: Any, pad_id: int, eos_id: int, suppressed: Sequence[int]) -> None:
-        self.model, self.pad_id, self.eos_id, self.suppressed = model, pad_id, eos_id, list(suppressed)
-
-    def decoder(self, src: Tensor) -> IncrementalDecoder:
-        return _HFDecoder(self.model, src, self.pad_id, self.suppressed)
-
-    def memory_kv(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """The cross-attention K/V transformers caches after a first decoder step."""
-        dec = _HFDecoder(self.model, src, self.pad_id, self.suppressed)
-        dec.step(np.full(src.shape[0], self.model.config.decoder_start_token_id, dtype=np.int64))
-        layers = dec.cache.cross_attention_cache.layers
-        return torch.stack([layer.keys for layer in layers]), torch.stack([layer.values for layer in layers])
-
-    @torch.no_grad()
-    def greedy(self, src_ids: Sequence[Sequence[int]], max_lens: Sequence[int]) -> list[list[int]]:
-        """``generate(num_beams=1, do_sample=False)``, one call per length limit; forced </s> at
-        the limit is switched off, since the project's search ends a too-long hypothesis
-        unfinished instead."""
-        out: list[list[int]] = [[] for _ in src_ids]
-        for limit in sorted(set(max_lens)):
-            rows = [i for i, n in enumerate(max_lens) if n == limit]
-            width = max(len(src_ids[i]) for i in rows)
-            src = torch.tensor([list(src_ids[i]) + [self.pad_id] * (width - len(src_ids[i])) for i in rows])
-            generated = self.model.generate(
-                input_ids=src,
-                attention_mask=(src != self.pad_id).long(),
-                num_beams=1,
-                do_sample=False,
-                max_length=limit + 1,
-                forced_eos_token_id=None,
-            )
-            for i, row in zip(rows, generated[:, 1:].tolist(), strict=True):  # drop the start token
-                out[i] = row[: row.index(self.eos_id)] if self.eos_id in row else row
-        return out
-
-
 # --- loading -------------------------------------------------------------------------------------
 
 
@@ -236,13 +138,6 @@ def _suppressed_ids(model: Any) -> list[int]:
         model.config, "bad_words_ids", None
     )
     return sorted({ids[0] for ids in bad or [] if len(ids) == 1})
-
-
-def _weight_files(directory: Path) -> tuple[Path, ...]:
-    files = sorted(directory.glob("*.safetensors")) or sorted(directory.glob("pytorch_model*.bin"))
-    if not files:
-        raise MarianImportError(f"{directory}: no model weights (*.safetensors or pytorch_model*.bin)")
-    return tuple(files)
 
 
 def _languages(directory: Path, name: str) -> tuple[list[str], list[str]]:
@@ -293,7 +188,7 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
         kind="marian",
         name=name,
         path=directory,
-        weight_files=_weight_files(directory),
+        weight_files=weight_files(directory, MarianImportError),
         tokenizer=tokenizer,
         special=SpecialIds(pad=pad_id, bos=start_id, eos=eos_id, unk=unk_id),
         vocab_size=int(model.lm_head.out_features),
@@ -305,7 +200,7 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
         source_languages=src_langs,
         target_languages=tgt_langs,
         build_graphs=build,
-        reference=MarianReference(model, pad_id, eos_id, suppressed),
+        reference=Seq2SeqReference(model, pad_id, eos_id, suppressed=suppressed),
         reference_encode=_reference_encoder(directory),
         tokenizer_file=tokenizer_file if tokenizer_file.is_file() else None,
         length_penalty=generation_length_penalty(directory),

@@ -1,0 +1,136 @@
+"""What the Hugging Face encoder-decoder sources (Marian, M2M-100/NLLB) share: their attention
+written out for tracing, and the reference the verify stage checks our graphs against —
+transformers' own cached forward and ``generate``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from export.sources import IncrementalDecoder
+
+# --- attention, as the eager path of transformers' BART-family attention --------------------------
+
+
+def _split_heads(x: Tensor, attn: Any) -> Tensor:
+    b, t, _ = x.shape
+    return x.view(b, t, attn.num_heads, attn.head_dim).transpose(1, 2)  # (B, h, T, d)
+
+
+def project_kv(attn: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+    return _split_heads(attn.k_proj(x), attn), _split_heads(attn.v_proj(x), attn)
+
+
+def attend(attn: Any, x_q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """softmax(q kᵀ · scaling + mask) v, then out_proj; and the weights."""
+    q = _split_heads(attn.q_proj(x_q), attn)
+    scores = (q @ k.transpose(-2, -1)) * attn.scaling
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    heads = weights @ v  # (B, h, T_q, d)
+    b, _, t, _ = heads.shape
+    return attn.out_proj(heads.transpose(1, 2).reshape(b, t, -1)), weights
+
+
+def weight_files(directory: Path, error: type[Exception]) -> tuple[Path, ...]:
+    files = sorted(directory.glob("*.safetensors")) or sorted(directory.glob("pytorch_model*.bin"))
+    if not files:
+        raise error(f"{directory}: no model weights (*.safetensors or pytorch_model*.bin)")
+    return tuple(files)
+
+
+# --- the reference --------------------------------------------------------------------------------
+
+
+class HFCachedDecoder:
+    """A transformers encoder-decoder's cached forward behind the search's IncrementalDecoder
+    protocol; ``suppressed`` tokens are never chosen (NoBadWordsLogitsProcessor)."""
+
+    def __init__(self, model: Any, src: Tensor, pad_id: int, suppressed: Sequence[int] = ()) -> None:
+        self.model = model
+        self.mask = (src != pad_id).long()
+        with torch.no_grad():
+            self.encoded = model.get_encoder()(input_ids=src, attention_mask=self.mask).last_hidden_state
+        self.cache: Any = None
+        self.suppressed = list(suppressed)
+
+    @torch.no_grad()
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        out = self.model(
+            encoder_outputs=(self.encoded,),
+            attention_mask=self.mask,
+            decoder_input_ids=torch.from_numpy(last_tokens)[:, None],
+            cache=self.cache,
+            use_cache=True,
+            output_attentions=True,
+        )
+        self.cache = out.past_key_values
+        logits = out.logits[:, -1].float()
+        if self.suppressed:
+            logits[:, self.suppressed] = -torch.inf
+        attn = out.cross_attentions[-1].float().mean(dim=1)[:, -1]
+        return logits.log_softmax(-1).numpy(), attn.numpy()
+
+    def reorder(self, rows: np.ndarray) -> None:
+        idx = torch.from_numpy(rows)
+        self.encoded, self.mask = self.encoded[idx], self.mask[idx]
+        if self.cache is not None:
+            self.cache.reorder_cache(idx)
+
+
+class Seq2SeqReference:
+    """What transformers computes: the cached forward's cross K/V and log-probs, and greedy
+    ``generate``. ``forced_first`` is a token forced right after the decoder start (M2M-100's
+    target language), counted in the length limit as in the engine and left out of the ids."""
+
+    def __init__(
+        self,
+        model: Any,
+        pad_id: int,
+        eos_id: int,
+        suppressed: Sequence[int] = (),
+        forced_first: int | None = None,
+    ) -> None:
+        self.model, self.pad_id, self.eos_id = model, pad_id, eos_id
+        self.suppressed, self.forced_first = list(suppressed), forced_first
+
+    def decoder(self, src: Tensor) -> IncrementalDecoder:
+        return HFCachedDecoder(self.model, src, self.pad_id, self.suppressed)
+
+    def memory_kv(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """The cross-attention K/V transformers caches after a first decoder step."""
+        dec = HFCachedDecoder(self.model, src, self.pad_id, self.suppressed)
+        dec.step(np.full(src.shape[0], self.model.config.decoder_start_token_id, dtype=np.int64))
+        layers = dec.cache.cross_attention_cache.layers
+        return torch.stack([layer.keys for layer in layers]), torch.stack([layer.values for layer in layers])
+
+    @torch.no_grad()
+    def greedy(self, src_ids: Sequence[Sequence[int]], max_lens: Sequence[int]) -> list[list[int]]:
+        """``generate(num_beams=1, do_sample=False)``, one call per length limit; forced </s> at
+        the limit is switched off, since the project's search ends a too-long hypothesis
+        unfinished instead."""
+        forced = {} if self.forced_first is None else {"forced_bos_token_id": self.forced_first}
+        dropped = 1 if self.forced_first is None else 2  # the start token, the forced one
+        out: list[list[int]] = [[] for _ in src_ids]
+        for limit in sorted(set(max_lens)):
+            rows = [i for i, n in enumerate(max_lens) if n == limit]
+            width = max(len(src_ids[i]) for i in rows)
+            src = torch.tensor([list(src_ids[i]) + [self.pad_id] * (width - len(src_ids[i])) for i in rows])
+            generated = self.model.generate(
+                input_ids=src,
+                attention_mask=(src != self.pad_id).long(),
+                num_beams=1,
+                do_sample=False,
+                max_length=limit + 1,
+                forced_eos_token_id=None,
+                **forced,
+            )
+            for i, row in zip(rows, generated[:, dropped:].tolist(), strict=True):
+                out[i] = row[: row.index(self.eos_id)] if self.eos_id in row else row
+        return out
