@@ -13,6 +13,7 @@ the artefact's ``encoder.onnx`` (``service.artefacts.EMBEDDING_*``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -224,19 +225,24 @@ def hidden_states_module(source: EmbeddingSource) -> torch.nn.Module:
     """The model (eager attention: the pattern onnxruntime's optimizer fuses) as a module whose
     positional inputs are ``source.input_names`` and whose output is the last hidden state:
     pooling happens in the service (NumPy), not in the graph."""
-    import torch
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(str(source.directory), attn_implementation="eager").float().eval()
-    names = source.input_names
+    return called_by_position(model, source.input_names, "last_hidden_state")
 
-    class HiddenStates(torch.nn.Module):
+
+def called_by_position(model: Any, names: Sequence[str], output: str) -> torch.nn.Module:
+    """``model`` as torch.onnx traces it: its inputs ``names`` given by position, its output
+    field ``output`` returned."""
+    import torch
+
+    class ByPosition(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
         def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            hidden: torch.Tensor = self.model(**dict(zip(names, inputs, strict=True))).last_hidden_state
-            return hidden
+            out: torch.Tensor = getattr(self.model(**dict(zip(names, inputs, strict=True))), output)
+            return out
 
-    return HiddenStates()
+    return ByPosition()

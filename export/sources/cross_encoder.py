@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from export.sources.bert import TOKENIZER_FILE, EmbeddingSource, inspect_source
+from export.sources.bert import TOKENIZER_FILE, EmbeddingSource, called_by_position, inspect_source
 from service.artefacts import RerankInfo
 
 if TYPE_CHECKING:
@@ -111,7 +111,6 @@ def logits_module(source: CrossEncoderSource) -> torch.nn.Module:
     """The model (eager attention: the pattern onnxruntime's optimizer fuses) as a module whose
     positional inputs are ``source.input_names`` and whose output is the classifier's logits
     (batch, 1): the sigmoid, when asked for, is the service's (NumPy)."""
-    import torch
     from transformers import AutoModelForSequenceClassification
 
     model = (
@@ -119,15 +118,4 @@ def logits_module(source: CrossEncoderSource) -> torch.nn.Module:
         .float()
         .eval()
     )
-    names = source.input_names
-
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            logits: torch.Tensor = self.model(**dict(zip(names, inputs, strict=True))).logits
-            return logits
-
-    return Logits()
+    return called_by_position(model, source.input_names, "logits")
