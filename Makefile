@@ -48,7 +48,7 @@ image-gpu:
 export: $(STAMP)
 	$(PY) -m export default --out .artefacts --variant all
 
-## DATA: a folder with multi30k/ and stsb/sts-dev.csv (e.g. make bench DATA=../shared/data).
+## DATA: a folder with multi30k/ and stsb/sts-dev.csv (e.g. make bench DATA=path/to/data).
 bench: $(STAMP)
 	$(PY) -m benchmarks --quick --data-dir $(or $(DATA),$(error set DATA=DIR holding multi30k/ and stsb/))
 

@@ -1,7 +1,7 @@
 """``python -m benchmarks``: our engine and service side by side with the tools users would pick.
 
-    python -m benchmarks --quick --data-dir ../shared/data     # a few minutes
-    python -m benchmarks --data-dir ../shared/data --out benchmarks/results
+    python -m benchmarks --quick --data-dir path/to/data     # a few minutes
+    python -m benchmarks --data-dir path/to/data --out benchmarks/results
 
 Translation (identical weights everywhere): Hugging Face generate (baseline), CTranslate2 fp32 and
 int8, our engine in-process (fp32, int8) and our service over HTTP, on our checkpoint mapped onto

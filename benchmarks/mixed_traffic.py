@@ -19,7 +19,7 @@ Each mode runs ``--rounds`` times (2 in quick mode), the order alternating, a fr
 time; the rounds' latencies, tokens and requests are pooled per mode (the short requests' p99 of
 whole-batch decoding moved by 2× between single runs), and each round's p99 is reported too.
 
-Run: ``python -m benchmarks --data-dir ../shared/data --only mixed_traffic`` (a stage).
+Run: ``python -m benchmarks --data-dir path/to/data --only mixed_traffic`` (a stage).
 """
 
 from __future__ import annotations

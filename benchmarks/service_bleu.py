@@ -1,6 +1,6 @@
 """sacreBLEU of a running service's translations against the PyTorch checkpoint's own.
 
-python -m benchmarks.service_bleu --url http://localhost:8000 --data-dir ../shared/data/multi30k \\
+python -m benchmarks.service_bleu --url http://localhost:8000 --data-dir path/to/data/multi30k \\
     [--model transformer-de-en] [--split test_2016_flickr] [--beam 4] [--checkpoint PATH.safetensors] \\
     [--documents 50]
 

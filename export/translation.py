@@ -1,7 +1,7 @@
 """Export a translation checkpoint (ours or Marian) to verified ONNX artefacts, one per variant.
 
     export_translation(Path("export/checkpoints/transformer-en-de"), Path(".artefacts"),
-                       ["fp32", "int8", "fp16"], eval_dir=Path("../shared/data/multi30k"))
+                       ["fp32", "int8", "fp16"], eval_dir=Path("path/to/data/multi30k"))
 
 writes ``<out_root>/<name>/<variant>/{encoder.onnx, decoder.onnx, tokenizer.json, manifest.json}``
 in the layout of export/graphs/translation_layout.py. The stages: the source (``load_source``:

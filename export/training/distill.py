@@ -2,7 +2,7 @@
 targets replaced by a teacher's translations, a data directory for ``python -m export.training.train``.
 
     python -m export.training.distill --teacher export/checkpoints/transformer-en-de/model.safetensors \\
-        --teacher runs/en-de-rdrop/averaged.safetensors --data-dir ../shared/data/multi30k \\
+        --teacher runs/en-de-rdrop/averaged.safetensors --data-dir path/to/data/multi30k \\
         --out runs/kd-data
 
 The teacher is one checkpoint or, with several, their ensemble (export/sources/ours/translate.py), decoding

@@ -1,6 +1,6 @@
 """sacreBLEU of a PyTorch checkpoint on a parallel test set (the figure in the model card).
 
-python -m export.training.evaluate --data-dir ../shared/data/multi30k --split test_2016_flickr --beam 4
+python -m export.training.evaluate --data-dir path/to/data/multi30k --split test_2016_flickr --beam 4
 
 With several ``--checkpoint``s (one vocabulary), their ensemble's score (export/sources/ours/translate.py).
 """

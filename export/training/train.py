@@ -1,6 +1,6 @@
 """Train the Transformer on a parallel corpus with the paper's recipe; resumable.
 
-    python -m export.training.train --data-dir ../shared/data/multi30k --work-dir runs/en-de --epochs 30
+    python -m export.training.train --data-dir path/to/data/multi30k --work-dir runs/en-de --epochs 30
 
 Adam(β1=0.9, β2=0.98, ε=1e-9), lr = peak · min(step/warmup, √(warmup/step)) (the paper's
 inverse-square-root schedule with its scale made explicit), label smoothing 0.1, dropout 0.1,
@@ -22,7 +22,7 @@ between the two predicted distributions. ``--init-from`` starts from a trained c
 architecture and the tokenizer beside it; a fresh optimiser; ``--dropout`` applies), and
 ``--schedule-from N`` starts the learning-rate schedule at step N, e.g. where that run ended:
 
-    python -m export.training.train --data-dir ../shared/data/multi30k --work-dir runs/en-de-ft \
+    python -m export.training.train --data-dir path/to/data/multi30k --work-dir runs/en-de-ft \
         --init-from export/checkpoints/transformer-en-de/model.safetensors --schedule-from 10260 \
         --dropout 0.3 --rdrop 1 --epochs 4 --max-tokens 3072 --lr 8e-4 --bf16
 """
