@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.translators import TextCodec, Workload
+from benchmarks.translators import TextCodec, Workload, hf_generate
 
 
 def translation_checkpoint(name: str) -> Path:
@@ -61,29 +61,7 @@ class HFGenerateOnDevice:
         self.start = int(self.model.config.decoder_start_token_id)
 
     def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        import torch
-
-        codec = self.codec
-        ids = codec.encode(texts)
-        width = max(map(len, ids))
-        src = torch.tensor([x + [codec.pad_id] * (width - len(x)) for x in ids], device=self.device)
-        with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=src,
-                attention_mask=(src != codec.pad_id).long(),
-                num_beams=w.beam,
-                do_sample=False,
-                max_new_tokens=w.max_len,
-                early_stopping=True,
-                length_penalty=1.0,
-                num_return_sequences=1,
-            )
-        hyps = []
-        for row in out.tolist():  # the copy to the host waits for the GPU: the timing is complete
-            row = row[1:] if row and row[0] == self.start else row
-            cut = row.index(codec.eos_id) if codec.eos_id in row else len(row)
-            hyps.append([t for t in row[:cut] if t != codec.pad_id])
-        return codec.decode(hyps), sum(map(len, hyps))
+        return hf_generate(self.model, self.codec, self.start, texts, w, self.device)
 
 
 class SentenceTransformersOnDevice:

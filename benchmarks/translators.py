@@ -73,38 +73,44 @@ class HFGenerate:
         transformers.logging.set_verbosity_error()  # one max_length warning per generate call otherwise
         transformers.logging.disable_progress_bar()
         torch.set_num_threads(threads)
-        self.torch = torch
         self.model = MarianMTModel.from_pretrained(model_dir).eval()
         self.codec = codec
         self.start = int(self.model.config.decoder_start_token_id)
 
     def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        torch, codec = self.torch, self.codec
-        ids = codec.encode(texts)
-        width = max(map(len, ids))
-        src = torch.tensor([x + [codec.pad_id] * (width - len(x)) for x in ids])
-        # Forced: exactly max_len tokens; Marian's forced </s> at the last step would make it max_len - 1.
-        kwargs: dict[str, Any] = (
-            {"min_new_tokens": w.max_len, "forced_eos_token_id": None} if w.forced else {}
+        return hf_generate(self.model, self.codec, self.start, texts, w)
+
+
+def hf_generate(
+    model: Any, codec: TextCodec, start: int, texts: Sequence[str], w: Workload, device: str = "cpu"
+) -> tuple[list[str], int]:
+    """``model.generate`` with beam search as every system of the table runs it (length penalty
+    1, early stopping, one hypothesis): the texts and their output token count."""
+    import torch
+
+    ids = codec.encode(texts)
+    width = max(map(len, ids))
+    src = torch.tensor([x + [codec.pad_id] * (width - len(x)) for x in ids], device=device)
+    # Forced: exactly max_len tokens; Marian's forced </s> at the last step would make it max_len - 1.
+    kwargs: dict[str, Any] = {"min_new_tokens": w.max_len, "forced_eos_token_id": None} if w.forced else {}
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=src,
+            attention_mask=(src != codec.pad_id).long(),
+            num_beams=w.beam,
+            do_sample=False,
+            max_new_tokens=w.max_len,
+            early_stopping=True,
+            length_penalty=1.0,
+            num_return_sequences=1,
+            **kwargs,
         )
-        with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=src,
-                attention_mask=(src != codec.pad_id).long(),
-                num_beams=w.beam,
-                do_sample=False,
-                max_new_tokens=w.max_len,
-                early_stopping=True,
-                length_penalty=1.0,
-                num_return_sequences=1,
-                **kwargs,
-            )
-        hyps = []
-        for row in out.tolist():
-            row = row[1:] if row and row[0] == self.start else row
-            cut = row.index(codec.eos_id) if codec.eos_id in row else len(row)
-            hyps.append([t for t in row[:cut] if t != codec.pad_id])
-        return codec.decode(hyps), sum(map(len, hyps))
+    hyps = []
+    for row in out.tolist():  # on a GPU the copy to the host waits for it: the timing is complete
+        row = row[1:] if row and row[0] == start else row
+        cut = row.index(codec.eos_id) if codec.eos_id in row else len(row)
+        hyps.append([t for t in row[:cut] if t != codec.pad_id])
+    return codec.decode(hyps), sum(map(len, hyps))
 
 
 class CTranslate2:
