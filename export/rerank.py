@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from export.graphs.int8_rowwise import quantize_int8
-from export.graphs.onnx_tools import OPSET, export_onnx, file_entries, graph_spec, optimize, to_fp16
+from export.graphs.embedding import build_fp16, build_int8
+from export.graphs.onnx_tools import OPSET, export_onnx, file_entries, graph_spec
 from export.progress import progress
 from export.publish.variants import (
     Fusions,
@@ -144,12 +144,10 @@ class _VariantExport:
             shutil.copyfile(self.plain, target)
         elif variant == "int8":
             progress("  quantizing to int8 (per-row activations, per-column QInt8 weights)")
-            quantize_int8(self.plain, target)
+            fusions = build_int8(self.plain, target)
         else:
             progress("  fusing (onnxruntime transformer optimizer) and converting to fp16")
-            encoder = self.source.encoder
-            fusions = optimize(self.plain, self.work / "fused.onnx", "bert", encoder.num_heads, encoder.dim)
-            to_fp16(self.work / "fused.onnx", target)
+            fusions = build_fp16(self.source.encoder, self.plain, target, self.work)
             progress(f"  fusions: {fusions}")
         self.tokenizer.save(str(staging / TOKENIZER_FILE))
         return fusions

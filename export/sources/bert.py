@@ -196,17 +196,24 @@ def served_tokenizer(source: EmbeddingSource) -> Tokenizer:
     sentence-transformers truncates at max_seq_length whatever tokenizer.json says (MiniLM's
     file says 128 and pads to 128); the served copy must do what the pipeline does.
     """
+    tokenizer = source_tokenizer(source.directory)
+    tokenizer.enable_truncation(max_length=source.max_len)
+    return tokenizer
+
+
+def source_tokenizer(directory: Path) -> Tokenizer:
+    """The source's fast tokenizer without padding: its tokenizer.json, or transformers'
+    conversion of a slow-tokenizer-only source."""
     from tokenizers import Tokenizer
 
-    path = source.directory / TOKENIZER_FILE
+    path = directory / TOKENIZER_FILE
     if path.is_file():
         tokenizer = Tokenizer.from_file(str(path))
-    else:  # a slow-tokenizer-only source: let transformers convert it
+    else:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(source.directory)).backend_tokenizer
+        tokenizer = AutoTokenizer.from_pretrained(str(directory)).backend_tokenizer
     tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length=source.max_len)
     return tokenizer
 
 

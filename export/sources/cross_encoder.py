@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from export.sources.bert import TOKENIZER_FILE, EmbeddingSource, called_by_position, inspect_source
+from export.sources.bert import EmbeddingSource, called_by_position, inspect_source, source_tokenizer
 from service.artefacts import RerankInfo
 
 if TYPE_CHECKING:
@@ -93,16 +93,7 @@ def pair_tokenizer(source: CrossEncoderSource) -> Tokenizer:
     """The source's fast tokenizer for pairs: padding off (the service pads its own batches),
     truncation longest-first at the maximum length (the served copy must cut as the source's
     pipeline does, whatever tokenizer.json says)."""
-    from tokenizers import Tokenizer
-
-    path = source.directory / TOKENIZER_FILE
-    if path.is_file():
-        tokenizer = Tokenizer.from_file(str(path))
-    else:  # a slow-tokenizer-only source: let transformers convert it
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(source.directory)).backend_tokenizer
-    tokenizer.no_padding()
+    tokenizer = source_tokenizer(source.directory)
     tokenizer.enable_truncation(max_length=source.encoder.max_len, strategy="longest_first")
     return tokenizer
 
