@@ -29,7 +29,7 @@ import numpy as np
 
 from export.progress import progress
 from export.sources.ours.data import pad_array
-from export.verify import VerificationError
+from export.verify import VerificationError, load_staged
 from export.verify.determinism import EmbeddingDeterminism, cosines, embedding_determinism
 from export.verify.reference_set import ReferenceSet, embedding_check
 from service.artefacts import (
@@ -292,12 +292,7 @@ class EmbeddingVerifier:
         """Load the staged ``directory`` as the service does and check it; return the parity
         figures and the reference check, raise VerificationError when out of tolerance."""
         started = time.perf_counter()
-        try:
-            engine = open_engine(directory, self.threads)
-        except Exception as e:  # e.g. an fp16 kernel missing on the CPU provider
-            raise VerificationError(
-                f"{self.name}/{variant}: onnxruntime cannot load {directory} on CPU: {e}"
-            ) from e
+        engine = load_staged(open_engine, directory, self.threads, f"{self.name}/{variant}")
         embeddings = embed(engine, self.texts, self.source.normalize)
         vs_st = cosines(embeddings, self.st_embeddings)
         parity = {

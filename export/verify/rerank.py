@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from export.progress import progress
-from export.verify import Parity, VerificationError
+from export.verify import Parity, VerificationError, load_staged
 from export.verify.determinism import mixed_batches
 from export.verify.embedding import CHECK_SENTENCES
 from export.verify.reference_set import ReferenceSet
@@ -160,12 +160,7 @@ class RerankVerifier:
         """Load the staged ``directory`` as the service does and check it; return the parity
         figures and the reference check, raise VerificationError when out of tolerance."""
         started = time.perf_counter()
-        try:
-            engine = open_engine(directory, self.threads)
-        except Exception as e:  # e.g. an fp16 kernel missing on the CPU provider
-            raise VerificationError(
-                f"{self.name}/{variant}: onnxruntime cannot load {directory} on CPU: {e}"
-            ) from e
+        engine = load_staged(open_engine, directory, self.threads, f"{self.name}/{variant}")
         ours = logits(engine, self.pairs)
         groups = len(CHECK_QUERIES)
         parity = {
