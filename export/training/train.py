@@ -7,7 +7,8 @@ inverse-square-root schedule with its scale made explicit), label smoothing 0.1,
 token-budget batches of length-sorted pairs. Each epoch: validation loss and greedy sacreBLEU,
 an epoch checkpoint, ``best.safetensors`` when validation BLEU improves, and ``state.pt`` so a
 rerun of the same command resumes where it stopped. ``--average-last N`` finally averages the
-last N epoch checkpoints into ``averaged.safetensors``.
+last N epoch checkpoints into ``averaged.safetensors`` (its validation scores in
+``averaged.json``), also when ``--max-minutes`` stopped the run.
 
 ``--encoder-layers`` and ``--decoder-layers`` set the two depths apart (a deep encoder with a
 shallow decoder costs little more to serve: the encoder runs once per sentence, the decoder once
@@ -274,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"after --max-minutes {args.max_minutes:g}; rerun the same command to resume",
                 flush=True,
             )
-            return
+            break
         model.train()
         t0 = time.time()
         batches = list(token_batches(tr_s, tr_t, args.max_tokens, cfg.pad_id, seed=args.seed * 1000 + epoch))
@@ -333,21 +334,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         tmp.replace(state_path)
         (work / "history.json").write_text(json.dumps(history, indent=1))
 
-    if args.average_last:
-        last = sorted(work.glob("epoch*.safetensors"))[-args.average_last :]
+    # Also when --max-minutes stopped the run: the last epochs of a bounded run average as well,
+    # and a resumed run overwrites the average when it stops again or ends.
+    last = sorted(work.glob("epoch*.safetensors"))[-args.average_last :] if args.average_last else []
+    if last:
         model.load_state_dict(average_checkpoints(last))
         save_checkpoint(model, work / "averaged.safetensors")
         metrics = evaluate(model, tokenizer, va_s, va_t, val_tgt, args.max_tokens)
-        print(
-            json.dumps(
-                {
-                    "averaged": [p.name for p in last],
-                    "val_loss": metrics["loss"],
-                    "val_bleu_greedy": metrics["bleu"],
-                }
-            ),
-            flush=True,
-        )
+        averaged = {
+            "averaged": [p.name for p in last],
+            "val_loss": metrics["loss"],
+            "val_bleu_greedy": metrics["bleu"],
+        }
+        (work / "averaged.json").write_text(json.dumps(averaged, indent=1))
+        print(json.dumps(averaged), flush=True)
 
 
 if __name__ == "__main__":
