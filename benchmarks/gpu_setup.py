@@ -78,6 +78,11 @@ def wheels_in(directory: Path) -> list[Wheel]:
     return [Wheel.from_path(p) for p in sorted(directory.glob("*.whl"))]
 
 
+def requirement_name(requirement: str) -> str:
+    """``"uvicorn[standard]>=0.54"`` → ``"uvicorn"`` (canonical)."""
+    return canonical(re.split(r"[\s<>=!~;\[]", requirement.strip(), maxsplit=1)[0])
+
+
 def requirements_in(directory: Path) -> dict[str, str]:
     """Project → its requirement line, from the wheelhouse's requirement files."""
     out: dict[str, str] = {}
@@ -88,8 +93,32 @@ def requirements_in(directory: Path) -> dict[str, str]:
         for line in path.read_text().splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
-                out[canonical(re.split(r"[\s<>=!~;\[]", line, maxsplit=1)[0])] = line
+                out[requirement_name(line)] = line
     return out
+
+
+def project_file() -> Path:
+    """The project whose dependencies a wheelhouse holds: ``$PYPROJECT`` (as for
+    scripts/wheelhouse.sh), else this repository's ``pyproject.toml``."""
+    return Path(os.environ.get("PYPROJECT") or REPO / "pyproject.toml")
+
+
+def service_requirements(pyproject: Path | None = None) -> list[str]:
+    """The service's dependencies, onnxruntime replaced by the ``[gpu]`` extra's pin without that
+    pin's own extras (they are the nvidia-* libraries, which a GPU host has): the wheelhouse's
+    ``service.txt``."""
+    import tomllib
+
+    project = tomllib.loads((pyproject or project_file()).read_text())["project"]
+    gpu = [re.sub(r"\[[^]]*\]", "", r) for r in project["optional-dependencies"]["gpu"]]
+    return [r for r in project["dependencies"] if requirement_name(r) != "onnxruntime"] + gpu
+
+
+def behind(wheelhouse: Path, pyproject: Path | None = None) -> list[str]:
+    """The service's requirements that ``wheelhouse`` was not built for: it predates a change of
+    ``pyproject.toml``, and a host installed from it would fail at the service's first import."""
+    written = {line.strip() for line in (wheelhouse / REQUIREMENT_FILES[0]).read_text().splitlines()}
+    return [r for r in service_requirements(pyproject) if r.strip() not in written]
 
 
 def host_version(name: str) -> str | None:
@@ -222,6 +251,11 @@ def prepare(wheelhouse: Path | None, target: Path) -> tuple[dict[str, str], list
                 f"{wheelhouse} is not for this Python {sys.version.split()[0]}: {', '.join(foreign[:3])}"
             )
         requirements = requirements_in(wheelhouse)
+        if stale := behind(wheelhouse):
+            raise SetupError(
+                f"{wheelhouse} was built before pyproject.toml asked for {', '.join(stale)}: "
+                f"rebuild it (make wheelhouse PY={sys.version_info[0]}.{sys.version_info[1]})"
+            )
         if missing := unmet(wheels, requirements):
             raise SetupError(f"{wheelhouse} has no wheel for what this host lacks: {', '.join(missing)}")
         chosen = to_install(wheels, requirements)
@@ -235,3 +269,12 @@ def prepare(wheelhouse: Path | None, target: Path) -> tuple[dict[str, str], list
     libraries = nvidia_library_dirs()
     lines.append(f"CUDA libraries of nvidia-* wheels: {', '.join(map(str, libraries)) or 'none found'}")
     return check_environment(installed_into, os.environ, libraries), lines
+
+
+if __name__ == "__main__":  # scripts/wheelhouse.sh: the requirements it downloads, and its freshness
+    if sys.argv[1:] == ["service-requirements"]:
+        print("\n".join(service_requirements()))
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == "behind":
+        sys.exit("\n".join(behind(*map(Path, sys.argv[2:]))) or None)
+    else:
+        sys.exit("usage: python -m benchmarks.gpu_setup service-requirements | behind WHEELHOUSE [PYPROJECT]")

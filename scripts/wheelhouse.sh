@@ -25,6 +25,7 @@ set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export PYPROJECT=${PYPROJECT:-$ROOT/pyproject.toml}  # the project whose dependencies the wheelhouse holds
 # Wheels for glibc 2.28 or older (pip matches each manylinux tag exactly, so every one is named).
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64
   manylinux2014_x86_64 manylinux_2_12_x86_64 manylinux2010_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64)
@@ -36,16 +37,9 @@ usage() {
   exit 2
 }
 
-# The service's dependencies (pyproject.toml), onnxruntime replaced by the [gpu] extra's pin
-# without that pin's own extras (they are the nvidia-* libraries).
+# The service's dependencies (pyproject.toml), onnxruntime replaced by the [gpu] extra's pin.
 service_requirements() {
-  "$PYTHON" - "$ROOT/pyproject.toml" <<'EOF'
-import re, sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-gpu = [re.sub(r"\[[^]]*\]", "", req) for req in project["optional-dependencies"]["gpu"]]
-name = lambda req: re.split(r"[\s<>=!~;\[]", req, maxsplit=1)[0].lower()
-print("\n".join([r for r in project["dependencies"] if name(r) != "onnxruntime"] + gpu))
-EOF
+  PYTHONPATH="$ROOT" "$PYTHON" -m benchmarks.gpu_setup service-requirements
 }
 
 download() {  # download PY DIR [pip options] REQUIREMENT...
@@ -83,7 +77,12 @@ project() {
 
 split_parts() {
   local dir=$1 parts=$2 mib=${3:-28} leave_out=${4:-/dev/null}
-  local files=(service.txt check.txt) wheel
+  local files=(service.txt check.txt) wheel stale
+  # Parts of a wheelhouse older than pyproject.toml would fail on the host, after the uploads.
+  if ! stale=$(PYTHONPATH="$ROOT" "$PYTHON" -m benchmarks.gpu_setup behind "$dir" 2>&1); then
+    echo "error: $dir predates pyproject.toml (it lacks: $(echo $stale)); rebuild it: make wheelhouse" >&2
+    exit 1
+  fi
   for wheel in "$dir"/*.whl; do
     if ! tr '[:upper:]_.' '[:lower:]--' <"$leave_out" | grep -qxF "$(project "$wheel")"; then
       files+=("${wheel##*/}")

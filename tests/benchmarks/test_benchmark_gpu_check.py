@@ -17,7 +17,7 @@ import pytest
 from benchmarks import gpu_check, gpu_quality, gpu_setup, gpu_speed
 from benchmarks.gpu_run import QUICK, GpuRun, failed, markdown, write
 from benchmarks.results import Row
-from tests.benchmarks.test_benchmark_gpu_setup import tiny_wheelhouse
+from tests.benchmarks.test_benchmark_gpu_setup import tiny_pyproject, tiny_wheelhouse
 
 
 def a_run(tmp_path: Path, provider: str = "cuda") -> GpuRun:
@@ -111,6 +111,7 @@ def test_the_plumbing_runs_end_to_end_without_its_heavy_stages(tmp_path: Path) -
     command += ["--wheelhouse", str(wheelhouse), "--target", str(tmp_path / "site")]
     command += ["--skip", *gpu_check.STAGES]
     env = {k: v for k, v in os.environ.items() if k != gpu_check.PREPARED}
+    env["PYPROJECT"] = str(tiny_pyproject(tmp_path))
     done = subprocess.run(
         command, cwd=gpu_setup.REPO, env=env, capture_output=True, text=True, timeout=300, check=False
     )

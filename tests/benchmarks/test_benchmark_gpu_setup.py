@@ -41,6 +41,24 @@ def tiny_wheelhouse(directory: Path) -> Path:
     return directory
 
 
+def tiny_pyproject(directory: Path) -> Path:
+    """The project the tiny wheelhouses are built for."""
+    pyproject = directory / "pyproject.toml"
+    pyproject.write_text(
+        '[project]\nname = "probe"\ndependencies = ["tserve-probe-one>=1"]\n'
+        "[project.optional-dependencies]\ngpu = []\n"
+    )
+    return pyproject
+
+
+@pytest.fixture(autouse=True)
+def tiny_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$PYPROJECT, read by gpu_setup and scripts/wheelhouse.sh: the tiny project."""
+    pyproject = tiny_pyproject(tmp_path)
+    monkeypatch.setenv("PYPROJECT", str(pyproject))
+    return pyproject
+
+
 @pytest.mark.parametrize(
     ("filename", "name", "runs_on_312", "runs_on_311"),
     [
@@ -91,7 +109,7 @@ def test_the_check_environment_puts_the_install_and_the_libraries_first(tmp_path
     assert "LD_LIBRARY_PATH" not in gpu_setup.check_environment(None, {}, [])
 
 
-def test_prepare_installs_into_the_target_once(tmp_path: Path) -> None:
+def test_prepare_installs_into_the_target_once(tmp_path: Path, tiny_project: Path) -> None:
     wheelhouse = tiny_wheelhouse(tmp_path / "wheelhouse")
     target = tmp_path / "site"
     env, lines = gpu_setup.prepare(wheelhouse, target)
@@ -103,7 +121,7 @@ def test_prepare_installs_into_the_target_once(tmp_path: Path) -> None:
     assert again[0].startswith("already in")
 
 
-def test_a_wheelhouse_for_another_python_is_refused(tmp_path: Path) -> None:
+def test_a_wheelhouse_for_another_python_is_refused(tmp_path: Path, tiny_project: Path) -> None:
     wheelhouse = tiny_wheelhouse(tmp_path / "wheelhouse")
     (wheelhouse / "numpy-9.0-cp39-cp39-manylinux_2_28_x86_64.whl").touch()
     with pytest.raises(gpu_setup.SetupError, match="not for this Python"):
@@ -130,7 +148,7 @@ def test_the_parts_make_the_wheelhouse_again_and_a_damaged_part_is_refused(tmp_p
     assert not any(again.glob("*.whl"))
 
 
-def test_the_wheels_of_what_the_host_has_can_stay_behind(tmp_path: Path) -> None:
+def test_the_wheels_of_what_the_host_has_can_stay_behind(tmp_path: Path, tiny_project: Path) -> None:
     """Split with a list of the host's projects: their wheels are left out of the parts, and a
     host that lacks one after all is refused at setup, naming it."""
     wheelhouse = tiny_wheelhouse(tmp_path / "py3.12")
@@ -155,3 +173,32 @@ def test_a_requirement_is_unmet_only_without_a_wheel_and_a_good_enough_host_vers
         "c[extra]>=3 (the host has 1.0)",
         "d (the host has none)",
     ]
+
+
+def test_a_wheelhouse_older_than_the_project_is_refused_before_it_is_split_or_installed(
+    tmp_path: Path, tiny_project: Path
+) -> None:
+    """A dependency added to pyproject.toml after the wheelhouse was built would fail the
+    service's first import on the GPU host, after the uploads: refused, naming it."""
+    wheelhouse = tiny_wheelhouse(tmp_path / "py3.12")
+    tiny_project.write_text(
+        tiny_project.read_text().replace('"tserve-probe-one>=1"', '"tserve-probe-one>=1", "defusedxml>=0.7"')
+    )
+    split = subprocess.run(
+        ["bash", str(SCRIPT), "split", str(wheelhouse), str(tmp_path / "parts")],
+        capture_output=True,
+        text=True,
+    )
+    assert split.returncode == 1 and "defusedxml>=0.7" in split.stderr
+    assert not (tmp_path / "parts").exists()
+    with pytest.raises(gpu_setup.SetupError, match=r"built before pyproject.toml asked for defusedxml>=0.7"):
+        gpu_setup.prepare(wheelhouse, tmp_path / "site")
+
+
+def test_the_wheelhouse_is_built_for_the_services_own_dependencies() -> None:
+    """service.txt: pyproject.toml's dependencies, onnxruntime swapped for the [gpu] pin."""
+    requirements = gpu_setup.service_requirements(gpu_setup.REPO / "pyproject.toml")
+    names = [gpu_setup.requirement_name(r) for r in requirements]
+    assert "onnxruntime" not in names and "onnxruntime-gpu" in names
+    assert {"fastapi", "py3langid", "defusedxml"} <= set(names)
+    assert not any("[cuda" in r for r in requirements)
