@@ -56,6 +56,9 @@ class TranslateOptions:
     # artefact's default (its one target language's token, or nothing forced). In the options so
     # that it travels with them to the running decode and into the cache keys.
     forced_first_token: int | None = None
+    # A multilingual model's source-language token, in place of the one its tokenizer puts on
+    # the input (the artefact's default source language's); None: the input as tokenized.
+    source_token: int | None = None
 
 
 @dataclass(frozen=True)

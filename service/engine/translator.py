@@ -97,10 +97,13 @@ class OnnxTranslator:
         if special.bos is None or special.eos is None:
             raise ArtefactError(f"{directory / 'manifest.json'}: translation needs bos and eos special ids")
         self.bos_id, self.eos_id = special.bos, special.eos
-        # A multilingual artefact serving one target language forces its token unasked.
+        # A multilingual artefact forces its first target language's token where the options
+        # name none (the export lists the pair it verified first), and its input carries a
+        # source-language token the options may replace (``_from_source_language``).
         tokens = self.info.language_tokens
-        targets = [tokens[t] for t in self.info.target_languages if t in tokens]
-        self.default_forced_first = targets[0] if len(targets) == 1 else None
+        first_target = self.info.target_languages[0] if self.info.target_languages else ""
+        self.default_forced_first = tokens.get(first_target)
+        self._language_ids = frozenset(tokens.values())
         self.max_decode_rows = max_decode_rows
         self.truncate_source = truncate_source
         self.decoder_class = decoder_class(self.manifest, self.info, directory)
@@ -201,9 +204,28 @@ class OnnxTranslator:
             elif not item.text.strip():
                 results[i] = _empty_translation(item.options.alignments and self._can_align)
             else:
-                todo[i] = enc
+                try:
+                    todo[i] = self._from_source_language(enc, item.options.source_token)
+                except ValueError as e:
+                    results[i] = e
         labelled(INPUT_TOKENS, self.name).inc(sum(e.n_tokens for e in todo.values()))
         return todo
+
+    def _from_source_language(self, enc: Encoded, token: int | None) -> Encoded:
+        """``enc`` with ``token`` in place of its source-language token (a multilingual model's
+        tokenizer puts its default source language's first, or last after ``</s>`` in NLLB's
+        legacy layout); as it is for None."""
+        if token is None:
+            return enc
+        ends = (0, len(enc.ids) - 1) if enc.ids else ()
+        at = next((i for i in ends if enc.ids[i] in self._language_ids), None)
+        if at is None or token not in self._language_ids:
+            raise ValueError(f"{self.name} has no source-language token to set to {token}")
+        ids, tokens = list(enc.ids), list(enc.tokens)
+        ids[at] = token
+        if tokens:
+            tokens[at] = self.tokenizer.id_to_tokens([token])[0]
+        return Encoded(ids, tokens, enc.truncated)
 
     # -- core: a running decode that sentences join and leave --
 

@@ -13,6 +13,7 @@ output token (``forced_bos_token_id``; the engine forces it, service/engine/sear
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
 from export.sources.hf_seq2seq import Seq2SeqReference, attend, project_kv, weight_files
 from export.sources.m2m100 import M2M100ImportError
 from service.artefacts import SpecialIds
+from service.languages_nllb import NLLB_200
+
+_M2M100_TOKEN = re.compile(r"__[a-z]{2,3}__")
 
 
 def is_m2m100_dir(path: Path) -> bool:
@@ -141,6 +145,31 @@ def _tokenizer_config(directory: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else {}
 
 
+def language_tokens(tok: Tokenizer) -> dict[str, int]:
+    """Every language token of the tokenizer by its code (``language_code``): M2M-100's
+    ``__xx__``, NLLB's ``deu_Latn``-style codes, in id order."""
+    found = {
+        token: int(i)
+        for token, i in sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1])
+        if _M2M100_TOKEN.fullmatch(token) or token in NLLB_200
+    }
+    return {language_code(token): i for token, i in found.items()}
+
+
+def _reference_pair(tok_cfg: dict[str, Any], codes: list[str]) -> tuple[str, str]:
+    """The pair the export verifies, listed first (the served default): tokenizer_config.json's
+    ``src_lang`` and ``tgt_lang``, else English into German, else the first two languages."""
+    named = (tok_cfg.get("src_lang"), tok_cfg.get("tgt_lang"))
+    if all(named):
+        return str(named[0]), str(named[1])
+    for pair in (("en", "de"), ("eng_Latn", "deu_Latn")):
+        if all(c in codes for c in pair):
+            return pair
+    if len(codes) < 2:
+        raise M2M100ImportError(f"the tokenizer has {len(codes)} language tokens; a pair needs two")
+    return codes[0], codes[1]
+
+
 def _language_token(tok: Tokenizer, code: str) -> tuple[str, int]:
     for token in (code, f"__{code}__"):
         token_id = tok.token_to_id(token)
@@ -175,8 +204,9 @@ def m2m100_tokenizer(directory: Path, source_token: str, eos: str = "</s>") -> T
 
 
 def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
-    """A local M2M100ForConditionalGeneration directory (config.json, weights, tokenizer.json and
-    tokenizer_config.json naming ``src_lang`` and ``tgt_lang``) as a source of that pair."""
+    """A local M2M100ForConditionalGeneration directory (config.json, weights, tokenizer.json)
+    as a source of every language its tokenizer has a token of; the pair tokenizer_config.json
+    names (``src_lang``, ``tgt_lang``) is the one verified and the default."""
     from transformers import M2M100ForConditionalGeneration
 
     model: Any = M2M100ForConditionalGeneration.from_pretrained(str(directory), attn_implementation="eager")
@@ -185,8 +215,6 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
     pad_id, eos_id = int(cfg.pad_token_id), int(cfg.eos_token_id)
     start_id = int(cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else eos_id)
     tok_cfg = _tokenizer_config(directory)
-    if not (tok_cfg.get("src_lang") and tok_cfg.get("tgt_lang")):
-        raise M2M100ImportError(f"{directory}: tokenizer_config.json names no src_lang and tgt_lang")
     plain = (
         Tokenizer.from_file(str(directory / "tokenizer.json"))
         if (directory / "tokenizer.json").is_file()
@@ -196,9 +224,11 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
         raise M2M100ImportError(
             f"{directory}: no tokenizer.json; the service needs a tokenizers tokenizer.json"
         )
-    source_token, _ = _language_token(plain, str(tok_cfg["src_lang"]))
-    target_token, target_id = _language_token(plain, str(tok_cfg["tgt_lang"]))
-    target = language_code(target_token)
+    tokens = language_tokens(plain)
+    source_code, target_code = _reference_pair(tok_cfg, list(tokens))
+    source_token, _ = _language_token(plain, source_code)
+    target_token, target_id = _language_token(plain, target_code)
+    source, target = language_code(source_token), language_code(target_token)
 
     def build(dtype: torch.dtype, slots: bool) -> tuple[nn.Module, nn.Module]:
         m: Any = M2M100ForConditionalGeneration.from_pretrained(str(directory), attn_implementation="eager")
@@ -218,10 +248,11 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
         d_head=int(cfg.d_model // cfg.decoder_attention_heads),
         max_source_len=int(cfg.max_position_embeddings),
         max_target_len=int(cfg.max_position_embeddings),
-        source_languages=[language_code(source_token)],
-        target_languages=[target],
+        # every language both ways, the verified pair first (the engine's default target)
+        source_languages=[source, *(c for c in tokens if c != source)],
+        target_languages=[target, *(c for c in tokens if c != target)],
         build_graphs=build,
         reference=Seq2SeqReference(model, pad_id, eos_id, forced_first=target_id),
         length_penalty=generation_length_penalty(directory),
-        language_tokens={target: target_id},
+        language_tokens=tokens,
     )

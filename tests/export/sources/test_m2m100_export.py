@@ -50,8 +50,12 @@ def test_manifest_describes_the_import(exported: Path, m2m: Path) -> None:
     assert manifest.source.kind == "m2m100"
     assert (manifest.special_ids.pad, manifest.special_ids.bos, manifest.special_ids.eos) == (1, 2, 2)
     info = manifest.translation
-    assert info is not None and (info.source_languages, info.target_languages) == (["en"], ["de"])
-    assert info.language_tokens == {"de": vocab["__de__"]}
+    # every language both ways, the verified pair (tokenizer_config.json's) first
+    assert info is not None and (info.source_languages, info.target_languages) == (
+        ["en", "de", "fr"],
+        ["de", "en", "fr"],
+    )
+    assert info.language_tokens == {code: vocab[f"__{code}__"] for code in ("en", "de", "fr")}
     assert manifest.parity["max_abs_log_probs"] <= 1e-4
 
 
