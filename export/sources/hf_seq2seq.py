@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from export.sources import IncrementalDecoder
+from service.engine.search import EarlyStopping
 
 # --- attention, as the eager path of transformers' BART-family attention --------------------------
 
@@ -43,6 +44,18 @@ def weight_files(directory: Path, error: type[Exception]) -> tuple[Path, ...]:
     if not files:
         raise error(f"{directory}: no model weights (*.safetensors or pytorch_model*.bin)")
     return tuple(files)
+
+
+def generation_early_stopping(model: Any) -> EarlyStopping:
+    """When transformers' ``generate`` stops the model's beam search by default: its generation
+    config's ``early_stopping`` (generation_config.json, or config.json's for older
+    directories), False where it names none, as ``generate`` takes it."""
+    value = model.generation_config.early_stopping
+    if value is None:
+        return False
+    if value not in (True, False, "never"):
+        raise ValueError(f'early_stopping must be true, false or "never", not {value!r}')
+    return bool(value) if isinstance(value, bool) else "never"
 
 
 # --- the reference --------------------------------------------------------------------------------
@@ -110,27 +123,39 @@ class Seq2SeqReference:
         layers = dec.cache.cross_attention_cache.layers
         return torch.stack([layer.keys for layer in layers]), torch.stack([layer.values for layer in layers])
 
-    @torch.no_grad()
     def greedy(self, src_ids: Sequence[Sequence[int]], max_lens: Sequence[int]) -> list[list[int]]:
-        """``generate(num_beams=1, do_sample=False)``, one call per length limit; forced </s> at
-        the limit is switched off, since the project's search ends a too-long hypothesis
-        unfinished instead."""
+        """``generate(num_beams=1, do_sample=False)``."""
+        return [best for (best,) in self.generate(src_ids, max_lens, num_beams=1)]
+
+    @torch.no_grad()
+    def generate(
+        self, src_ids: Sequence[Sequence[int]], max_lens: Sequence[int], **options: Any
+    ) -> list[list[list[int]]]:
+        """``generate(do_sample=False, **options)``'s sequences per source (``num_return_sequences``
+        of them, best first), one call per length limit; forced </s> at the limit is switched
+        off, since the project's search ends a too-long hypothesis unfinished instead."""
         forced = {} if self.forced_first is None else {"forced_bos_token_id": self.forced_first}
         dropped = 1 if self.forced_first is None else 2  # the start token, the forced one
-        out: list[list[int]] = [[] for _ in src_ids]
+        n = int(options.get("num_return_sequences", 1))
+        out: list[list[list[int]]] = [[] for _ in src_ids]
         for limit in sorted(set(max_lens)):
-            rows = [i for i, n in enumerate(max_lens) if n == limit]
+            rows = [i for i, length in enumerate(max_lens) if length == limit]
             width = max(len(src_ids[i]) for i in rows)
             src = torch.tensor([list(src_ids[i]) + [self.pad_id] * (width - len(src_ids[i])) for i in rows])
             generated = self.model.generate(
                 input_ids=src,
                 attention_mask=(src != self.pad_id).long(),
-                num_beams=1,
                 do_sample=False,
                 max_length=limit + 1,
                 forced_eos_token_id=None,
                 **forced,
+                **options,
             )
-            for i, row in zip(rows, generated[:, dropped:].tolist(), strict=True):
-                out[i] = row[: row.index(self.eos_id)] if self.eos_id in row else row
+            sequences = generated[:, dropped:].tolist()
+            for j, i in enumerate(rows):
+                out[i] = [self._cut(row) for row in sequences[j * n : (j + 1) * n]]
         return out
+
+    def _cut(self, row: list[int]) -> list[int]:
+        """A generated row without its </s> and the padding after it."""
+        return row[: row.index(self.eos_id)] if self.eos_id in row else row

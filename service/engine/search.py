@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -53,12 +53,26 @@ def _normalise(logprob: float, length: int, length_penalty: float) -> float:
     return float(logprob / max(length, 1) ** length_penalty)
 
 
+# When a sentence's beam search stops, with Hugging Face's ``early_stopping`` meanings (a model's
+# generation config names one, and transformers' ``generate`` decodes by it):
+# * True: once it has ``beam_size`` finished hypotheses;
+# * False: once the best running beam's score normalised at its current length cannot beat the
+#   worst of ``beam_size`` finished ones (transformers' heuristic, not a bound: a longer hypothesis
+#   may still score better under a length penalty);
+# * "never": as False, with the running beam normalised at the length limit when the penalty is
+#   positive (the longest it could become).
+# Either way it stops at its length limit. Greedy search (beam 1) stops at its first </s>.
+EarlyStopping = bool | Literal["never"]
+
+
 class SentenceSearch:
     """One sentence's beam search: ``beam_size`` rows, the best-first ``n_best`` results.
 
-    Only the first beam is alive at the start (the others would duplicate it). The sentence
-    stops once it has ``beam_size`` finished hypotheses (early stopping) or after ``max_len``
-    tokens (the best running beams then end there, unfinished).
+    Only the first beam is alive at the start (the others would duplicate it). Each step, of the
+    2·k best continuations, the k best ones ending in </s> (or all k best at the length limit,
+    unfinished there) are offered to the finished hypotheses, which keep the ``beam_size`` best
+    by normalised score, and the k best others run on: transformers' beam search, step for step.
+    The sentence stops as ``early_stopping`` says, or after ``max_len`` tokens.
     """
 
     def __init__(
@@ -72,6 +86,7 @@ class SentenceSearch:
         with_attention: bool = True,
         source_len: int | None = None,
         forced_first: int | None = None,
+        early_stopping: EarlyStopping = True,
     ) -> None:
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
@@ -85,6 +100,8 @@ class SentenceSearch:
         self.k = beam_size
         self.n_best = n_best
         self.length_penalty = length_penalty
+        # Greedy search ends at its first </s> (transformers' greedy search has no such setting)
+        self.early_stopping: EarlyStopping = True if beam_size == 1 else early_stopping
         self.max_len = max_len
         self.steps = 0
         self.scores = np.array([0.0] + [-np.inf] * (beam_size - 1))  # (k,) running log-probs
@@ -115,19 +132,21 @@ class SentenceSearch:
         if attention is not None:
             step = attention[:, None, :]
             self.attention = step if self.attention is None else np.concatenate([self.attention, step], 1)
-        going: list[tuple[int, int, float]] = []  # (row, token, score), best first
-        for rank, (row, token, score) in enumerate(candidates):
-            if score == -np.inf or len(going) == k:
+        at_limit = self.steps >= self.max_len - 1  # out of room: every continuation ends here
+        for row, token, score in candidates[:k]:
+            if score == -np.inf:
                 break
-            if token != eos_id:
-                going.append((row, token, score))
-            elif rank < k:
+            if token == eos_id:
                 self.finished.append(self._finish(self.history[row], row, score, True))
-        if self.steps >= self.max_len - 1:  # out of room: the best running beams end here
-            for row, token, score in going[: k - len(self.finished)]:
+            elif at_limit:
                 self.finished.append(self._finish(np.append(self.history[row], token), row, score, False))
-            going = []
-        if len(self.finished) >= k or not going:
+        self.finished.sort(key=lambda h: -h.score)
+        del self.finished[k:]
+        going: list[tuple[int, int, float]] = []  # (row, token, score), best first
+        if not at_limit:
+            live = (c for c in candidates if c[1] != eos_id and c[2] != -np.inf)
+            going = [c for _, c in zip(range(k), live, strict=False)]
+        if not going or self._stops(going[0][2]):
             self.done = True
             return None
         going += [(going[-1][0], going[-1][1], -np.inf)] * (k - len(going))  # keep a block of k
@@ -140,6 +159,18 @@ class SentenceSearch:
         self.scores = np.array([score for _, _, score in going])
         self.steps += 1
         return rows
+
+    def _stops(self, best_running: float) -> bool:
+        """Whether, with ``beam_size`` finished hypotheses, the search stops before the next step
+        (``EarlyStopping``); ``best_running``: the best running beam's log-prob."""
+        if len(self.finished) < self.k:
+            return False
+        if self.early_stopping is True:
+            return True
+        length = self.steps + 1  # tokens generated with this step's
+        if self.early_stopping == "never" and self.length_penalty > 0:
+            length = self.max_len
+        return _normalise(best_running, length, self.length_penalty) <= self.finished[-1].score
 
     def _finish(self, tokens: np.ndarray, row: int, logprob: float, ended_with_eos: bool) -> TokenHypothesis:
         length = len(tokens) + int(ended_with_eos)
@@ -258,9 +289,13 @@ def beam_search(
     eos_id: int,
     n_best: int = 1,
     length_penalty: float = 1.0,
+    early_stopping: EarlyStopping = True,
+    forced_first: int | None = None,
     abandoned: Callable[[], Sequence[bool]] | None = None,
 ) -> list[list[TokenHypothesis]]:
-    """n_best hypotheses per sentence, best first. beam_size=1 is greedy decoding.
+    """n_best hypotheses per sentence, best first. beam_size=1 is greedy decoding. A search
+    stops as ``early_stopping`` says (``EarlyStopping``); ``forced_first`` is every hypothesis'
+    first token (``SentenceSearch``).
 
     Every sentence starts at once and stops at its own ``max_len`` (one limit for all, or one per
     sentence, so that a sentence's result never depends on the others in its batch); its rows
@@ -270,7 +305,13 @@ def beam_search(
     limits = np.broadcast_to(np.asarray(max_len, dtype=np.int64), (batch_size,))
     sentences = [
         SentenceSearch(
-            i, beam_size=beam_size, max_len=int(limits[i]), n_best=n_best, length_penalty=length_penalty
+            i,
+            beam_size=beam_size,
+            max_len=int(limits[i]),
+            n_best=n_best,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            forced_first=forced_first,
         )
         for i in range(batch_size)
     ]
