@@ -153,6 +153,10 @@ class TranslationInfo(_Strict):
     # Multilingual models (M2M-100, NLLB): the token forced first when translating into each
     # language (its code as users send it); empty for models of one pair.
     language_tokens: dict[str, int] = {}
+    # When a beam search stops (service/engine/search.py, EarlyStopping), with Hugging Face's
+    # meanings: what transformers' generate does for the model (its generation config); True (at
+    # beam_size finished hypotheses) for our models and artefacts from before the field.
+    early_stopping: bool | Literal["never"] = True
     # The vocabulary map (CTranslate2's vmap format) of an export with --vmap, whose manifest
     # then also lists the "decoder_shortlist" graph (export/graphs/shortlist.py); None: no shortlist.
     vocabulary_map: str | None = None

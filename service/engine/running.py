@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.decoding import Backend, Decoder
-from service.engine.search import Search, SentenceSearch, TokenHypothesis
+from service.engine.search import EarlyStopping, Search, SentenceSearch, TokenHypothesis
 from service.engine.shortlist import VocabularyMap
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
 
@@ -66,6 +66,7 @@ class RunningDecode:
         can_align: bool,
         vocabulary_map: VocabularyMap | None = None,  # each sentence's shortlist
         default_forced_first: int | None = None,  # for options that force none
+        early_stopping: EarlyStopping = True,  # when beam searches stop: the artefact's rule
     ) -> None:
         if vocabulary_map is not None and not decoder.steps_over_shortlists:
             raise ValueError(f"{type(decoder).__name__} does not step over vocabulary shortlists")
@@ -75,6 +76,7 @@ class RunningDecode:
         self.tokenizer = tokenizer
         self.vocabulary_map = vocabulary_map
         self.default_forced_first = default_forced_first
+        self.early_stopping = early_stopping
         bos_id, eos_id = special
         self.can_align = can_align
         self.search = Search(bos_id, eos_id)
@@ -122,6 +124,7 @@ class RunningDecode:
                     if options.forced_first_token is None
                     else options.forced_first_token
                 ),
+                early_stopping=self.early_stopping,
             )
             for key, source, options in entries
         ]

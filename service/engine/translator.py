@@ -255,6 +255,7 @@ class OnnxTranslator:
             self._can_align,
             self.vocabulary_map,
             self.default_forced_first,
+            self.info.early_stopping,
         )
 
     def _decode(
