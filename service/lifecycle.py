@@ -11,6 +11,7 @@ step is another process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import sys
@@ -23,6 +24,7 @@ from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest, serve
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.reranker import RerankEngine, RerankItem
 from service.engine.running import ContinuousEngine
+from service.languages import ModelLanguages, canonical
 from service.memory import FrozenHeap, trim_when_idle
 from service.metrics import MODEL_INFO, READY
 from service.queue import (
@@ -56,15 +58,18 @@ class ServedTranslator:
     def name(self) -> str:
         return self.engine.manifest.name
 
+    @functools.cached_property
+    def languages(self) -> ModelLanguages:
+        """Its languages as users name them (``service/languages.py``)."""
+        return ModelLanguages.of(self.engine.manifest.translation)
+
     @property
     def sources(self) -> list[str]:
-        info = self.engine.manifest.translation
-        return info.source_languages if info else []
+        return self.languages.sources
 
     @property
     def targets(self) -> list[str]:
-        info = self.engine.manifest.translation
-        return info.target_languages if info else []
+        return self.languages.targets
 
     @property
     def length_penalty(self) -> float:
@@ -73,11 +78,13 @@ class ServedTranslator:
         return info.length_penalty if info else 1.0
 
     def pairs(self) -> list[str]:
-        return [f"{s}→{t}" for s in self.sources for t in self.targets if s != t]
+        return self.languages.pairs()
 
     def serves(self, source: str | None, target: str | None) -> bool:
-        """Whether it translates ``source`` into ``target`` (None: any)."""
-        return (source is None or source in self.sources) and (target is None or target in self.targets)
+        """Whether it translates ``source`` into ``target`` (None: any; any code of a language)."""
+        return (source is None or canonical(source) in self.sources) and (
+            target is None or canonical(target) in self.targets
+        )
 
 
 @dataclass
@@ -136,8 +143,13 @@ class Runtime:
         return [t for t in self.translators.values() if t.serves(source, target)]
 
     def served_pairs(self) -> list[str]:
-        """Every ``source→target`` served, once each, in configured order."""
-        return list(dict.fromkeys(p for t in self.translators.values() for p in t.pairs()))
+        """Every ``source→target`` served, once each, in configured order; a multilingual
+        model's as one entry naming its languages (``ModelLanguages.describe``)."""
+        described = (
+            [t.languages.describe()] if t.languages.multilingual else t.pairs()
+            for t in self.translators.values()
+        )
+        return list(dict.fromkeys(p for entries in described for p in entries))
 
     def attach(self, engines: list[Engine]) -> None:
         """Start a batcher per warmed-up engine and declare the service ready (in the event loop)."""

@@ -59,9 +59,11 @@ def choose_translator(
     first_of_several: bool = False,
 ) -> ServedTranslator:
     """The model named ``model``, else the one translating ``source`` into ``target`` (None:
-    any), else with neither language the default (the first configured). 404 for a model not
-    served; 422 (``UnservedLanguages``) for languages no model serves, or several do unless
-    ``first_of_several`` (for clients that cannot name a model: the first configured wins)."""
+    any; any code of a language, ``service/languages.py``), else with neither language the
+    default (the first configured). A model of a few pairs goes before a multilingual one serving
+    the same pair. 404 for a model not served; 422 (``UnservedLanguages``) for languages no model
+    serves, or several do unless ``first_of_several`` (for clients that cannot name a model: the
+    first configured wins)."""
     default = translators(runtime)[0]
     if model is not None:
         if model not in runtime.translators:
@@ -70,7 +72,7 @@ def choose_translator(
         return runtime.translators[model]
     if source is None and target is None:
         return default
-    matches = runtime.translators_for(source, target)
+    matches = _specialised_first(runtime.translators_for(source, target))
     served = ", ".join(runtime.served_pairs())
     if len(matches) == 1 or (matches and first_of_several):
         return matches[0]
@@ -81,6 +83,12 @@ def choose_translator(
     if target is not None and not runtime.translators_for(None, target):
         raise UnservedLanguages("target", source, target, served, [])
     raise UnservedLanguages("pair", source, target, served, [])
+
+
+def _specialised_first(matches: list[ServedTranslator]) -> list[ServedTranslator]:
+    """A pair both a model of a few pairs and a multilingual one serve goes to the former, which
+    was made for it (docs/decisions.md, "A pair goes to its own model before a multilingual one")."""
+    return [t for t in matches if not t.languages.multilingual] or matches
 
 
 def translators(runtime: Runtime) -> list[ServedTranslator]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
+from service.languages import canonical
 from service.lifecycle import Runtime, ServedTranslator
 from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import sentence_problems, translation_text_problems
@@ -70,11 +71,12 @@ async def translate(runtime: Runtime, client: Client, request: TranslationReques
         request.target,
         first_of_several=request.first_of_several,
     )
-    options = _options(translator, request)
+    source = canonical(request.source) if request.source else _first(translator.sources)
+    target = canonical(request.target) if request.target else _first(translator.targets)
+    options = _options(translator, request, source, target)
     field, limits = request.field, runtime.limits
     _refuse(translation_text_problems(request.texts, field, limits))
     runtime.quotas.charge(request.api_key, sum(len(t) for t in request.texts), field)
-    source = request.source or (translator.sources[0] if translator.sources else "")
     with client.timed(*_SEGMENT):
         sentences = await split(request.texts, request.format, source, translator.engine)
     _refuse(sentences.html_problems(field))
@@ -84,7 +86,7 @@ async def translate(runtime: Runtime, client: Client, request: TranslationReques
     return Translated(
         model=translator.name,
         source_language=source,
-        target_language=request.target or (translator.targets[0] if translator.targets else ""),
+        target_language=target,
         texts=all_or_nothing(sentences.assemble(results), field),
     )
 
@@ -117,14 +119,21 @@ async def _cached_or_submitted(
     return [r for r in results if r is not None]
 
 
-def _options(translator: ServedTranslator, request: TranslationRequest) -> TranslateOptions:
-    """The request's options, with the model's defaults; 422 for what this model cannot do
-    (a language it does not serve, a longer output than it writes, alignments it lacks)."""
+def _first(languages: list[str]) -> str:
+    return languages[0] if languages else ""
+
+
+def _options(
+    translator: ServedTranslator, request: TranslationRequest, source: str, target: str
+) -> TranslateOptions:
+    """The request's options, with the model's defaults, from ``source`` into ``target`` (listed
+    codes): a multilingual model's language tokens; 422 for what this model cannot do (a language
+    it does not serve, a longer output than it writes, alignments it lacks)."""
     info = translator.engine.manifest.translation
     name = translator.name
     problems = [
-        *_language_problems(request.source, "source_language", translator.sources, name),
-        *_language_problems(request.target, "target_language", translator.targets, name),
+        *_language_problems(request.source and source, "source_language", translator.sources, name),
+        *_language_problems(request.target and target, "target_language", translator.targets, name),
     ]
     if info is not None and request.max_length is not None and request.max_length > info.max_target_len:
         message = f"{name} writes at most {info.max_target_len} output tokens"
@@ -140,6 +149,8 @@ def _options(translator: ServedTranslator, request: TranslationRequest) -> Trans
         if request.length_penalty is None
         else request.length_penalty,
         alignments=request.alignments,
+        forced_first_token=translator.languages.token(target),
+        source_token=translator.languages.token(source),
     )
 
 

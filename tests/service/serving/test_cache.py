@@ -176,6 +176,7 @@ def test_every_option_is_part_of_the_key() -> None:
         "length_penalty": 0.3,
         "alignments": True,
         "forced_first_token": 9,
+        "source_token": 8,
     }
     assert {f.name for f in fields(TranslateOptions) if f.compare and f.hash is not False} == set(changed)
     for name, value in changed.items():
