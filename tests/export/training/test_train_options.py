@@ -70,3 +70,22 @@ def test_max_minutes_stops_at_an_epoch_boundary_and_the_rerun_resumes(
     uninterrupted = load_checkpoint(straight / "epoch002.safetensors").state_dict()
     for k, v in uninterrupted.items():
         assert torch.equal(resumed[k], v), k
+
+
+def test_a_run_stopped_by_max_minutes_still_averages_its_last_epochs(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A time-bounded GPU run rarely finishes its --epochs: its last epochs are averaged all the
+    same, with the average's validation scores in averaged.json for the ranking."""
+    work = tmp_path / "run"
+    main(args(data, work, 2))
+    main(args(data, work, 5, "--max-minutes", "1e-9", "--average-last", "2"))
+    assert "stopped before epoch 3" in capsys.readouterr().out
+    averaged = json.loads((work / "averaged.json").read_text())
+    assert averaged["averaged"] == ["epoch001.safetensors", "epoch002.safetensors"]
+    assert 0.0 <= averaged["val_bleu_greedy"] <= 100.0 and averaged["val_loss"] > 0
+    first, second = (load_checkpoint(work / f"epoch00{i}.safetensors").state_dict() for i in (1, 2))
+    mean = load_checkpoint(work / "averaged.safetensors").state_dict()
+    for k, v in mean.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(v, (first[k] + second[k]) / 2)
