@@ -59,7 +59,9 @@ def resolve_providers(pref: ProviderPref | str, device_id: int = 0) -> list[Any]
         raise ProviderUnavailable("CUDA asked for but the NVIDIA driver reports no GPU (or is not installed)")
     cuda.load_cuda_libraries()
     # kSameAsRequested: with dynamic shapes the default power-of-two arena growth wastes memory.
-    cuda_options = {"device_id": device_id, "arena_extend_strategy": "kSameAsRequested"}
+    cuda_options: dict[str, Any] = {"arena_extend_strategy": "kSameAsRequested"}
+    if device_id:  # onnxruntime ≥ 1.26 warns once per session when device_id is given at all
+        cuda_options["device_id"] = device_id
     return [(CUDA, cuda_options), CPU]
 
 

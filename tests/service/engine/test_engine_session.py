@@ -38,6 +38,9 @@ def test_auto_and_cpu_resolve_to_what_onnxruntime_offers(monkeypatch: pytest.Mon
     monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
     providers = resolve_providers("auto", device_id=1)
     assert providers[0][0] == CUDA and providers[0][1]["device_id"] == 1 and providers[-1] == CPU
+    # The first GPU is the provider's default: naming it makes onnxruntime-gpu log a warning
+    # ("No registered plugin EP device found") for every session.
+    assert "device_id" not in resolve_providers("auto")[0][1]
     assert resolve_providers("cpu") == [CPU]
     with pytest.raises(ValueError, match="provider"):
         resolve_providers("tpu")
