@@ -291,8 +291,7 @@ def start_device_service(gpu: GpuRun) -> Service:
         "fp16-" + gpu.provider,
         DEFAULT_TRANSLATE_MODELS,
         DEFAULT_EMBED_MODEL,
-        TSERVE_MAX_BATCH_SIZE=str(max(*gpu.sizes.batches, gpu.sizes.embed_batch)),
-        TSERVE_MAX_BATCH_TOKENS="16384",
+        **gpu.device_settings(),
     )
     cards = httpx.get(f"{service.base}/v1/models", timeout=30).json()["data"]
     served = {c["id"]: (c["variant"], c["provider"]) for c in cards}

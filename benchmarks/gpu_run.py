@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from benchmarks.common import Service
 from benchmarks.report import sections
 from benchmarks.results import Results, Row
+from benchmarks.server_profile import PySpy, note, top_stacks
 
 T = TypeVar("T")
 DEVICE_VARIANT = "fp16"  # what the service serves on CUDA (service/settings.py: variant auto)
@@ -95,6 +96,25 @@ class GpuRun:
         finally:
             self.stage_seconds[what] = time.perf_counter() - t0
             write(self)
+
+    def device_settings(self) -> dict[str, str]:
+        """The device service's TSERVE_* settings beyond the provider: batches up to the largest
+        measured."""
+        return {
+            "TSERVE_MAX_BATCH_SIZE": str(max(*self.sizes.batches, self.sizes.embed_batch)),
+            "TSERVE_MAX_BATCH_TOKENS": "16384",
+        }
+
+    def record_profile(self, what: str, spy: PySpy) -> None:
+        """A py-spy recording's summary as a note, its heaviest stacks into logs.txt (the raw
+        file stays where it was written, in ``out``), or a note saying why there is none."""
+        if spy.profile is None:
+            self.results.note(f"{what}: not profiled: {spy.why_not}")
+            return
+        self.results.note(note(what, spy.profile))
+        stacks = self.work / f"{spy.raw.stem}.stacks.txt"
+        stacks.write_text(top_stacks(spy.profile, LOG_TAIL_CHARS))
+        self.log_files[f"{spy.raw.name}, heaviest stacks ({what})"] = stacks
 
     def service(
         self, variant: str, provider: str, tag: str, models: Sequence[str], embed_model: str, **env: str

@@ -9,7 +9,16 @@
 * embeddings, batches of 128: sentences/s of sentence-transformers in fp16 (the baseline) and our
   engine in-process, and our service over HTTP with 4 clients sending 128 sentences a request;
 * dynamic batching against the same service with a batch size of 1, over HTTP: many clients, one
-  sentence per request, so only the batcher can put requests together.
+  sentence per request, so only the batcher can put requests together; for embeddings also the
+  device service with one worker thread (TSERVE_WORKER_THREADS=1), which tells whether two
+  batches running at once on one CUDA session cost more than they gain.
+
+Every HTTP row carries the server's own account of its run (benchmarks/server_account.py: batches,
+items per batch, milliseconds per batch of each engine stage, how busy the engine was), and so does
+our in-process embedding row, from this process's metrics. The embeddings over HTTP and the
+dynamic batching of embeddings are profiled with py-spy during their first round
+(benchmarks/server_profile.py): the top frames go into the notes, the heaviest stacks into
+logs.txt, the raw recordings (``py-spy-*.txt``) into the results folder.
 
 The figures are checked against the issue's goals (reported, not required). The translation and
 embedding runs reuse the CPU stages' timing (``timed_pass.throughput``, ``translation.latencies``,
@@ -18,13 +27,15 @@ embedding runs reuse the CPU stages' timing (``timed_pass.throughput``, ``transl
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Service, percentiles_ms, sts_sentences
-from benchmarks.embedding import in_process
+from benchmarks.embedding import InProcessRun, in_process
 from benchmarks.gpu_baselines import (
     HFGenerateOnDevice,
     SentenceTransformersOnDevice,
@@ -36,6 +47,8 @@ from benchmarks.gpu_quality import split_sentences
 from benchmarks.gpu_run import DEVICE_VARIANT, GpuRun
 from benchmarks.loadgen import BodyFactory
 from benchmarks.results import Row
+from benchmarks.server_account import RoundObserver, accounted, local, scrape
+from benchmarks.server_profile import PySpy
 from benchmarks.serving import load_row
 from benchmarks.timed_pass import Run, natural_max_len, throughput
 from benchmarks.translation import bleu, latencies
@@ -53,6 +66,8 @@ TIMES_HF_GOAL = 5.0
 SENTENCES_PER_S_GOAL = 20_000
 DYNAMIC_VS_SERIAL_GOAL = 10.0
 EMBED_CLIENTS, TRANSLATE_CLIENTS = 64, 16  # one sentence per request each
+ONE_WORKER = "dynamic batching, 1 worker thread"
+PROFILE_MARGIN_S = 1.0  # py-spy records the first round's warm-up requests too
 
 
 class OursOnDevice:
@@ -152,9 +167,11 @@ def translation(gpu: GpuRun, device_service: Service | None) -> None:
         section = f"translate en→de, beam {BEAM}, batch {batch}: target tokens/s, {len(texts)} sentences"
         for system in systems:
             rounds = 1 if isinstance(system, HFGenerateOnDevice) else gpu.sizes.rounds
-            run = best_pass(system, texts, batch, codec, rounds)
+            with account_of(system, device_service) as columns:
+                run = best_pass(system, texts, batch, codec, rounds)
             best[system.name, batch] = run.tokens_per_s
             extra = {"bleu": round(bleu(run.outputs, references), 2), "seconds": round(run.seconds, 2)}
+            extra |= columns
             row = Row(
                 section, system.name, run.tokens_per_s, "tok/s", baseline=system is systems[0], extra=extra
             )
@@ -175,6 +192,35 @@ def translation(gpu: GpuRun, device_service: Service | None) -> None:
     translation_goals(
         gpu, best, systems[0].name if systems[0] is not ours else None, ours.name, continuous_name
     )
+
+
+def account_of(system: Translator, service: Service | None) -> AbstractContextManager[dict[str, Any]]:
+    """The server's account of a run of ``system`` when it is our service over HTTP."""
+    if service is not None and isinstance(system, OursHTTP):
+        return accounted(lambda: scrape(service.base))
+    return nullcontext({})
+
+
+def observer(gpu: GpuRun, service: Service, profile_as: str | None = None) -> RoundObserver:
+    """For ``load_row``: each round accounted by ``service``; with ``profile_as``, its first
+    round recorded by py-spy as well (``GpuRun.record_profile``)."""
+
+    @contextmanager
+    def observe(round_index: int) -> Iterator[dict[str, Any]]:
+        if profile_as is None or round_index > 0:
+            with accounted(lambda: scrape(service.base)) as columns:
+                yield columns
+            return
+        raw = gpu.out / f"py-spy-{re.sub(r'[^a-z0-9]+', '-', profile_as.lower()).strip('-')}.txt"
+        # accounted inside: the account's window ends with the load, not with py-spy's recording
+        with (
+            PySpy(service.pid, gpu.sizes.http_seconds + PROFILE_MARGIN_S, raw) as spy,
+            accounted(lambda: scrape(service.base)) as columns,
+        ):
+            yield columns
+        gpu.record_profile(profile_as, spy)
+
+    return observe
 
 
 def translation_goals(
@@ -211,10 +257,17 @@ def embeddings(gpu: GpuRun, device_service: Service | None) -> None:
     else:
         gpu.results.note(f"sentence-transformers not measured: no model at {source}")
     section = f"embed, batch {batch}: sentences/s, {len(sentences)} STS-dev sentences"
-    measured = in_process(systems, sentences, gpu.sizes.rounds, gpu.sizes.embed_seconds)
+    measured: dict[str, InProcessRun] = {}
+    accounts: dict[str, dict[str, Any]] = {}
+    for system in systems:  # one after the other: our engine's account is of its own runs
+        account: AbstractContextManager[dict[str, Any]] = (
+            accounted(local) if system is ours else nullcontext({})
+        )
+        with account as accounts[system.name]:
+            measured |= in_process([system], sentences, gpu.sizes.rounds, gpu.sizes.embed_seconds)
     for system in systems:
         run = measured[system.name]
-        extra = {"config": run.config}
+        extra = {"config": run.config} | accounts[system.name]
         gpu.results.add(
             Row(section, system.name, run.sentences_per_s, "sent/s", system is systems[0], extra=extra)
         )
@@ -236,6 +289,7 @@ def embeddings(gpu: GpuRun, device_service: Service | None) -> None:
             items=batch,
             duration_s=gpu.sizes.http_seconds,
             rounds=gpu.sizes.rounds,
+            observe=observer(gpu, device_service, f"embeddings over HTTP, 4 clients × {batch} sentences"),
         )
     rate = measured[ours.name].sentences_per_s
     gpu.verdict(
@@ -247,7 +301,8 @@ def embeddings(gpu: GpuRun, device_service: Service | None) -> None:
 
 
 def batching(gpu: GpuRun, device_service: Service) -> None:
-    """The device's service against the same on one sentence per batch, clients sending one each."""
+    """The device's service against the same on one sentence per batch, clients sending one each;
+    for embeddings, also the device's service with one worker thread."""
     serial = gpu.service(
         DEVICE_VARIANT,
         gpu.provider,
@@ -256,6 +311,19 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
         DEFAULT_EMBED_MODEL,
         TSERVE_MAX_BATCH_SIZE="1",
     )
+    try:
+        one_worker = gpu.service(
+            DEVICE_VARIANT,
+            gpu.provider,
+            "one-worker-thread",
+            [],
+            DEFAULT_EMBED_MODEL,
+            **gpu.device_settings(),
+            TSERVE_WORKER_THREADS="1",
+        )
+    except Exception:
+        serial.stop()
+        raise
     sentences = sts_sentences(gpu.data_dir)
     texts, _ = split_sentences(gpu.data_dir, "en", "de", None)
     short = [s for s in texts if len(s.split()) <= 10]
@@ -277,8 +345,12 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
     try:
         for task, path, clients, body in tasks:
             section = f"serving ({gpu.device_label}): {task}, {clients} clients × 1 sentence/request"
+            systems = [("batch size 1", serial), ("dynamic batching", device_service)]
+            if path == "/v1/embeddings":
+                systems.append((ONE_WORKER, one_worker))
             rows = {}
-            for system, service in (("batch size 1", serial), ("dynamic batching", device_service)):
+            for system, service in systems:
+                profiled = service is device_service and path == "/v1/embeddings"
                 rows[system] = load_row(
                     gpu.results,
                     section,
@@ -291,6 +363,7 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
                     duration_s=gpu.sizes.http_seconds,
                     rounds=gpu.sizes.rounds,
                     baseline=service is serial,
+                    observe=observer(gpu, service, f"{section}, {system}" if profiled else None),
                 )
             dynamic, one = rows["dynamic batching"], rows["batch size 1"]
             if dynamic is None or one is None or not one.value:
@@ -310,6 +383,7 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
             )
     finally:
         serial.stop()
+        one_worker.stop()
 
 
 def run(gpu: GpuRun, device_service: Service | None) -> None:

@@ -14,12 +14,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 from benchmarks.common import SETTLE_S, Service, load_extra, metered_load, sts_sentences
 from benchmarks.harness import Bench, Need, Stage
 from benchmarks.loadgen import BodyFactory, LoadResult
 from benchmarks.results import Figure, Results, Row
+from benchmarks.server_account import RoundObserver
 
 DYNAMIC, SERIAL = "dynamic batching (max batch 32)", "batch size 1 (serial)"
 TRANSLATE_CLIENTS = 16
@@ -51,22 +54,25 @@ def load_row(
     rounds: int = 1,
     baseline: bool = False,
     figure: Figure | None = None,
+    observe: RoundObserver | None = None,
 ) -> Row | None:
     """The best of ``rounds`` closed-loop load runs as a row of items/s, or None with a note if
-    nothing succeeded."""
-    best: tuple[LoadResult, dict[str, float]] | None = None
-    for _ in range(rounds):
-        run = metered_load(
-            url, body, pids, concurrency=clients, items_per_request=items, duration_s=duration_s
-        )
-        if best is None or run[0].items_per_s > best[0].items_per_s:
-            best = run
+    nothing succeeded. ``observe``: a context manager around each round (its index given) whose
+    dict holds further columns of that round (server_account.of_service: the server's account)."""
+    best: tuple[LoadResult, dict[str, float], dict[str, Any]] | None = None
+    for i in range(rounds):
+        with observe(i) if observe is not None else nullcontext({}) as observed:
+            res, cpu = metered_load(
+                url, body, pids, concurrency=clients, items_per_request=items, duration_s=duration_s
+            )
+        if best is None or res.items_per_s > best[0].items_per_s:
+            best = res, cpu, observed
     assert best is not None
-    res, cpu = best
+    res, cpu, observed = best
     if res.requests == 0:
         results.note(f"{section}: {system}: no successful request ({res.errors} errors: {res.first_error})")
         return None
-    extra = load_extra(res, cpu)
+    extra = load_extra(res, cpu) | observed
     return results.add(
         Row(section, system, res.items_per_s, "items/s", baseline=baseline, extra=extra, figure=figure)
     )
