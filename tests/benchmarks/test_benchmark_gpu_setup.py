@@ -53,9 +53,12 @@ def tiny_pyproject(directory: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def tiny_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """$PYPROJECT, read by gpu_setup and scripts/wheelhouse.sh: the tiny project."""
+    """$PYPROJECT, read by gpu_setup and scripts/wheelhouse.sh: the tiny project; and what the
+    check needs beside it, for scripts/wheelhouse.sh: the tiny wheelhouse's check.txt."""
     pyproject = tiny_pyproject(tmp_path)
     monkeypatch.setenv("PYPROJECT", str(pyproject))
+    monkeypatch.setenv("WHEELHOUSE_CHECK_NEEDS", "tserve-probe-two")
+    monkeypatch.setenv("WHEELHOUSE_CHECK_NO_DEPS", "")
     return pyproject
 
 
@@ -193,6 +196,23 @@ def test_a_wheelhouse_older_than_the_project_is_refused_before_it_is_split_or_in
     assert not (tmp_path / "parts").exists()
     with pytest.raises(gpu_setup.SetupError, match=r"built before pyproject.toml asked for defusedxml>=0.7"):
         gpu_setup.prepare(wheelhouse, tmp_path / "site")
+
+
+def test_a_wheelhouse_built_before_the_check_needed_more_is_refused_before_it_is_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wheelhouse whose check.txt predates py-spy would run the check without its profiles."""
+    wheelhouse = tiny_wheelhouse(tmp_path / "py3.12")
+    monkeypatch.setenv("WHEELHOUSE_CHECK_NO_DEPS", "py-spy")
+    split = subprocess.run(
+        ["bash", str(SCRIPT), "split", str(wheelhouse), str(tmp_path / "parts")],
+        capture_output=True,
+        text=True,
+    )
+    assert split.returncode == 1 and "it lacks: py-spy" in split.stderr
+    assert not (tmp_path / "parts").exists()
+    (wheelhouse / "check.txt").write_text("tserve-probe-two\npy-spy\n")
+    subprocess.run(["bash", str(SCRIPT), "split", str(wheelhouse), str(tmp_path / "parts")], check=True)
 
 
 def test_the_wheelhouse_is_built_for_the_services_own_dependencies() -> None:
