@@ -177,9 +177,8 @@ async def frontend_settings(request: Request) -> Response:
     """What LibreTranslate's web clients ask first: limits, whether a key is needed, the languages."""
     runtime = runtime_of(request)
     translator = runtime.default_translator
-    info = translator.engine.manifest.translation if translator else None
-    source = info.source_languages[0] if info and info.source_languages else "auto"
-    target = info.target_languages[0] if info and info.target_languages else ""
+    source = translator.sources[0] if translator and translator.sources else "auto"
+    target = translator.targets[0] if translator and translator.targets else ""
     return JSONResponse(
         {
             "charLimit": runtime.limits.max_translate_chars,

@@ -30,6 +30,7 @@ from service.api.schemas import (
     json_response,
 )
 from service.engine.base import Engine
+from service.languages import ModelLanguages
 from service.lifecycle import Runtime
 from service.serving import embedding
 
@@ -94,8 +95,9 @@ def _card(engine: Engine) -> ModelCard:
         card.max_input_tokens = m.translation.max_source_len
         card.max_output_tokens = m.translation.max_target_len
         card.length_penalty = m.translation.length_penalty
-        card.source_languages = m.translation.source_languages
-        card.target_languages = m.translation.target_languages
+        languages = ModelLanguages.of(m.translation)  # as requests name them: de, not deu_Latn
+        card.source_languages = languages.sources
+        card.target_languages = languages.targets
     if m.embedding is not None:
         card.max_input_tokens = m.embedding.max_len
         card.dim = m.embedding.dim
