@@ -1,7 +1,7 @@
 """Sentence embeddings with one encoder ONNX graph: batch in, one pooled vector per item out.
 
 pre: tokenize (over-long texts are cut or fail alone). core: sort by length and run the
-encoder on the padded sub-batches that cost least (``padded_partition``), so short texts do not
+encoder on the padded sub-batches that cost least (``SubBatches``), so short texts do not
 pay for a long one's padding. post: pool each sub-batch (mean over real tokens or [CLS]) and
 put the vectors back in request order. Vectors are returned un-normalised; L2 normalisation is
 an API option, and so is keeping only the first dimensions (Matryoshka models), which comes
@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from service.artefacts import (
     EMBEDDING_ATTENTION_MASK,
@@ -29,48 +28,30 @@ from service.artefacts import (
 )
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.engine.pooling import l2_normalize, pool
-from service.engine.session import (
-    DEFAULT_SESSION,
-    SessionConfig,
-    check_io,
-    create_session,
-    used_provider,
-    warmup,
-)
-from service.engine.tokenizer import TextTokenizer, padded_partition
+from service.engine.session import DEFAULT_SESSION, SessionConfig, open_graph, used_provider, warmup
+from service.engine.tokenizer import DEFAULT_SUB_BATCHES, SubBatches, TextTokenizer
 from service.metrics import INPUT_TOKENS, labelled, observe_stage, timed
 
 
 class OnnxEmbedder:
-    """``EmbedEngine`` over a verified embedding artefact directory.
-
-    session: how its onnxruntime session runs. A batch is split into sub-batches
-    of at most ``max_batch_size`` texts and ``max_batch_tokens`` padded tokens (rows × longest).
-    """
+    """``EmbedEngine`` over a verified embedding artefact directory: its encoder graph's session
+    (``session`` says how it runs), its tokenizer, and the pooling its manifest names."""
 
     def __init__(
         self,
         directory: Path,
         session: SessionConfig = DEFAULT_SESSION,
-        *,
-        max_batch_size: int = 64,
-        max_batch_tokens: int = 16384,
+        sub_batches: SubBatches = DEFAULT_SUB_BATCHES,
     ) -> None:
         self.manifest: Manifest = load_and_verify(directory)
         self.info = _embedding_info(self.manifest, directory)
         self.name = self.manifest.name
-        self.max_batch_size = max_batch_size
-        self.max_batch_tokens = max_batch_tokens
+        self.sub_batches = sub_batches
         self.tokenizer = TextTokenizer.from_file(
             directory / self.manifest.tokenizer, self.info.max_len, self.manifest.special_ids.pad
         )
-        if "encoder" not in self.manifest.graphs:
-            raise ArtefactError(f"{directory / 'manifest.json'}: no encoder graph listed")
-        spec = self.manifest.graphs["encoder"]
-        self.session: ort.InferenceSession = create_session(directory / spec.file, session)
-        check_io(self.session, spec, directory / spec.file)
+        self.session, self._inputs = open_graph(directory, self.manifest, "encoder", session)
         self.provider: str = used_provider(self.session)
-        self._inputs = {i.name for i in self.session.get_inputs()}
         self._output = EMBEDDING_OUTPUT
 
     # -- Engine protocol --
@@ -121,7 +102,7 @@ class OnnxEmbedder:
         results: list[Embedding | Exception | None],
     ) -> None:
         encoder_s = pool_s = 0.0
-        for chunk in self._sub_batches(todo):
+        for chunk in self.sub_batches.cut({i: e.n_tokens for i, e in todo.items()}):
             try:
                 start = time.perf_counter()
                 feeds, mask = self._feeds([todo[i].ids for i in chunk])
@@ -139,12 +120,6 @@ class OnnxEmbedder:
         if todo:
             observe_stage(self.name, "encoder", encoder_s)
             observe_stage(self.name, "pool", pool_s)
-
-    def _sub_batches(self, todo: dict[int, Encoded]) -> list[list[int]]:
-        """Item indices sorted by length, cut where the padded work is least (``padded_partition``)."""
-        order = sorted(todo, key=lambda i: todo[i].n_tokens)
-        cuts = padded_partition([todo[i].n_tokens for i in order], self.max_batch_size, self.max_batch_tokens)
-        return [order[start:end] for start, end in cuts]
 
     def _feeds(self, ids: Sequence[Sequence[int]]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         input_ids, mask = self.tokenizer.pad(ids)

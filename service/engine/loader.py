@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from service.artefacts import ArtefactError, read_manifest
 from service.engine.base import EmbedEngine, TranslateEngine
 from service.engine.session import DEFAULT_SESSION, SessionConfig
+from service.engine.tokenizer import SubBatches
 
 if TYPE_CHECKING:
     from service.engine.reranker import RerankEngine
@@ -35,15 +36,11 @@ def load_engine(
     if task == "embed":
         from service.engine.embedder import OnnxEmbedder  # each engine's imports only when served
 
-        return OnnxEmbedder(
-            directory, session, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens
-        )
+        return OnnxEmbedder(directory, session, SubBatches(max_batch_size, max_batch_tokens))
     if task == "rerank":
         from service.engine.reranker import OnnxReranker
 
-        return OnnxReranker(
-            directory, session, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens
-        )
+        return OnnxReranker(directory, session, SubBatches(max_batch_size, max_batch_tokens))
     if task == "translate":
         from service.engine.translator import OnnxTranslator
 

@@ -4,7 +4,7 @@ pre: tokenise each pair with the model's own tokenizer (``[CLS] query [SEP] docu
 its token type ids kept: BERT reads the document as segment 1); an over-long pair is cut
 longest-first, as Hugging Face's ``truncation=True``, sentence-transformers' CrossEncoder and
 TEI cut it, or fails alone. core: sort by length and run the graph on the padded sub-batches
-that cost least (``padded_partition``), as the embedder does. post: the logit of each pair, in
+that cost least (``SubBatches``), as the embedder does. post: the logit of each pair, in
 request order; the sigmoid (TEI's and Cohere's relevance score) is :func:`sigmoid`, applied by
 the serving layer when the request asks for it.
 """
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
 from service.artefacts import (
@@ -33,15 +32,8 @@ from service.artefacts import (
     load_and_verify,
 )
 from service.engine.base import Encoded, Engine, TextTooLong
-from service.engine.session import (
-    DEFAULT_SESSION,
-    SessionConfig,
-    check_io,
-    create_session,
-    used_provider,
-    warmup,
-)
-from service.engine.tokenizer import padded_partition
+from service.engine.session import DEFAULT_SESSION, SessionConfig, open_graph, used_provider, warmup
+from service.engine.tokenizer import DEFAULT_SUB_BATCHES, SubBatches
 from service.metrics import INPUT_TOKENS, labelled, observe_stage, timed
 
 
@@ -94,34 +86,23 @@ def _pair(encoding: Encoding, truncated: bool) -> PairEncoded:
 
 
 class OnnxReranker:
-    """``RerankEngine`` over a verified rerank artefact directory.
-
-    session: how its onnxruntime session runs. A batch is split into sub-batches of at most
-    ``max_batch_size`` pairs and ``max_batch_tokens`` padded tokens (rows × longest).
-    """
+    """``RerankEngine`` over a verified rerank artefact directory: the cross-encoder graph's
+    session, and two tokenizers of the pair, whole (for its cost) and cut longest-first."""
 
     def __init__(
         self,
         directory: Path,
         session: SessionConfig = DEFAULT_SESSION,
-        *,
-        max_batch_size: int = 64,
-        max_batch_tokens: int = 16384,
+        sub_batches: SubBatches = DEFAULT_SUB_BATCHES,
     ) -> None:
         self.manifest: Manifest = load_and_verify(directory)
         self.info: RerankInfo = _rerank_info(self.manifest, directory)
         self.name = self.manifest.name
         self.pad_id = self.manifest.special_ids.pad
-        self.max_batch_size = max_batch_size
-        self.max_batch_tokens = max_batch_tokens
+        self.sub_batches = sub_batches
         self._whole, self._cut = _tokenizers(directory / self.manifest.tokenizer, self.info.max_len)
-        if RERANK_GRAPH not in self.manifest.graphs:
-            raise ArtefactError(f"{directory / 'manifest.json'}: no {RERANK_GRAPH} graph listed")
-        spec = self.manifest.graphs[RERANK_GRAPH]
-        self.session: ort.InferenceSession = create_session(directory / spec.file, session)
-        check_io(self.session, spec, directory / spec.file)
+        self.session, self._inputs = open_graph(directory, self.manifest, RERANK_GRAPH, session)
         self.provider: str = used_provider(self.session)
-        self._inputs = {i.name for i in self.session.get_inputs()}
 
     # -- Engine protocol (one text: what a query or a document alone costs) --
 
@@ -176,10 +157,7 @@ class OnnxReranker:
         self, todo: dict[int, PairEncoded], results: list[Relevance | Exception | None]
     ) -> None:
         started = time.perf_counter()
-        order = sorted(todo, key=lambda i: todo[i].n_tokens)
-        cuts = padded_partition([todo[i].n_tokens for i in order], self.max_batch_size, self.max_batch_tokens)
-        for start, end in cuts:
-            chunk = order[start:end]
+        for chunk in self.sub_batches.cut({i: pair.n_tokens for i, pair in todo.items()}):
             try:
                 (logits,) = self.session.run([RERANK_OUTPUT], self._feeds([todo[i] for i in chunk]))
                 scores = np.asarray(logits, dtype=np.float32).reshape(len(chunk), -1)[:, 0]

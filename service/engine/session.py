@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import onnxruntime as ort
 
-from service.artefacts import ArtefactError, GraphSpec
+from service.artefacts import ArtefactError, GraphSpec, Manifest
 from service.engine import cuda
 from service.engine.cuda import CUDA
 
@@ -163,6 +163,19 @@ def check_io(session: ort.InferenceSession, spec: GraphSpec, path: Path) -> None
     missing += [t.name for t in spec.outputs if t.name not in have_out]
     if missing:
         raise ArtefactError(f"{path}: graph lacks {missing} listed in the manifest")
+
+
+def open_graph(
+    directory: Path, manifest: Manifest, graph: str, config: SessionConfig
+) -> tuple[ort.InferenceSession, frozenset[str]]:
+    """The session of an artefact's one graph ``graph`` (the embedders' and rerankers'), checked
+    against its manifest entry, with the names of the inputs it takes (optional ones may be absent)."""
+    if graph not in manifest.graphs:
+        raise ArtefactError(f"{directory / 'manifest.json'}: no {graph} graph listed")
+    spec = manifest.graphs[graph]
+    session = create_session(directory / spec.file, config)
+    check_io(session, spec, directory / spec.file)
+    return session, frozenset(i.name for i in session.get_inputs())
 
 
 def warmup(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], runs: int = 2) -> None:

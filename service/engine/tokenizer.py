@@ -4,12 +4,14 @@ The artefact's ``tokenizer.json`` may carry its own truncation and padding setti
 MiniLM one pads every text to 128); both are switched off here: the engine pads a batch to
 its longest member only, and decides per item what an over-long text means — truncated
 (keeping the end-of-sequence special tokens the post-processor adds) or ``TextTooLong``.
-``padded_partition`` says where to cut a length-sorted batch so its padding costs least.
+``padded_partition`` says where to cut a length-sorted batch so its padding costs least;
+``SubBatches`` applies it for the encoder-only engines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from tokenizers import Tokenizer
 from service.artefacts import ArtefactError
 from service.engine.base import Encoded, TextTooLong
 
-__all__ = ["Encoded", "TextTokenizer", "padded_partition"]
+__all__ = ["Encoded", "SubBatches", "TextTokenizer", "padded_partition"]
 
 RUN_COST_TOKENS = 8
 """What one more encoder run costs, in padded tokens: a run's fixed overhead against its
@@ -52,6 +54,24 @@ def padded_partition(lengths: Sequence[int], max_rows: int, max_tokens: int) -> 
         cuts.append((start_of[end], end))
         end = start_of[end]
     return cuts[::-1]
+
+
+@dataclass(frozen=True)
+class SubBatches:
+    """How an encoder-only engine (embeddings, rerank) cuts a batch: runs of at most ``max_rows``
+    items and ``max_tokens`` padded tokens, where the padding costs least (``padded_partition``)."""
+
+    max_rows: int = 64
+    max_tokens: int = 16384
+
+    def cut(self, lengths: Mapping[int, int]) -> list[list[int]]:
+        """Item → token count in; the items, shortest first, in their runs out."""
+        order = sorted(lengths, key=lengths.__getitem__)
+        runs = padded_partition([lengths[i] for i in order], self.max_rows, self.max_tokens)
+        return [order[start:end] for start, end in runs]
+
+
+DEFAULT_SUB_BATCHES = SubBatches()
 
 
 class TextTokenizer:

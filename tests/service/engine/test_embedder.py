@@ -13,6 +13,7 @@ from service.engine.base import Embedding, EmbedItem, TextTooLong
 from service.engine.embedder import OnnxEmbedder
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig
+from service.engine.tokenizer import SubBatches
 from service.engine.translator import OnnxTranslator
 from service.metrics import INPUT_TOKENS
 
@@ -127,7 +128,7 @@ def test_last_token_pooling_takes_each_texts_last_real_token(
 
 def test_mixed_lengths_and_sub_batches_do_not_change_results(embedding_artefact: Path) -> None:
     """Length-sorted, padded sub-batches give each text what it gets alone, in request order."""
-    engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), max_batch_size=2, max_batch_tokens=24)
+    engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), SubBatches(2, 24))
     together = engine.embed([EmbedItem(t) for t in TEXTS])
     for text, result in zip(TEXTS, together, strict=True):
         (alone,) = engine.embed([EmbedItem(text)])
@@ -187,10 +188,10 @@ def test_loader_and_task_checks(embedding_artefact: Path, translation_artefact: 
 
 
 def test_sub_batches_are_length_sorted_within_both_budgets(embedding_artefact: Path) -> None:
-    engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), max_batch_size=2, max_batch_tokens=20)
+    engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), SubBatches(2, 20))
     encoded = engine.tokenizer.encode_batch(TEXTS, [True] * len(TEXTS))
     todo = {i: e for i, e in enumerate(encoded) if not isinstance(e, Exception)}
-    chunks = engine._sub_batches(todo)
+    chunks = engine.sub_batches.cut({i: e.n_tokens for i, e in todo.items()})
     order = [i for chunk in chunks for i in chunk]
     assert sorted(order) == list(range(len(TEXTS)))
     lengths = [todo[i].n_tokens for i in order]
