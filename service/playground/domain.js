@@ -75,8 +75,52 @@ function describeDomain(model, examples, use) {
 // translate panel's model is the one selected (the first translator, the service's default, at first).
 let translators = [];
 
+// A model of one pair is asked by name alone; one of several (NLLB, M2M-100) also for its pair,
+// from its languages as /v1/models lists them.
+const NAMES = new Intl.DisplayNames(["en"], { type: "language" });
+
+function languageName(code) {
+  try {
+    return `${NAMES.of(code)} (${code})`;
+  } catch {
+    return code; // not a BCP 47 tag the browser knows
+  }
+}
+
+function manyPairs(model) {
+  return (model.source_languages || []).length * (model.target_languages || []).length > 4;
+}
+
+// "en→de", or "3 languages" for a model of many pairs.
+export function pairLabel(model) {
+  const sources = model.source_languages || [];
+  const targets = model.target_languages || [];
+  if (manyPairs(model)) return `${new Set([...sources, ...targets]).size} languages`;
+  return `${sources.join("/")}→${targets.join("/")}`;
+}
+
+function fillLanguages(id, codes) {
+  const kept = $(id).value;
+  $(id).replaceChildren(...codes.map((code) => element("option", { value: code, text: languageName(code) })));
+  if (codes.includes(kept)) $(id).value = kept;
+}
+
+function showLanguages(model) {
+  const several = Boolean(model) && manyPairs(model);
+  $("translate-languages").hidden = !several;
+  fillLanguages("translate-source", several ? model.source_languages : []);
+  fillLanguages("translate-target", several ? model.target_languages : []);
+}
+
+// The pair chosen for a model of many pairs; none for the others (the model's own).
+export function chosenLanguages() {
+  if ($("translate-languages").hidden) return {};
+  return { source_language: $("translate-source").value, target_language: $("translate-target").value };
+}
+
 function showTranslatorDomain() {
   const model = translators.find((m) => m.id === $("translate-model").value);
+  showLanguages(model);
   const use = (text) => {
     $("translate-text").value = text;
     $("translate-text").focus();
@@ -91,8 +135,7 @@ export function showModels(cards) {
   translators = cards.filter((m) => m.task === "translate");
   $("translate-model").replaceChildren(
     ...translators.map((m) => {
-      const pair = `${(m.source_languages || []).join("/")}→${(m.target_languages || []).join("/")}`;
-      return element("option", { value: m.id, text: `${m.id} (${pair})` });
+      return element("option", { value: m.id, text: `${m.id} (${pairLabel(m)})` });
     }),
   );
   if (translators.some((m) => m.id === selected)) $("translate-model").value = selected;

@@ -1,7 +1,7 @@
 // The playground: plain DOM, public API only (/v1/models, /v1/translate, /v1/embed). A module: strict.
 
 import { $, element } from "./dom.js";
-import { showModels, watchModelChoice } from "./domain.js";
+import { chosenLanguages, pairLabel, showModels, watchModelChoice } from "./domain.js";
 
 const KEY_STORAGE = "tserve-api-key"; // sessionStorage: the key lives as long as the tab
 
@@ -179,7 +179,7 @@ function bindForm(formId, buttonId, action) {
 function describeModel(m) {
   const parts = [m.task, m.variant, m.provider.replace("ExecutionProvider", "")];
   if (m.task === "translate" && m.source_languages && m.target_languages) {
-    parts.push(`${m.source_languages.join("/")}→${m.target_languages.join("/")}`);
+    parts.push(pairLabel(m));
   }
   if (m.dim) parts.push(`dim ${m.dim}`);
   return element(
@@ -353,6 +353,7 @@ async function translate() {
   try {
     const { payload, timings, roundTrip } = await call("/v1/translate", {
       model: $("translate-model").value || undefined, // none listed yet: the service's default
+      ...chosenLanguages(),
       text: $("translate-text").value,
       beam_size: Number($("beam-size").value),
       n_best: Number($("n-best").value),

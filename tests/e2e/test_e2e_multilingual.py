@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,38 @@ def _best(result: Translation | Exception) -> str:
 def _steps(server: ServerProcess) -> float:
     """The multilingual model's decoder steps so far (each over every running sentence)."""
     return server.metric("tserve_decode_step_seconds_count", model="tiny-m2m")
+
+
+def test_the_playground_offers_the_multilingual_models_languages(server: ServerProcess) -> None:
+    """In a real browser (Debian's chromium): the multilingual model's languages become two
+    choices, and the translation asked for goes out with them; the model of one pair has none."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (.ci/install-tools.sh installs it with apt-get)")
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium)
+        page = browser.new_page()
+        sent: list[Any] = []
+        page.on("request", lambda r: sent.append(r.post_data_json) if "/v1/translate" in r.url else None)
+        page.goto(f"{server.url}/")
+        expect(page.locator("#translate-model option")).to_have_text(
+            ["tiny-en-de (en→de)", "tiny-m2m (3 languages)"]
+        )
+        expect(page.locator("#translate-languages")).to_be_hidden()
+        page.select_option("#translate-model", "tiny-m2m")
+        expect(page.locator("#translate-source option")).to_have_text(
+            ["English (en)", "German (de)", "French (fr)"]
+        )
+        page.select_option("#translate-source", "fr")
+        page.select_option("#translate-target", "de")
+        page.fill("#translate-text", "two dogs run")
+        page.click("#translate-button")
+        expect(page.locator(".heatmap")).to_have_count(1)
+        browser.close()
+    assert sent and (sent[-1]["model"], sent[-1]["source_language"], sent[-1]["target_language"]) == (
+        "tiny-m2m",
+        "fr",
+        "de",
+    )
