@@ -11,6 +11,7 @@ import pytest
 
 from service.engine.base import TranslateItem, Translation
 from service.lifecycle import Runtime
+from service.serving.detection import translate_detected
 from service.serving.routing import UnservedLanguages, choose_translator
 from service.serving.translation import TranslationRequest, translate
 from tests.service.serving.conftest import InProcessClient, started, translator
@@ -95,3 +96,17 @@ async def test_a_pair_no_model_serves_names_the_languages(both: Runtime) -> None
     assert (
         found["msg"] == "'es' is not served as a target language (served pairs: en→de, any two of de, en, fr)"
     )
+
+
+async def test_a_detected_source_language_picks_its_token() -> None:
+    async with started(RecordingMultilingual("serving-nllb-auto")) as runtime:
+        engine = runtime.translators["serving-nllb-auto"].engine
+        assert isinstance(engine, RecordingMultilingual)
+        texts = ["The children are playing in the garden with their dog.", "Der Hund läuft über die Wiese."]
+        request = TranslationRequest(texts, "text", target="fr")
+        found = await translate_detected(runtime, InProcessClient(), request)
+        assert [d.language for d in found.detected] == ["en", "de"]
+        tokens = {
+            (item.text, item.options.source_token, item.options.forced_first_token) for item in engine.items
+        }
+        assert tokens == {(texts[0], 101, 103), (texts[1], 102, 103)}
