@@ -168,14 +168,18 @@ def _write_json(path: Path, data: object) -> None:
 M2M100_LANGUAGES = ["en", "de", "fr"]
 
 
-def tiny_m2m100_dir(directory: Path, src_lang: str = "en", tgt_lang: str = "de", seed: int = 0) -> Path:
+def tiny_m2m100_dir(
+    directory: Path,
+    src_lang: str = "en",
+    tgt_lang: str = "de",
+    seed: int = 0,
+    generation: dict[str, object] | None = None,
+) -> Path:
     """A random M2M100ForConditionalGeneration (M2M-100's layout: <s> 0, <pad> 1, </s> 2, <unk> 3,
     words, then the ``__xx__`` language tokens) with a word-level ``tokenizer.json`` and a
-    tokenizer_config.json naming the pair."""
-    import torch
+    tokenizer_config.json naming the pair; ``generation`` sets its generation config's fields."""
     from tokenizers import Tokenizer, pre_tokenizers
     from tokenizers.models import WordLevel
-    from transformers import M2M100Config, M2M100ForConditionalGeneration
 
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
     for token in [*WORDS, ".", *(f"__{code}__" for code in M2M100_LANGUAGES)]:
@@ -186,8 +190,18 @@ def tiny_m2m100_dir(directory: Path, src_lang: str = "en", tgt_lang: str = "de",
     tok.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>", *(f"__{c}__" for c in M2M100_LANGUAGES)])
     tok.save(str(directory / "tokenizer.json"))
     _write_json(directory / "tokenizer_config.json", {"src_lang": src_lang, "tgt_lang": tgt_lang})
+    _save_random_m2m100(directory, len(vocab), seed, generation or {})
+    return directory
+
+
+def _save_random_m2m100(
+    directory: Path, vocab_size: int, seed: int, generation: dict[str, object], eos_scale: float = 1.0
+) -> None:
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
     cfg = M2M100Config(
-        vocab_size=len(vocab),
+        vocab_size=vocab_size,
         d_model=32,
         encoder_layers=2,
         decoder_layers=2,
@@ -209,5 +223,56 @@ def tiny_m2m100_dir(directory: Path, src_lang: str = "en", tgt_lang: str = "de",
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.35)
+        model.lm_head.weight[cfg.eos_token_id] *= eos_scale
+    for name, value in generation.items():
+        setattr(model.generation_config, name, value)
     model.save_pretrained(str(directory))
+
+
+NLLB_LANGUAGES = ["eng_Latn", "deu_Latn", "fra_Latn"]
+
+
+def tiny_nllb_dir(
+    directory: Path,
+    src_lang: str = "eng_Latn",
+    tgt_lang: str = "deu_Latn",
+    seed: int = 0,
+    legacy_behaviour: bool = False,
+    generation: dict[str, object] | None = None,
+) -> Path:
+    """A random M2M100ForConditionalGeneration with NLLB-200's tokenizer files: a SentencePiece
+    BPE model (``sentencepiece.bpe.model``, trained here offline on sentences of WORDS), the
+    ``tokenizer.json`` transformers' NllbTokenizer converts it to, and a tokenizer_config.json
+    naming the pair and ``legacy_behaviour`` (the source-language token last, after </s>).
+    Remove tokenizer.json for a directory that has only the SentencePiece model."""
+    import io
+
+    import sentencepiece as spm
+    from transformers import AutoTokenizer
+
+    directory.mkdir(parents=True)
+    rng = random.Random(seed)
+    sentences = [" ".join(rng.sample(WORDS, rng.randint(1, 6))) for _ in range(200)]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=60,
+        model_type="bpe",
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    (directory / "sentencepiece.bpe.model").write_bytes(model.getvalue())
+    config = {
+        "tokenizer_class": "NllbTokenizer",
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "legacy_behaviour": legacy_behaviour,
+        "additional_special_tokens": NLLB_LANGUAGES,
+    }
+    _write_json(directory / "tokenizer_config.json", config)
+    tok = AutoTokenizer.from_pretrained(str(directory))  # converts the SentencePiece model
+    tok.save_pretrained(str(directory))
+    # </s> made likelier: at random weights over pieces this small, hypotheses would rarely end
+    _save_random_m2m100(directory, len(tok), seed, generation or {}, eos_scale=3.0)
     return directory
