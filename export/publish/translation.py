@@ -68,6 +68,7 @@ def build_manifest(
             decoder_layout=decoder_layout(directory / "decoder.onnx"),
             length_penalty=source.length_penalty,
             language_tokens=source.language_tokens,
+            early_stopping=source.early_stopping,
             vocabulary_map=VMAP_FILE if shortlist else None,
             top_k_block=block_size(directory / "decoder.onnx"),
         ),
@@ -119,6 +120,8 @@ def _same_export(manifest: Manifest, source: TranslationSource, variant: Variant
     if decoder_inputs != set(decoder.names(manifest.translation.n_layers)[0]):
         return False  # the layout's inputs have changed since (e.g. the slots' memory per sentence)
     if manifest.translation.length_penalty != source.length_penalty:  # a retuned default
+        return False
+    if manifest.translation.early_stopping != source.early_stopping:
         return False
     blocked = choose_block(source.vocab_size) if variant in SLOT_VARIANTS else None
     if manifest.translation.top_k_block != blocked:  # from before the blocked candidates

@@ -80,6 +80,8 @@ class TranslationSource:
     length_penalty: float = 1.0
     # Multilingual models: each target language's token, forced first (TranslationInfo's field).
     language_tokens: dict[str, int] = field(default_factory=dict)
+    # When a beam search stops (TranslationInfo's field): Hugging Face models' own rule.
+    early_stopping: bool | Literal["never"] = True
 
 
 GENERATION_CONFIG = "generation_config.json"  # Hugging Face's name; ours keep theirs beside them

@@ -24,7 +24,13 @@ from torch import Tensor, nn
 
 from export.sources import TranslationSource, generation_length_penalty
 from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
-from export.sources.hf_seq2seq import Seq2SeqReference, attend, project_kv, weight_files
+from export.sources.hf_seq2seq import (
+    Seq2SeqReference,
+    attend,
+    generation_early_stopping,
+    project_kv,
+    weight_files,
+)
 from export.sources.m2m100 import M2M100ImportError
 from service.artefacts import SpecialIds
 from service.languages_nllb import NLLB_200
@@ -254,5 +260,6 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
         build_graphs=build,
         reference=Seq2SeqReference(model, pad_id, eos_id, forced_first=target_id),
         length_penalty=generation_length_penalty(directory),
+        early_stopping=generation_early_stopping(model),
         language_tokens=tokens,
     )
