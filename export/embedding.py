@@ -17,14 +17,13 @@ reference-set figures (alone vs batched, int8/fp16 vs fp32) in ``Manifest.refere
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from export.graphs.embedding import EMBEDDING_GRAPH, build_fp16, build_fp32, build_int8
+from export.graphs.embedding import EMBEDDING_GRAPH, build_fp32, build_variant
 from export.progress import progress
 from export.publish.embedding import build_manifest, up_to_date
 from export.publish.variants import Fusions, parse_variants, publish_variants, still_to_export
@@ -118,16 +117,7 @@ class _VariantExport:
         publish_variants(todo, root, self.build, self.manifest, self.verifier.verify)
 
     def build(self, variant: Variant, staging: Path) -> Fusions:
-        fusions: Fusions = {}
-        if variant == "fp32":
-            shutil.copyfile(self.plain, staging / EMBEDDING_GRAPH)
-        elif variant == "int8":
-            progress("  quantizing to int8 (per-row activations, per-column QInt8 weights)")
-            fusions = build_int8(self.plain, staging / EMBEDDING_GRAPH)
-        else:
-            progress("  fusing (onnxruntime transformer optimizer) and converting to fp16")
-            fusions = build_fp16(self.source, self.plain, staging / EMBEDDING_GRAPH, self.work)
-            progress(f"  fusions: {fusions}")
+        fusions = build_variant(variant, self.source, self.plain, staging / EMBEDDING_GRAPH, self.work)
         self.tokenizer.save(str(staging / TOKENIZER_FILE))
         return fusions
 

@@ -16,13 +16,12 @@ variant raises VerificationError and leaves an earlier artefact untouched).
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 
-from export.graphs.embedding import build_fp16, build_int8
+from export.graphs.embedding import build_variant
 from export.graphs.onnx_tools import OPSET, export_onnx, file_entries, graph_spec
 from export.progress import progress
 from export.publish.variants import (
@@ -138,17 +137,8 @@ class _VariantExport:
         publish_variants(todo, root, self.build, self.manifest, self.verifier.verify)
 
     def build(self, variant: Variant, staging: Path) -> Fusions:
-        fusions: Fusions = {}
         target = staging / RERANK_GRAPH_FILE
-        if variant == "fp32":
-            shutil.copyfile(self.plain, target)
-        elif variant == "int8":
-            progress("  quantizing to int8 (per-row activations, per-column QInt8 weights)")
-            fusions = build_int8(self.plain, target)
-        else:
-            progress("  fusing (onnxruntime transformer optimizer) and converting to fp16")
-            fusions = build_fp16(self.source.encoder, self.plain, target, self.work)
-            progress(f"  fusions: {fusions}")
+        fusions = build_variant(variant, self.source.encoder, self.plain, target, self.work)
         self.tokenizer.save(str(staging / TOKENIZER_FILE))
         return fusions
 

@@ -6,14 +6,16 @@ faster than the offline-fused graph, see export/graphs/onnx_tools.py), int8 its 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
 
 from export.graphs.int8_rowwise import quantize_int8
 from export.graphs.onnx_tools import OPSET, export_onnx, optimize, to_fp16
+from export.progress import progress
 from export.sources.bert import EmbeddingSource, hidden_states_module
-from service.artefacts import EMBEDDING_OUTPUT
+from service.artefacts import EMBEDDING_OUTPUT, Variant
 
 EMBEDDING_GRAPH = "encoder.onnx"
 
@@ -48,4 +50,21 @@ def build_fp16(source: EmbeddingSource, fp32: Path, path: Path, work: Path) -> d
     """The fp32 graph fused by onnxruntime's BERT optimiser, then converted to float16."""
     fusions = optimize(fp32, work / "fused.onnx", "bert", source.num_heads, source.dim)
     to_fp16(work / "fused.onnx", path)
+    return fusions
+
+
+def build_variant(
+    variant: Variant, source: EmbeddingSource, fp32: Path, path: Path, work: Path
+) -> dict[str, int]:
+    """``variant``'s graph at ``path`` from the fp32 export: copied, quantized or fused to fp16
+    (the embedders' and the cross-encoders' alike); → the fusions applied."""
+    if variant == "fp32":
+        shutil.copyfile(fp32, path)
+        return {}
+    if variant == "int8":
+        progress("  quantizing to int8 (per-row activations, per-column QInt8 weights)")
+        return build_int8(fp32, path)
+    progress("  fusing (onnxruntime transformer optimizer) and converting to fp16")
+    fusions = build_fp16(source, fp32, path, work)
+    progress(f"  fusions: {fusions}")
     return fusions
