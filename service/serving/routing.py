@@ -73,9 +73,9 @@ def choose_translator(
     if source is None and target is None:
         return default
     matches = _specialised_first(runtime.translators_for(source, target))
-    served = ", ".join(runtime.served_pairs())
     if len(matches) == 1 or (matches and first_of_several):
         return matches[0]
+    served = ", ".join(runtime.served_pairs())  # only for the refusal: a multilingual model's is long
     if matches:
         raise UnservedLanguages("several", source, target, served, [t.name for t in matches])
     if source is not None and not runtime.translators_for(source, None):
