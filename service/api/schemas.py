@@ -116,11 +116,14 @@ class TranslateRequest(_Request):
     )
     source_language: SourceLanguage | None = Field(
         default=None,
-        description="Routes to the model translating from it (checked against the model's); auto: "
-        "each text's language is detected among those served, and the text routed by it",
+        description="Routes to the model translating from it (checked against the model's); an ISO "
+        "639-1 or 639-2/-3 code or NLLB's (de, deu, deu_Latn); auto: each text's language is "
+        "detected among those served, and the text routed by it",
     )
     target_language: Language | None = Field(
-        default=None, description="Routes to the model translating into it (checked against the model's)"
+        default=None,
+        description="Routes to the model translating into it (checked against the model's); any code "
+        "source_language takes",
     )
     beam_size: int = Field(default=4, ge=1, le=MAX_BEAM, description="1 = greedy")
     n_best: int = Field(default=1, ge=1, le=MAX_BEAM, description="Hypotheses per text, at most beam_size")
@@ -351,7 +354,7 @@ class ModelCard(_Response):
     )
     max_output_tokens: int | None = Field(default=None, description="Translation: the most max_length")
     length_penalty: float | None = Field(default=None, description="Translation: the default length_penalty")
-    source_languages: list[str] | None = None
+    source_languages: list[str] | None = None  # as requests name them: ISO 639-1 where there is one
     target_languages: list[str] | None = None
     dim: int | None = None
     prompts: dict[str, str] | None = Field(default=None, description="Embeddings: prompt_name's choices")
