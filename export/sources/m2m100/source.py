@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 from tokenizers import Tokenizer
-from tokenizers.processors import TemplateProcessing
 from torch import Tensor, nn
 
 from export.sources import TranslationSource, generation_length_penalty
@@ -32,6 +31,12 @@ from export.sources.hf_seq2seq import (
     weight_files,
 )
 from export.sources.m2m100 import M2M100ImportError
+from export.sources.m2m100.tokenizer import (
+    load_tokenizers,
+    reference_encoder,
+    tokenizer_config,
+    with_source_token,
+)
 from service.artefacts import SpecialIds
 from service.languages_nllb import NLLB_200
 
@@ -146,11 +151,6 @@ def language_code(token: str) -> str:
     return token.strip("_")
 
 
-def _tokenizer_config(directory: Path) -> dict[str, Any]:
-    path = directory / "tokenizer_config.json"
-    return dict(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else {}
-
-
 def language_tokens(tok: Tokenizer) -> dict[str, int]:
     """Every language token of the tokenizer by its code (``language_code``): M2M-100's
     ``__xx__``, NLLB's ``deu_Latn``-style codes, in id order."""
@@ -184,35 +184,14 @@ def _language_token(tok: Tokenizer, code: str) -> tuple[str, int]:
     raise M2M100ImportError(f"no language token for {code!r} in the tokenizer")
 
 
-def m2m100_tokenizer(directory: Path, source_token: str, eos: str = "</s>") -> Tokenizer:
-    """The directory's tokenizer.json with the source language's token on the input as the
-    model's tokenizer puts it: first (M2M-100, NLLB), or after ``</s>`` for NLLB's
-    ``legacy_behaviour``."""
-    path = directory / "tokenizer.json"
-    if not path.is_file():
-        raise M2M100ImportError(
-            f"{directory}: no tokenizer.json; the service needs a tokenizers tokenizer.json"
-        )
-    tok = Tokenizer.from_file(str(path))
-    eos_id, src_id = tok.token_to_id(eos), tok.token_to_id(source_token)
-    template = (
-        f"$A {eos} {source_token}"
-        if _tokenizer_config(directory).get("legacy_behaviour")
-        else (f"{source_token} $A {eos}")
-    )
-    tok.post_processor = TemplateProcessing(
-        single=template, special_tokens=[(eos, eos_id), (source_token, src_id)]
-    )
-    return tok
-
-
 # --- loading -------------------------------------------------------------------------------------
 
 
 def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
-    """A local M2M100ForConditionalGeneration directory (config.json, weights, tokenizer.json)
-    as a source of every language its tokenizer has a token of; the pair tokenizer_config.json
-    names (``src_lang``, ``tgt_lang``) is the one verified and the default."""
+    """A local M2M100ForConditionalGeneration directory (config.json, weights, tokenizer.json or
+    NLLB's SentencePiece model: tokenizer.py) as a source of every language its tokenizer has a
+    token of; the pair tokenizer_config.json names (``src_lang``, ``tgt_lang``) is the one
+    verified and the default."""
     from transformers import M2M100ForConditionalGeneration
 
     model: Any = M2M100ForConditionalGeneration.from_pretrained(str(directory), attn_implementation="eager")
@@ -220,16 +199,8 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
     cfg = model.config
     pad_id, eos_id = int(cfg.pad_token_id), int(cfg.eos_token_id)
     start_id = int(cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else eos_id)
-    tok_cfg = _tokenizer_config(directory)
-    plain = (
-        Tokenizer.from_file(str(directory / "tokenizer.json"))
-        if (directory / "tokenizer.json").is_file()
-        else None
-    )
-    if plain is None:
-        raise M2M100ImportError(
-            f"{directory}: no tokenizer.json; the service needs a tokenizers tokenizer.json"
-        )
+    tok_cfg = tokenizer_config(directory)
+    plain, hf_tokenizer = load_tokenizers(directory, tok_cfg)
     tokens = language_tokens(plain)
     source_code, target_code = _reference_pair(tok_cfg, list(tokens))
     source_token, _ = _language_token(plain, source_code)
@@ -246,7 +217,8 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
         name=name or directory.name,
         path=directory,
         weight_files=weight_files(directory, M2M100ImportError),
-        tokenizer=m2m100_tokenizer(directory, source_token),
+        tokenizer=with_source_token(plain, source_token, bool(tok_cfg.get("legacy_behaviour"))),
+        reference_encode=None if hf_tokenizer is None else reference_encoder(hf_tokenizer, source_token),
         special=SpecialIds(pad=pad_id, bos=start_id, eos=eos_id, unk=plain.token_to_id("<unk>")),
         vocab_size=int(model.lm_head.out_features),
         n_layers=int(cfg.decoder_layers),
