@@ -158,6 +158,31 @@ def test_length_penalty_changes_the_ranking() -> None:
     assert normalised[0][0].score == pytest.approx(math.log(0.7 * 0.6 * 0.6 * 0.6) / 4, rel=1e-5)
 
 
+# Two beams: "" (</s> first, log .3) and [A] (</s> at step 2) finish by then, while A C runs on
+# to a better normalised score: log(.5 · .55 · .95) / 3 = -0.45 beats [A]'s log(.5 · .45) / 2.
+LATE_BLOOMER: Table = {
+    (): {A: 0.5, EOS: 0.3, B: 0.2},
+    (A,): {EOS: 0.45, C: 0.55},
+    (B,): {C: 1.0},
+    (A, C): {EOS: 0.95},
+}
+
+
+def test_early_stopping_decides_whether_the_search_goes_on_after_beam_size_finished() -> None:
+    """Hugging Face's early_stopping: True stops at 2 finished hypotheses ([A] best); False goes on
+    while the best running beam, normalised at its length, beats the worst finished one, and
+    keeps the 2 best: [A C] and [B C] (log(.2 · .9) / 3)."""
+    found = {}
+    for rule in (True, False):
+        dec = ScriptedDecoder([LATE_BLOOMER])
+        (hyps,) = beam_search(
+            dec, 1, beam_size=2, max_len=10, bos_id=BOS, eos_id=EOS, n_best=2, early_stopping=rule
+        )
+        found[rule] = ([h.tokens for h in hyps], len(dec.step_sizes))
+    assert found[True] == ([[A], []], 2)
+    assert found[False] == ([[A, C], [B, C]], 3)
+
+
 @pytest.mark.parametrize("beam", [1, 3])
 @pytest.mark.parametrize("max_len", [1, 4])
 def test_max_len_is_respected(beam: int, max_len: int) -> None:
