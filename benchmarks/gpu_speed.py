@@ -10,8 +10,9 @@
   engine in-process, and our service over HTTP with 4 clients sending 128 sentences a request;
 * dynamic batching against the same service with a batch size of 1, over HTTP: many clients, one
   sentence per request, so only the batcher can put requests together; for embeddings also the
-  device service with one worker thread (TSERVE_WORKER_THREADS=1), which tells whether two
-  batches running at once on one CUDA session cost more than they gain.
+  device service running one batch at a time (one worker thread and no express worker: by default
+  two worker threads and the express one share each model's session), which tells whether batches
+  running at once on one CUDA session cost more than they gain.
 
 Every HTTP row carries the server's own account of its run (benchmarks/server_account.py: batches,
 items per batch, milliseconds per batch of each engine stage, how busy the engine was), and so does
@@ -66,7 +67,7 @@ TIMES_HF_GOAL = 5.0
 SENTENCES_PER_S_GOAL = 20_000
 DYNAMIC_VS_SERIAL_GOAL = 10.0
 EMBED_CLIENTS, TRANSLATE_CLIENTS = 64, 16  # one sentence per request each
-ONE_WORKER = "dynamic batching, 1 worker thread"
+ONE_AT_A_TIME = "dynamic batching, one batch at a time (1 worker thread, no express)"
 PROFILE_MARGIN_S = 1.0  # py-spy records the first round's warm-up requests too
 
 
@@ -302,7 +303,7 @@ def embeddings(gpu: GpuRun, device_service: Service | None) -> None:
 
 def batching(gpu: GpuRun, device_service: Service) -> None:
     """The device's service against the same on one sentence per batch, clients sending one each;
-    for embeddings, also the device's service with one worker thread."""
+    for embeddings, also the device's service running one batch at a time."""
     serial = gpu.service(
         DEVICE_VARIANT,
         gpu.provider,
@@ -312,14 +313,15 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
         TSERVE_MAX_BATCH_SIZE="1",
     )
     try:
-        one_worker = gpu.service(
+        one_at_a_time = gpu.service(
             DEVICE_VARIANT,
             gpu.provider,
-            "one-worker-thread",
+            "one-batch-at-a-time",
             [],
             DEFAULT_EMBED_MODEL,
             **gpu.device_settings(),
             TSERVE_WORKER_THREADS="1",
+            TSERVE_EXPRESS_MAX_TOKENS="0",
         )
     except Exception:
         serial.stop()
@@ -347,7 +349,7 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
             section = f"serving ({gpu.device_label}): {task}, {clients} clients × 1 sentence/request"
             systems = [("batch size 1", serial), ("dynamic batching", device_service)]
             if path == "/v1/embeddings":
-                systems.append((ONE_WORKER, one_worker))
+                systems.append((ONE_AT_A_TIME, one_at_a_time))
             rows = {}
             for system, service in systems:
                 profiled = service is device_service and path == "/v1/embeddings"
@@ -383,7 +385,7 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
             )
     finally:
         serial.stop()
-        one_worker.stop()
+        one_at_a_time.stop()
 
 
 def run(gpu: GpuRun, device_service: Service | None) -> None:
