@@ -162,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
     p.add_argument("--encoder-layers", type=int, help="default: --layers (a deep encoder is cheap to serve)")
     p.add_argument("--decoder-layers", type=int, help="default: --layers (each runs once per output token)")
+    p.add_argument(
+        "--norm-first", action="store_true", help="pre-LN layers (trains deep stacks; default: post-LN)"
+    )
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--attention-dropout", type=float, default=0.0, help="on the attention weights")
@@ -236,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             n_encoder_layers=args.encoder_layers or args.layers,
             n_decoder_layers=args.decoder_layers or args.layers,
             max_len=args.max_len,
+            norm_first=args.norm_first,
             **dropouts,
         )
     limit = cfg.max_len - 1

@@ -38,6 +38,10 @@ class TransformerConfig:
     attention_dropout: float = 0.0
     # Inside the feed-forward network, after the ReLU; None: ``dropout``, as before the option existed.
     activation_dropout: float | None = None
+    # Pre-LN (Xiong et al., 2020; torch's ``norm_first``): each sublayer reads LayerNorm(x) and is
+    # added to x, with one LayerNorm after each stack. Deep post-LN stacks learn slowly here (a
+    # 6-layer encoder trailed 3+3 by far on Multi30k, docs/gpu-training.md); False: the paper's post-LN.
+    norm_first: bool = False
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -155,7 +159,8 @@ class PositionalEncoding(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """u = LayerNorm(x + MultiHead(x, x, x)); z = LayerNorm(u + FFN(u))."""
+    """u = LayerNorm(x + MultiHead(x, x, x)); z = LayerNorm(u + FFN(u)); pre-LN:
+    u = x + MultiHead(LN(x)); z = u + FFN(LN(u))."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
@@ -164,15 +169,23 @@ class EncoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        out: Tensor
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout(self.self_attn(h, h, mask)[0])
+            out = x + self.dropout(self.ffn(self.norm2(x)))
+            return out
         x = self.norm1(x + self.dropout(self.self_attn(x, x, mask)[0]))
-        out: Tensor = self.norm2(x + self.dropout(self.ffn(x)))
+        out = self.norm2(x + self.dropout(self.ffn(x)))
         return out
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention and FFN, each as norm(x + sublayer(x)).
+    """Masked self-attention, encoder-decoder attention and FFN, each as norm(x + sublayer(x)),
+    or x + sublayer(norm(x)) pre-LN.
 
     ``past`` holds the self-attention keys/values of earlier positions: the new ones are
     appended and returned, so step-by-step decoding equals decoding the whole prefix.
@@ -188,6 +201,7 @@ class DecoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.norm3 = nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
 
     def forward(
         self,
@@ -197,11 +211,18 @@ class DecoderLayer(nn.Module):
         cross_mask: Tensor | None,
         past: KeyValue | None = None,
     ) -> tuple[Tensor, KeyValue, Tensor]:
-        k, v = self.self_attn.project_kv(y)  # (B, h, T, d_k)
+        h = self.norm1(y) if self.norm_first else y
+        k, v = self.self_attn.project_kv(h)  # (B, h, T, d_k)
         if past is not None:
             k = torch.cat([past[0], k], dim=2)  # (B, h, T_past + T, d_k)
             v = torch.cat([past[1], v], dim=2)
-        y = self.norm1(y + self.dropout(self.self_attn.attend(y, k, v, self_mask)[0]))
+        attended = self.dropout(self.self_attn.attend(h, k, v, self_mask)[0])
+        if self.norm_first:
+            y = y + attended
+            cross, cross_weights = self.cross_attn.attend(self.norm2(y), *memory_kv, cross_mask)
+            y = y + self.dropout(cross)
+            return y + self.dropout(self.ffn(self.norm3(y))), (k, v), cross_weights
+        y = self.norm1(y + attended)
         cross, cross_weights = self.cross_attn.attend(y, *memory_kv, cross_mask)
         y = self.norm2(y + self.dropout(cross))
         return self.norm3(y + self.dropout(self.ffn(y))), (k, v), cross_weights
@@ -230,6 +251,9 @@ class Transformer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        # Pre-LN's last norms; Identity (no weights, checkpoints unchanged) for post-LN.
+        self.encoder_norm: nn.Module = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.decoder_norm: nn.Module = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -252,7 +276,8 @@ class Transformer(nn.Module):
         x = self._embed(src)
         for layer in self.encoder:
             x = layer(x, mask)
-        return x
+        out: Tensor = self.encoder_norm(x)
+        return out
 
     def memory_kv(self, memory: Tensor) -> list[KeyValue]:
         """Encoder-decoder keys/values of every decoder layer, computed once per source."""
@@ -283,7 +308,7 @@ class Transformer(nn.Module):
                 y, memory_kv[i], self_mask, src_mask, None if past is None else past[i]
             )
             present.append(kv)
-        logits = y @ self.embed.weight.t()  # (B, T, V), tied output projection
+        logits = self.decoder_norm(y) @ self.embed.weight.t()  # (B, T, V), tied output projection
         return logits, present, cross_weights.mean(dim=1)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:

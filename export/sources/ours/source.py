@@ -60,6 +60,7 @@ class DecoderStepGraph(DecoderStep):
         super().__init__(len(layers), model.cfg.n_heads, projections if slots else None)
         self.model = model
         self.layers = layers
+        self.pre_ln = model.cfg.norm_first
 
     def position_table(self) -> Tensor:
         table: Tensor = self.model.pos.pe
@@ -77,23 +78,34 @@ class DecoderStepGraph(DecoderStep):
         out: tuple[Tensor, KeyValue, Tensor] = self.layers[i](x, (keys, values), self_mask, cross_mask, past)
         return out
 
-    def after_self_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
-        layer = self.layers[i]
-        out: Tensor = layer.norm1(x + layer.self_attn.w_o(heads))
+    def self_attention_input(self, i: int, x: Tensor) -> Tensor:
+        out: Tensor = self.layers[i].norm1(x) if self.pre_ln else x
         return out
 
+    def after_self_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
+        layer = self.layers[i]
+        out: Tensor = x + layer.self_attn.w_o(heads)
+        return out if self.pre_ln else layer.norm1(out)
+
     def cross_query(self, i: int, x: Tensor) -> tuple[Tensor, tuple[int, int], float]:
-        cross = self.layers[i].cross_attn
-        return cross.w_q(x), (cross.n_heads, cross.d_k), 1.0 / math.sqrt(cross.d_k)
+        layer = self.layers[i]
+        cross = layer.cross_attn
+        q = cross.w_q(layer.norm2(x) if self.pre_ln else x)
+        return q, (cross.n_heads, cross.d_k), 1.0 / math.sqrt(cross.d_k)
 
     def after_cross_attention(self, i: int, x: Tensor, heads: Tensor) -> Tensor:
         layer = self.layers[i]
-        x = layer.norm2(x + layer.cross_attn.w_o(heads))
-        out: Tensor = layer.norm3(x + layer.ffn(x))
+        x = x + layer.cross_attn.w_o(heads)
+        if self.pre_ln:
+            out: Tensor = x + layer.ffn(layer.norm3(x))
+            return out
+        x = layer.norm2(x)
+        out = layer.norm3(x + layer.ffn(x))
         return out
 
     def logits(self, x: Tensor) -> Tensor:
-        return x @ self.model.embed.weight.t()  # (B, V), tied output projection
+        out: Tensor = self.model.decoder_norm(x) @ self.model.embed.weight.t()  # (B, V), tied projection
+        return out
 
 
 class OursReference:

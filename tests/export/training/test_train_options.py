@@ -41,6 +41,10 @@ def test_depths_and_dropouts_reach_the_checkpoint(data: Path, tmp_path: Path) ->
     plain = load_checkpoint(tmp_path / "plain" / "epoch001.safetensors").cfg
     assert (plain.n_encoder_layers, plain.n_decoder_layers) == (1, 2)
     assert (plain.attention_dropout, plain.activation_dropout) == (0.0, None)
+    assert not plain.norm_first
+
+    main(args(data, tmp_path / "pre-ln", 1, "--norm-first"))
+    assert load_checkpoint(tmp_path / "pre-ln" / "epoch001.safetensors").cfg.norm_first
 
 
 def test_max_minutes_stops_at_an_epoch_boundary_and_the_rerun_resumes(

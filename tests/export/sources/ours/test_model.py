@@ -6,6 +6,7 @@ Every comparison runs in eval mode with dropout 0, so each test is exact up to f
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -345,3 +346,57 @@ def test_embeddings_are_scaled_by_sqrt_d_model(model: Transformer) -> None:
     assert_close(seen[0], model.embed.weight[src] * scale + pe[:5])
     assert_close(seen[1], model.embed.weight[tgt[:, :2]] * scale + pe[:2])
     assert_close(seen[2], model.embed.weight[tgt[:, 2:]] * scale + pe[2:3])
+
+
+# 9. Pre-LN (norm_first): torch's layers with norm_first=True, cached decoding, checkpoints.
+
+PRE_LN = replace(CFG, norm_first=True)
+
+
+def test_pre_ln_layers_equal_torch_norm_first_layers() -> None:
+    torch.manual_seed(0)
+    encoder, decoder = EncoderLayer(PRE_LN).eval(), DecoderLayer(PRE_LN).eval()
+    ref_encoder = nn.TransformerEncoderLayer(
+        32, 4, 64, dropout=0.0, activation="relu", norm_first=True, batch_first=True
+    ).eval()
+    ref_decoder = nn.TransformerDecoderLayer(
+        32, 4, 64, dropout=0.0, activation="relu", norm_first=True, batch_first=True
+    ).eval()
+    with torch.no_grad():
+        for ours, ref in ((encoder, ref_encoder), (decoder, ref_decoder)):
+            copy_attention(ours.self_attn, ref.self_attn)
+            ref.linear1.load_state_dict(ours.ffn.w_1.state_dict())
+            ref.linear2.load_state_dict(ours.ffn.w_2.state_dict())
+            for i in (1, 2, 3) if ours is decoder else (1, 2):
+                getattr(ref, f"norm{i}").load_state_dict(getattr(ours, f"norm{i}").state_dict())
+        copy_attention(decoder.cross_attn, ref_decoder.multihead_attn)
+    src = random_ids(3, 7, lengths=[7, 4, 2])
+    x = torch.randn(3, 7, 32)
+    assert_close(
+        encoder(x, padding_mask(src, CFG.pad_id)), ref_encoder(x, src_key_padding_mask=src == CFG.pad_id)
+    )
+    y, self_mask = torch.randn(3, 6, 32), causal_mask(6, 6, CPU)
+    got, _, _ = decoder(y, decoder.cross_attn.project_kv(x), self_mask, padding_mask(src, CFG.pad_id))
+    want = ref_decoder(y, x, tgt_mask=~self_mask, memory_key_padding_mask=src == CFG.pad_id)
+    assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_pre_ln_model_decodes_cached_as_in_full_and_post_ln_checkpoints_keep_their_keys() -> None:
+    torch.manual_seed(0)
+    model = Transformer(PRE_LN).eval()
+    src, tgt = random_ids(2, 6, lengths=[6, 3]), random_ids(2, 5, seed=4)
+    with torch.no_grad():
+        memory_kv = model.memory_kv(model.encode(src))
+        src_mask = padding_mask(src, CFG.pad_id)
+        full, _, _ = model.decode(tgt, memory_kv, src_mask)
+        past = None
+        for t in range(tgt.size(1)):
+            logits, past, _ = model.decode(tgt[:, t : t + 1], memory_kv, src_mask, past)
+            assert_close(logits[:, 0], full[:, t], atol=1e-5, rtol=1e-4)
+    pre_keys = set(model.state_dict())
+    post_keys = set(Transformer(CFG).state_dict())
+    assert pre_keys - post_keys == {
+        f"{s}_norm.{p}" for s in ("encoder", "decoder") for p in ("weight", "bias")
+    }
+    assert post_keys <= pre_keys
+    assert TransformerConfig.from_dict({k: v for k, v in CFG.to_dict().items() if k != "norm_first"}) == CFG
