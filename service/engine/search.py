@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -145,7 +146,7 @@ class SentenceSearch:
         going: list[tuple[int, int, float]] = []  # (row, token, score), best first
         if not at_limit:
             live = (c for c in candidates if c[1] != eos_id and c[2] != -np.inf)
-            going = [c for _, c in zip(range(k), live, strict=False)]
+            going = list(islice(live, k))
         if not going or self._stops(going[0][2]):
             self.done = True
             return None
