@@ -28,6 +28,7 @@ EMBED_NAME = "all-MiniLM-L6-v2"
 class Need(Enum):
     OUR_CHECKPOINT = auto()  # Marian + CTranslate2 conversions of --checkpoint, its fp32/int8 export
     BASE_MARIAN = auto()  # the random base-sized Marian, its conversions and export
+    NLLB = auto()  # the random NLLB-200-600M-shaped model, its CTranslate2 int8 conversion and export
     EMBEDDING = auto()  # the fp32/int8 export of the embedding model
     DEFAULT_TRANSLATORS = auto()  # the fp32/int8 export of every default translation checkpoint
     SERVICE = auto()  # our service on the int8 artefacts (not with --no-http)
@@ -62,6 +63,7 @@ class Bench:
         self.models: dict[str, Path] = {}  # "small/int8", "base/fp32", "embed/int8", … → artefact dir
         self.small: dict[str, Path] | None = None  # our checkpoint as HF Marian and CTranslate2 dirs
         self.base: dict[str, Path] | None = None  # the base Marian: HF dir and CTranslate2 dirs
+        self.nllb: dict[str, Path] | None = None  # the NLLB-shaped model: HF dir, CTranslate2 int8 dir
         self.service: Service | None = None
         self.stage_seconds: dict[str, float] = {}
 

@@ -3,6 +3,8 @@
 * our checkpoint as a ``MarianMTModel`` (checked: equal logits) and as CTranslate2 fp32/int8
   models, keyed by the checkpoint's sha256, and its fp32/int8 ONNX export;
 * a random-weight base-sized Marian, its CTranslate2 conversions and its export;
+* a random-weight model of NLLB-200-distilled-600M's shape, its CTranslate2 int8 conversion and
+  its export (benchmarks/nllb.py);
 * the fp32/int8 export of the embedding model;
 * the fp32/int8 export of the default translation checkpoints (``make serve``'s models).
 
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from benchmarks.common import read_lines
 from benchmarks.harness import EMBED_NAME, Bench, Need
+from benchmarks.nllb import NLLB_600M, NllbShape
 from export.verify.reference_set import REFERENCE_FILE
 from service.artefacts import sha256_of
 
@@ -36,6 +39,8 @@ def prepare(bench: Bench, needs: frozenset[Need]) -> None:
         bench.small = bench.guard("prepare our checkpoint", prepare_small, bench)
     if Need.BASE_MARIAN in needs:
         bench.base = bench.guard("prepare the base Marian", prepare_base, bench)
+    if Need.NLLB in needs:
+        bench.nllb = bench.guard("prepare the NLLB-shaped model", prepare_nllb, bench)
     if Need.EMBEDDING in needs:
         bench.guard("export the embedding model", export_embedding, bench)
     if Need.DEFAULT_TRANSLATORS in needs:
@@ -152,10 +157,34 @@ def prepare_base(bench: Bench) -> dict[str, Path]:
         paths[f"ct2-{q}"] = convert_marian_dir(hf, bench.cache / f"{hf.name}-ct2-{q}", q)
     vmap = paths["vmap"] = base_vmap(bench, hf)
     paths["ct2-int8-vmap"] = convert_marian_dir(hf, bench.cache / f"{hf.name}-ct2-int8-vmap", "int8", vmap)
+    export_translation(bench, hf, "base", reference_sentences(bench), vmap)
+    return paths
+
+
+def reference_sentences(bench: Bench) -> Path:
+    """The first English sentences of the committed reference set, which a random-weight
+    model's export checks (BASE_REFERENCE_SENTENCES of them)."""
     reference = bench.cache / f"reference-{BASE_REFERENCE_SENTENCES}.en.txt"
     lines = [s for s in REFERENCE_FILE.read_text(encoding="utf-8").splitlines() if s.strip()]
     reference.write_text("\n".join(lines[:BASE_REFERENCE_SENTENCES]) + "\n", encoding="utf-8")
-    export_translation(bench, hf, "base", reference, vmap)
+    return reference
+
+
+def prepare_nllb(bench: Bench, shape: NllbShape = NLLB_600M) -> dict[str, Path]:
+    """The random model of ``shape`` (NLLB-200-distilled-600M's unless a test asks for a small
+    one), its CTranslate2 int8 conversion and our export (fp32, the baseline int8 is verified
+    against, and int8)."""
+    from benchmarks.marian_bridge import convert_marian_dir
+    from benchmarks.nllb import make_random_nllb
+
+    hf = bench.cache / shape.name
+    if not (hf / "config.json").is_file():
+        print(f"== building the random NLLB-shaped model → {hf}", flush=True)
+        corpus = read_lines(bench.multi30k / "train.en.gz") + read_lines(bench.multi30k / "train.de.gz")
+        make_random_nllb(hf, corpus, shape)
+    # CTranslate2's Transformers converter, as for the base Marian (it reads any model it supports)
+    paths = {"hf": hf, "ct2-int8": convert_marian_dir(hf, bench.cache / f"{hf.name}-ct2-int8", "int8")}
+    export_translation(bench, hf, "nllb", reference_sentences(bench))
     return paths
 
 
@@ -166,7 +195,7 @@ def base_vmap(bench: Bench, hf: Path) -> Path:
 
     path = bench.cache / f"{hf.name}.vmap"
     if not path.is_file():
-        train = [read_lines(bench.multi30k / f"train.{lang}.gz") for lang in ("en", "de")]
-        lines = build_vmap(marian_tokenizer(hf), *train, per_token=20, always=200)
+        en, de = (read_lines(bench.multi30k / f"train.{lang}.gz") for lang in ("en", "de"))
+        lines = build_vmap(marian_tokenizer(hf), en, de, per_token=20, always=200)
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path

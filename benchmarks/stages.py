@@ -6,12 +6,23 @@ A new stage is one module with ``run(bench)`` and ``STAGE = Stage(name, label, n
 
 from __future__ import annotations
 
-from benchmarks import base_marian, detection, embedding, files, memory, mixed_traffic, serving, translation
+from benchmarks import (
+    base_marian,
+    detection,
+    embedding,
+    files,
+    memory,
+    mixed_traffic,
+    nllb,
+    serving,
+    translation,
+)
 from benchmarks.harness import Stage
 
 STAGES: tuple[Stage, ...] = (
     translation.STAGE,
     base_marian.STAGE,
+    nllb.STAGE,
     embedding.STAGE,
     detection.STAGE,  # before serving, which stops the shared service
     files.STAGE,

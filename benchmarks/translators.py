@@ -62,30 +62,43 @@ class TextCodec:
 
 
 class HFGenerate:
+    """``generate`` of a Marian or M2M-100/NLLB model; ``forced_first``: the target language's
+    token forced first (transformers' ``forced_bos_token_id``), for a multilingual model."""
+
     name = BASELINE
     server_pids: Sequence[int] = ()
 
-    def __init__(self, model_dir: Path, codec: TextCodec, threads: int) -> None:
+    def __init__(
+        self, model_dir: Path, codec: TextCodec, threads: int, forced_first: int | None = None
+    ) -> None:
         import torch
         import transformers
-        from transformers import MarianMTModel
+        from transformers import AutoModelForSeq2SeqLM
 
         transformers.logging.set_verbosity_error()  # one max_length warning per generate call otherwise
         transformers.logging.disable_progress_bar()
         torch.set_num_threads(threads)
-        self.model = MarianMTModel.from_pretrained(model_dir).eval()
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(model_dir).eval()
         self.codec = codec
         self.start = int(self.model.config.decoder_start_token_id)
+        self.forced_first = forced_first
 
     def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        return hf_generate(self.model, self.codec, self.start, texts, w)
+        return hf_generate(self.model, self.codec, self.start, texts, w, forced_first=self.forced_first)
 
 
 def hf_generate(
-    model: Any, codec: TextCodec, start: int, texts: Sequence[str], w: Workload, device: str = "cpu"
+    model: Any,
+    codec: TextCodec,
+    start: int,
+    texts: Sequence[str],
+    w: Workload,
+    device: str = "cpu",
+    forced_first: int | None = None,
 ) -> tuple[list[str], int]:
     """``model.generate`` with beam search as every system of the table runs it (length penalty
-    1, early stopping, one hypothesis): the texts and their output token count."""
+    1, early stopping, one hypothesis): the texts and their output token count (a forced first
+    token is one of them, and of ``w.max_len``, as ``max_new_tokens`` counts it)."""
     import torch
 
     ids = codec.encode(texts)
@@ -93,6 +106,8 @@ def hf_generate(
     src = torch.tensor([x + [codec.pad_id] * (width - len(x)) for x in ids], device=device)
     # Forced: exactly max_len tokens; Marian's forced </s> at the last step would make it max_len - 1.
     kwargs: dict[str, Any] = {"min_new_tokens": w.max_len, "forced_eos_token_id": None} if w.forced else {}
+    if forced_first is not None:
+        kwargs["forced_bos_token_id"] = forced_first
     with torch.inference_mode():
         out = model.generate(
             input_ids=src,
@@ -116,7 +131,9 @@ def hf_generate(
 class CTranslate2:
     """One translator with ``threads`` intra-op threads, or with ``replicas``: ``threads``
     single-threaded replicas (``inter_threads``), each batch split among them
-    (``max_batch_size`` = ⌈batch / threads⌉), CTranslate2's data-parallel mode."""
+    (``max_batch_size`` = ⌈batch / threads⌉), CTranslate2's data-parallel mode. ``target_prefix``:
+    a multilingual model's target-language token, which CTranslate2 forces first (its
+    hypotheses and ``max_decoding_length`` include it)."""
 
     server_pids: Sequence[int] = ()
 
@@ -128,10 +145,12 @@ class CTranslate2:
         name: str,
         replicas: bool = False,
         use_vmap: bool = False,
+        target_prefix: str | None = None,
     ) -> None:
         import ctranslate2
 
         self.name = name
+        self.target_prefix = target_prefix
         self.use_vmap = use_vmap  # the vocabulary map converted into the model
         self.replicas = threads if replicas else 1
         self.tr = ctranslate2.Translator(
@@ -154,6 +173,7 @@ class CTranslate2:
             length_penalty=1.0,
             return_scores=False,
             use_vmap=self.use_vmap,
+            target_prefix=None if self.target_prefix is None else [[self.target_prefix]] * len(tokens),
         )
         hyps = [[codec.tok.token_to_id(t) for t in r.hypotheses[0]] for r in res]
         return codec.decode(hyps), sum(map(len, hyps))  # type: ignore[arg-type]
@@ -194,7 +214,12 @@ class OursInProcess:
         if errors:
             raise errors[0]
         translations = [r for r in out if isinstance(r, Translation)]
-        return [r.hypotheses[0].text for r in translations], sum(r.n_output_tokens for r in translations)
+        # A multilingual model's forced target-language token: one of max_len's tokens, left out
+        # of n_output_tokens; counted here as transformers and CTranslate2 count it.
+        forced = int(self.engine.default_forced_first is not None)
+        return [r.hypotheses[0].text for r in translations], sum(
+            r.n_output_tokens + forced for r in translations
+        )
 
     def dealt_out(self, items: Sequence[Any]) -> list[Any]:
         """Each ``TranslateItem``'s result, in order: the items tokenized once, then dealt out to
