@@ -44,7 +44,10 @@ def model_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(scope="module")
 def exported(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    (directory,) = export_translation(model_dir, tmp_path_factory.mktemp("artefacts"), ["fp32"])
+    out = tmp_path_factory.mktemp("artefacts")
+    reference = out / "reference.txt"  # the export's own checks on a few sentences: a fast test
+    reference.write_text("\n".join(_texts(8)) + "\n", encoding="utf-8")
+    (directory,) = export_translation(model_dir, out, ["fp32"], reference=reference)
     return directory
 
 

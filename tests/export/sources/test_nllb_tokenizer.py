@@ -47,7 +47,9 @@ def sentencepiece_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_an_nllb_directory_with_only_its_sentencepiece_model_is_converted_at_export(
     sentencepiece_only: Path, tmp_path: Path
 ) -> None:
-    (exported,) = export_translation(sentencepiece_only, tmp_path, ["fp32"])
+    reference = tmp_path / "reference.txt"  # the export's own checks on a few sentences: a fast test
+    reference.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    (exported,) = export_translation(sentencepiece_only, tmp_path, ["fp32"], reference=reference)
     source = load_source(sentencepiece_only)
     engine = open_engine(exported, threads=1)
     assert [e.ids for e in engine.encode(TEXTS)] == hf_ids(sentencepiece_only, TEXTS)
