@@ -36,7 +36,10 @@ def m2m(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def exported(m2m: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    (directory,) = export_translation(m2m, tmp_path_factory.mktemp("artefacts"), ["fp32"])
+    out = tmp_path_factory.mktemp("artefacts")
+    reference = out / "reference.txt"  # the export's own checks on a few sentences: a fast test
+    reference.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    (directory,) = export_translation(m2m, out, ["fp32"], reference=reference)
     return directory
 
 
