@@ -19,10 +19,11 @@ pytest.importorskip("sentencepiece")
 import sentencepiece as spm
 from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
 
+from export.sources.hf_seq2seq import Seq2SeqReference
 from export.sources.marian import MarianImportError
 from export.sources.marian.tokenizer import convert_marian_tokenizer
 from export.translation import export_translation, load_source
-from export.verify.translation_checks import BUILTIN_SENTENCES, open_engine, translate_ids
+from export.verify.translation_checks import BUILTIN_SENTENCES, encode_sources, open_engine, translate_ids
 from service.artefacts import load_and_verify
 
 EN = [
@@ -195,3 +196,25 @@ def test_separate_vocabularies_are_refused(
     (tmp_path / "target_vocab.json").write_text("{}", encoding="utf-8")
     with pytest.raises(MarianImportError, match="separate source/target vocabularies"):
         convert_marian_tokenizer(tmp_path)
+
+
+def test_onnx_beam_equals_transformers_generate_under_the_artefacts_stopping_rule(
+    exported: Path, marian: tuple[Path, MarianTokenizer, MarianMTModel]
+) -> None:
+    """Marian artefacts stop a beam search at beam_size finished hypotheses (early_stopping
+    True, as before the field); under that rule the served beam-4 tokens are generate's, the
+    pad token suppressed as its bad_words_ids say."""
+    source = load_source(marian[0])
+    info = load_and_verify(exported).translation
+    assert info is not None and info.early_stopping is True
+    assert isinstance(source.reference, Seq2SeqReference)
+    limits = [MAX_NEW] * len(EN)
+    found = source.reference.generate(
+        encode_sources(source, EN),
+        limits,
+        num_beams=4,
+        early_stopping=True,
+        length_penalty=source.length_penalty,
+    )
+    got = translate_ids(open_engine(exported, threads=1), source, EN, 4, limits=limits)
+    assert got == [best for best, *_ in found]
