@@ -4,15 +4,17 @@ transformers' own cached forward and ``generate``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from export.sources import IncrementalDecoder
+from export.sources.decoder_step import QKV, KeyValue
 from service.engine.search import EarlyStopping
 
 # --- attention, as the eager path of transformers' BART-family attention --------------------------
@@ -37,6 +39,73 @@ def attend(attn: Any, x_q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) ->
     heads = weights @ v  # (B, h, T_q, d)
     b, _, t, _ = heads.shape
     return attn.out_proj(heads.transpose(1, 2).reshape(b, t, -1)), weights
+
+
+def cached_self_kv(attn: Any, x: Tensor, past: KeyValue) -> KeyValue:
+    """A decoder step's self-attention keys/values: the cache one column longer."""
+    k, v = project_kv(attn, x)
+    return torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+
+
+# --- the models of a directory ---------------------------------------------------------------------
+
+
+def hf_model_type(path: Path) -> str | None:
+    """``config.json``'s ``model_type`` of a Hugging Face model directory; None for anything else."""
+    config = path / "config.json"
+    if not (path.is_dir() and config.is_file()):
+        return None
+    model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    return str(model_type) if model_type is not None else None
+
+
+def load_eager(model_class: Any, directory: Path, dtype: torch.dtype | None = None) -> Any:
+    """``model_class`` from ``directory`` in eval mode, with the eager attention the graphs mirror."""
+    model = model_class.from_pretrained(str(directory), attn_implementation="eager").eval()
+    return model if dtype is None else model.to(dtype)
+
+
+class Dimensions(TypedDict):
+    """The sizes a ``TranslationSource`` states."""
+
+    vocab_size: int
+    n_layers: int
+    n_heads: int
+    d_head: int
+    max_source_len: int
+    max_target_len: int
+
+
+def hf_dimensions(model: Any) -> Dimensions:
+    """The ``TranslationSource`` sizes of a BART-family model (Marian, M2M-100)."""
+    cfg = model.config
+    return Dimensions(
+        vocab_size=int(model.lm_head.out_features),
+        n_layers=int(cfg.decoder_layers),
+        n_heads=int(cfg.decoder_attention_heads),
+        d_head=int(cfg.d_model // cfg.decoder_attention_heads),
+        max_source_len=int(cfg.max_position_embeddings),
+        max_target_len=int(cfg.max_position_embeddings),
+    )
+
+
+def decoder_layers(model: Any, slots: bool) -> tuple[list[Any], int, list[QKV] | None]:
+    """A BART-family decoder's layers, heads, and (``slots``) their self-attention projections."""
+    layers = list(model.model.decoder.layers)
+    projections = [(a.q_proj, a.k_proj, a.v_proj) for a in (layer.self_attn for layer in layers)]
+    return layers, int(layers[0].self_attn.num_heads), projections if slots else None
+
+
+class EncoderGraph(nn.Module):
+    """The encoder graph's module over a BART-family model: input_ids → the decoder layers'
+    cross-attention K/V (``forward`` per architecture)."""
+
+    model: Any  # the ...ForConditionalGeneration model (registered as a submodule)
+
+    def __init__(self, model: Any, pad_id: int) -> None:
+        super().__init__()
+        self.model = model
+        self.pad_id = pad_id
 
 
 def weight_files(directory: Path, error: type[Exception]) -> tuple[Path, ...]:

@@ -12,7 +12,6 @@ output token (``forced_bos_token_id``; the engine forces it, service/engine/sear
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,15 @@ from torch import Tensor, nn
 from export.sources import TranslationSource, generation_length_penalty
 from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
 from export.sources.hf_seq2seq import (
+    EncoderGraph,
     Seq2SeqReference,
     attend,
+    cached_self_kv,
+    decoder_layers,
     generation_early_stopping,
+    hf_dimensions,
+    hf_model_type,
+    load_eager,
     project_kv,
     weight_files,
 )
@@ -44,10 +49,7 @@ _M2M100_TOKEN = re.compile(r"__[a-z]{2,3}__")
 
 
 def is_m2m100_dir(path: Path) -> bool:
-    config = path / "config.json"
-    if not (path.is_dir() and config.is_file()):
-        return False
-    return bool(json.loads(config.read_text(encoding="utf-8")).get("model_type") == "m2m_100")
+    return hf_model_type(path) == "m2m_100"
 
 
 def _ffn(layer: Any, x: Tensor) -> Tensor:
@@ -61,15 +63,8 @@ def _positions(embed_positions: Any, pad_id: int) -> Tensor:
     return table
 
 
-class M2M100EncoderGraph(nn.Module):
+class M2M100EncoderGraph(EncoderGraph):
     """input_ids → every decoder layer's cross-attention K/V (pre-LN encoder, final LayerNorm)."""
-
-    model: Any  # an M2M100ForConditionalGeneration (registered as a submodule)
-
-    def __init__(self, model: Any, pad_id: int) -> None:
-        super().__init__()
-        self.model = model
-        self.pad_id = pad_id
 
     def forward(self, input_ids: Tensor) -> tuple[Tensor, Tensor]:
         enc, dec = self.model.model.encoder, self.model.model.decoder
@@ -92,9 +87,8 @@ class M2M100DecoderStepGraph(DecoderStep):
     model: Any  # an M2M100ForConditionalGeneration (registered as a submodule)
 
     def __init__(self, model: Any, pad_id: int, slots: bool = False) -> None:
-        layers = list(model.model.decoder.layers)
-        projections = [(a.q_proj, a.k_proj, a.v_proj) for a in (layer.self_attn for layer in layers)]
-        super().__init__(len(layers), layers[0].self_attn.num_heads, projections if slots else None)
+        layers, heads, projections = decoder_layers(model, slots)
+        super().__init__(len(layers), heads, projections)
         self.model = model
         self.layers = layers
         self.pad_id = pad_id
@@ -112,8 +106,7 @@ class M2M100DecoderStepGraph(DecoderStep):
     ) -> tuple[Tensor, KeyValue, Tensor]:
         layer = self.layers[i]
         h = layer.self_attn_layer_norm(x)
-        k, v = project_kv(layer.self_attn, h)
-        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        k, v = cached_self_kv(layer.self_attn, h, past)
         attn, _ = attend(layer.self_attn, h, k, v, self_mask)  # one query: no causal mask
         x = x + attn
         cross, cross_weights = attend(layer.encoder_attn, layer.encoder_attn_layer_norm(x), *memory)
@@ -194,8 +187,7 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
     verified and the default."""
     from transformers import M2M100ForConditionalGeneration
 
-    model: Any = M2M100ForConditionalGeneration.from_pretrained(str(directory), attn_implementation="eager")
-    model.eval()
+    model = load_eager(M2M100ForConditionalGeneration, directory)
     cfg = model.config
     pad_id, eos_id = int(cfg.pad_token_id), int(cfg.eos_token_id)
     start_id = int(cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else eos_id)
@@ -208,8 +200,7 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
     source, target = language_code(source_token), language_code(target_token)
 
     def build(dtype: torch.dtype, slots: bool) -> tuple[nn.Module, nn.Module]:
-        m: Any = M2M100ForConditionalGeneration.from_pretrained(str(directory), attn_implementation="eager")
-        m = m.eval().to(dtype)
+        m = load_eager(M2M100ForConditionalGeneration, directory, dtype)
         return M2M100EncoderGraph(m, pad_id).eval(), M2M100DecoderStepGraph(m, pad_id, slots).eval()
 
     return TranslationSource(
@@ -220,12 +211,7 @@ def load_m2m100(directory: Path, name: str | None = None) -> TranslationSource:
         tokenizer=with_source_token(plain, source_token, bool(tok_cfg.get("legacy_behaviour"))),
         reference_encode=None if hf_tokenizer is None else reference_encoder(hf_tokenizer, source_token),
         special=SpecialIds(pad=pad_id, bos=start_id, eos=eos_id, unk=plain.token_to_id("<unk>")),
-        vocab_size=int(model.lm_head.out_features),
-        n_layers=int(cfg.decoder_layers),
-        n_heads=int(cfg.decoder_attention_heads),
-        d_head=int(cfg.d_model // cfg.decoder_attention_heads),
-        max_source_len=int(cfg.max_position_embeddings),
-        max_target_len=int(cfg.max_position_embeddings),
+        **hf_dimensions(model),
         # every language both ways, the verified pair first (the engine's default target)
         source_languages=[source, *(c for c in tokens if c != source)],
         target_languages=[target, *(c for c in tokens if c != target)],

@@ -27,17 +27,25 @@ from export.sources import (
     languages_from_name,
 )
 from export.sources.decoder_step import DecoderStep, KeyValue, Memory, stack_kv
-from export.sources.hf_seq2seq import Seq2SeqReference, attend, project_kv, weight_files
+from export.sources.hf_seq2seq import (
+    EncoderGraph,
+    Seq2SeqReference,
+    attend,
+    cached_self_kv,
+    decoder_layers,
+    hf_dimensions,
+    hf_model_type,
+    load_eager,
+    project_kv,
+    weight_files,
+)
 from export.sources.marian import MarianImportError
 from export.sources.marian.tokenizer import marian_tokenizer
 from service.artefacts import SpecialIds
 
 
 def is_marian_dir(path: Path) -> bool:
-    config = path / "config.json"
-    if not (path.is_dir() and config.is_file()):
-        return False
-    return bool(json.loads(config.read_text(encoding="utf-8")).get("model_type") == "marian")
+    return hf_model_type(path) == "marian"
 
 
 # --- the graphs ---------------------------------------------------------------------------------
@@ -48,15 +56,8 @@ def _ffn(layer: Any, x: Tensor) -> Tensor:
     return out
 
 
-class MarianEncoderGraph(nn.Module):
+class MarianEncoderGraph(EncoderGraph):
     """input_ids → every decoder layer's cross-attention K/V (post-LN encoder, as Marian)."""
-
-    model: Any  # a MarianMTModel (registered as a submodule)
-
-    def __init__(self, model: Any, pad_id: int) -> None:
-        super().__init__()
-        self.model = model
-        self.pad_id = pad_id
 
     def forward(self, input_ids: Tensor) -> tuple[Tensor, Tensor]:
         enc, dec = self.model.model.encoder, self.model.model.decoder
@@ -82,9 +83,8 @@ class MarianDecoderStepGraph(DecoderStep):
     model: Any  # a MarianMTModel (registered as a submodule)
 
     def __init__(self, model: Any, suppressed: Sequence[int], slots: bool = False) -> None:
-        layers = list(model.model.decoder.layers)
-        projections = [(a.q_proj, a.k_proj, a.v_proj) for a in (layer.self_attn for layer in layers)]
-        super().__init__(len(layers), layers[0].self_attn.num_heads, projections if slots else None)
+        layers, heads, projections = decoder_layers(model, slots)
+        super().__init__(len(layers), heads, projections)
         self.model = model
         self.layers = layers
         bias = model.final_logits_bias.detach().float().clone().reshape(-1)
@@ -104,8 +104,7 @@ class MarianDecoderStepGraph(DecoderStep):
         self, i: int, x: Tensor, past: KeyValue, self_mask: Tensor, memory: Memory
     ) -> tuple[Tensor, KeyValue, Tensor]:
         layer = self.layers[i]
-        k, v = project_kv(layer.self_attn, x)
-        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        k, v = cached_self_kv(layer.self_attn, x, past)
         attn, _ = attend(layer.self_attn, x, k, v, self_mask)  # one query: no causal mask
         x = layer.self_attn_layer_norm(x + attn)
         cross, cross_weights = attend(layer.encoder_attn, x, *memory)
@@ -166,8 +165,7 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
     """A local MarianMTModel directory (config.json, weights, tokenizer files) as a source."""
     from transformers import MarianMTModel
 
-    model: Any = MarianMTModel.from_pretrained(str(directory), attn_implementation="eager")
-    model.eval()
+    model = load_eager(MarianMTModel, directory)
     cfg = model.config
     pad_id, eos_id = int(cfg.pad_token_id), int(cfg.eos_token_id)
     start_id = int(cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else pad_id)
@@ -180,8 +178,7 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
     tokenizer_file = directory / "tokenizer.json"
 
     def build(dtype: torch.dtype, slots: bool) -> tuple[nn.Module, nn.Module]:
-        m: Any = MarianMTModel.from_pretrained(str(directory), attn_implementation="eager")
-        m = m.eval().to(dtype)
+        m = load_eager(MarianMTModel, directory, dtype)
         return MarianEncoderGraph(m, pad_id).eval(), MarianDecoderStepGraph(m, suppressed, slots).eval()
 
     return TranslationSource(
@@ -191,12 +188,7 @@ def load_marian(directory: Path, name: str | None = None) -> TranslationSource:
         weight_files=weight_files(directory, MarianImportError),
         tokenizer=tokenizer,
         special=SpecialIds(pad=pad_id, bos=start_id, eos=eos_id, unk=unk_id),
-        vocab_size=int(model.lm_head.out_features),
-        n_layers=int(cfg.decoder_layers),
-        n_heads=int(cfg.decoder_attention_heads),
-        d_head=int(cfg.d_model // cfg.decoder_attention_heads),
-        max_source_len=int(cfg.max_position_embeddings),
-        max_target_len=int(cfg.max_position_embeddings),
+        **hf_dimensions(model),
         source_languages=src_langs,
         target_languages=tgt_langs,
         build_graphs=build,
