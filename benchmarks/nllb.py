@@ -176,6 +176,7 @@ def run(bench: Bench) -> None:
         systems += bench.system(tr.OursInProcess, bench.models["nllb/int8"], bench.threads, OURS_INT8)
     else:
         bench.results.note("nllb: no int8 export of ours, CTranslate2 measured alone")
+    # quick: one batch (CTranslate2 int8 took ~12 s for it on two busy cores), a few minutes in all
     n = 32 if bench.quick else 128
     src, _ = bench.test_set(n)
     print(f"== translation: random NLLB-200-layout model {paths['hf'].name}", flush=True)
