@@ -59,6 +59,10 @@ class TranslateOptions:
     # A multilingual model's source-language token, in place of the one its tokenizer puts on
     # the input (the artefact's default source language's); None: the input as tokenized.
     source_token: int | None = None
+    # Target-language phrases that must each appear in every hypothesis (glossary terms and
+    # do-not-translate placeholders the serving layer chose for this sentence), spelled as inside
+    # a sentence; the search enforces them (service/engine/constraints.py). Empty: a free search.
+    required: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,137 @@
+"""Required target phrases for lexically constrained decoding (Post & Vilar 2018).
+
+The serving layer gives each sentence the target phrases its output must hold
+(``TranslateOptions.required``). Here a phrase becomes token ids — its spellings, since a
+SentencePiece-style tokenizer may spell a word at the start of a sentence apart from inside one
+(``phrase_token_ids``) — and each beam hypothesis carries a ``ConstraintState``: the phrases it has
+met and the phrase it is in the middle of. The search (``search.SentenceSearch``) asks a sentence's
+``Constraints`` which tokens move a hypothesis on, how many tokens it still needs at least, and
+ranks hypotheses into banks by their progress (``progress``).
+
+Rules: each phrase is met once, in any order; one spelling of it, token for token; a phrase once
+started must be continued or it is abandoned (its tokens so far count for nothing); ``</s>`` only
+when every phrase is met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from tokenizers import Tokenizer
+
+# A spelling: the token ids of one way to write a phrase.
+Spelling = tuple[int, ...]
+
+
+class ConstraintUnsatisfiable(ValueError):
+    """A required phrase the target vocabulary cannot spell, or that cannot fit in the sentence's
+    output limit: an error for that sentence alone (→ 422)."""
+
+
+_CONTEXT = "a"  # a word before the phrase, for its spelling inside a sentence
+
+
+def phrase_token_ids(tokenizer: Tokenizer, phrase: str) -> list[Spelling]:
+    """The spellings of ``phrase`` in the target vocabulary: as inside a sentence (after a word)
+    and as at its start, where they differ (a Metaspace tokenizer marks a word start, a
+    byte-level one a space before it).
+
+    Raises ``ConstraintUnsatisfiable`` when the vocabulary cannot spell it: no tokens, an unknown
+    token, or characters the tokenizer drops (its decoding loses them).
+    """
+    normalizer = tokenizer.normalizer  # what decoding gives back is the normalised text
+    wanted = "".join((normalizer.normalize_str(phrase) if normalizer else phrase).split())
+    unknown = getattr(tokenizer.model, "unk_token", None)
+    if not wanted:
+        raise ConstraintUnsatisfiable(f"required phrase {phrase!r} is empty")
+    inside = tokenizer.encode(f"{_CONTEXT} {phrase}", add_special_tokens=False)
+    kept = [i for i, (_, end) in enumerate(inside.offsets) if end > len(_CONTEXT)]
+    first = tokenizer.encode(phrase, add_special_tokens=False)
+    candidates = [(first.ids, first.tokens)]
+    if kept and inside.offsets[kept[0]][0] >= len(_CONTEXT):  # not merged with the word before it
+        candidates.insert(0, ([inside.ids[i] for i in kept], [inside.tokens[i] for i in kept]))
+    spellings: list[Spelling] = []
+    for ids, tokens in candidates:
+        spelled = "".join(tokenizer.decode(list(ids), skip_special_tokens=False).split())
+        if not ids or (unknown is not None and unknown in tokens) or spelled != wanted:
+            raise ConstraintUnsatisfiable(
+                f"required phrase {phrase!r} cannot be spelled with the target vocabulary"
+            )
+        if tuple(ids) not in spellings:
+            spellings.append(tuple(ids))
+    return spellings
+
+
+@dataclass(frozen=True)
+class ConstraintState:
+    """One hypothesis' progress: the phrases met, and the spellings it is in the middle of."""
+
+    met: frozenset[int] = frozenset()
+    active: tuple[tuple[int, Spelling], ...] = ()  # (phrase, spelling) that agree with the last ``at`` tokens
+    at: int = 0  # tokens of the active spellings produced so far
+    matched: int = 0  # tokens of the met phrases (their spellings as produced)
+
+
+class Constraints:
+    """One sentence's required phrases, each with its spellings; states are immutable values."""
+
+    def __init__(self, phrases: Sequence[Sequence[Spelling]]) -> None:
+        self.phrases = [tuple(dict.fromkeys(spellings)) for spellings in phrases]
+        if not self.phrases or any(not spellings or not all(spellings) for spellings in self.phrases):
+            raise ValueError("every required phrase needs at least one non-empty spelling")
+        self._shortest = [min(len(s) for s in spellings) for spellings in self.phrases]
+        self._starts: dict[int, list[tuple[int, Spelling]]] = {}
+        for p, spellings in enumerate(self.phrases):
+            for spelling in spellings:
+                self._starts.setdefault(spelling[0], []).append((p, spelling))
+        self.start = ConstraintState()
+        self.tokens = sorted({t for spellings in self.phrases for s in spellings for t in s})
+
+    def __len__(self) -> int:
+        return len(self.phrases)
+
+    def done(self, state: ConstraintState) -> bool:
+        return len(state.met) == len(self.phrases)
+
+    def progress(self, state: ConstraintState) -> int:
+        """Constraint tokens produced: the hypothesis' bank."""
+        return state.matched + state.at
+
+    def needed(self, state: ConstraintState) -> int:
+        """The fewest tokens that can still meet every phrase from ``state``."""
+        unmet = sum(n for p, n in enumerate(self._shortest) if p not in state.met)
+        if not state.active:
+            return unmet
+        return min(len(s) - state.at + unmet - self._shortest[p] for p, s in state.active)
+
+    def next_tokens(self, state: ConstraintState) -> Iterable[int]:
+        """The tokens that move ``state`` on: the active spellings' next ones, else the first
+        tokens of the phrases not met yet."""
+        if state.active:
+            return {s[state.at] for _, s in state.active}
+        return {t for t, starts in self._starts.items() if any(p not in state.met for p, _ in starts)}
+
+    def advance(self, state: ConstraintState, token: int) -> ConstraintState:
+        return _advance(self, state, token)
+
+
+@lru_cache(maxsize=65536)
+def _advance(constraints: Constraints, state: ConstraintState, token: int) -> ConstraintState:
+    """``state`` after ``token``: the active spellings it continues go on (one that ends meets its
+    phrase); if it continues none, the phrase in progress is abandoned and ``token`` may start
+    another."""
+    active = [(p, s) for p, s in state.active if s[state.at] == token]
+    at = state.at + 1
+    if not active:
+        active = [(p, s) for p, s in constraints._starts.get(token, ()) if p not in state.met]
+        at = 1
+    if not active:
+        return ConstraintState(state.met, (), 0, state.matched)
+    ended = {p for p, s in active if len(s) == at}
+    if not ended:
+        return ConstraintState(state.met, tuple(active), at, state.matched)
+    met = state.met | ended
+    going = tuple((p, s) for p, s in active if p not in met)
+    return ConstraintState(met, going, at if going else 0, state.matched + at * len(ended))
