@@ -1,0 +1,52 @@
+"""The terminology test set: a Dice dictionary from training pairs, terms picked per sentence."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from benchmarks.terminology import learn_dictionary, term_accuracy, term_sentences, terminology_set
+
+TRAIN = [
+    ("a black horse runs", "ein schwarzes Pferd rennt"),
+    ("the horse eats grass", "das Pferd frisst Gras"),
+    ("a horse and a dog", "ein Pferd und ein Hund"),
+    ("the dog runs home", "der Hund rennt heim"),
+    ("a dog eats grass", "ein Hund frisst Gras"),
+] * 2
+
+
+def test_the_dictionary_keeps_mutual_best_pairs_above_the_threshold() -> None:
+    sources, targets = zip(*TRAIN, strict=True)
+    dictionary = learn_dictionary(sources, targets, min_count=2, min_dice=0.5)
+    assert dictionary["horse"] == "pferd" and dictionary["grass"] == "gras" and dictionary["runs"] == "rennt"
+    assert "a" not in dictionary  # shorter than MIN_LETTERS
+    assert all(dictionary[s] != dictionary[o] for s in dictionary for o in dictionary if s != o)  # mutual
+
+
+def test_a_sentence_takes_the_pairs_its_source_and_reference_both_use_as_written() -> None:
+    dictionary = {"horse": "pferd", "grass": "gras", "dog": "hund"}
+    sentences = term_sentences(
+        ["The horse eats grass.", "A cat sleeps.", "A dog sees a horse."],
+        ["Das Pferd frisst Gras.", "Eine Katze schläft.", "Ein Hund sieht eine Stute."],
+        dictionary,
+    )
+    assert [s.terms for s in sentences] == [(("horse", "Pferd"), ("grass", "Gras")), (("dog", "Hund"),)]
+    assert term_accuracy(["Ein Pferd frisst Heu.", "Der Hund sieht ein Pferd."], sentences) == 2 / 3
+    assert term_sentences(["The horse eats grass."] * 3, ["Das Pferd frisst Gras."] * 3, dictionary, 2)[
+        1:
+    ] == [sentences[0]]
+
+
+def test_the_set_is_built_from_train_and_the_test_split_only(tmp_path: Path) -> None:
+    m30k = tmp_path / "multi30k"
+    m30k.mkdir()
+    test = [("the horse eats grass", "das Pferd frisst Gras"), ("a bird sings", "ein Vogel singt")]
+    for split, pairs in (("train", TRAIN * 3), ("test_2016_flickr", test)):
+        for i, lang in enumerate(("en", "de")):
+            with gzip.open(m30k / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(p[i] for p in pairs) + "\n")
+    dictionary, sentences = terminology_set(tmp_path, "en", "de")
+    assert dictionary["horse"] == "pferd"
+    assert [s.source for s in sentences] == ["the horse eats grass"]
+    assert ("horse", "Pferd") in sentences[0].terms
