@@ -12,12 +12,23 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.api import detect, embed, files, health, libretranslate, openai, rerank, translate
+from service.api import (
+    detect,
+    embed,
+    files,
+    glossaries,
+    health,
+    libretranslate,
+    openai,
+    rerank,
+    translate,
+)
 from service.api.dependencies import require_api_key
 from service.api.errors import install_error_handlers
 from service.api.hot_path import HotPath
 from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware, ServerTimingMiddleware
 from service.api.playground import install_playground
+from service.glossaries.store import GlossaryStore, glossary_limits
 from service.lifecycle import GivenEngines, Runtime, start
 from service.settings import Settings
 
@@ -57,10 +68,11 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.runtime = runtime
+    app.state.glossaries = GlossaryStore(settings.glossary_dir, glossary_limits(settings))
     install_error_handlers(app)
     app.include_router(health.router)
     protected = [Depends(require_api_key)]
-    for module in (translate, embed, openai, rerank):
+    for module in (translate, glossaries, embed, openai, rerank):
         app.include_router(module.router, dependencies=protected)
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
     app.include_router(detect.router)  # LibreTranslate's too
@@ -82,7 +94,7 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Retry-After", "Server-Timing"],
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import langcodes
 from fastapi import APIRouter, Request
@@ -27,9 +27,11 @@ from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, bearer_token, runtime_of
 from service.api.errors import answer, documented, http_failure, libretranslate_error
+from service.api.glossaries import glossary_store
 from service.api.hot_path import HotRoutes
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.files.registry import FORMATS
+from service.glossaries.requests import Terminology
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.detection import AUTO, translate_detected
@@ -52,6 +54,12 @@ class LibreTranslateRequest(BaseModel):
     format: Literal["text", "html"] = "text"
     alternatives: int = Field(default=0, ge=0, le=MAX_BEAM - 1, description="Extra translations per text")
     api_key: str | None = Field(default=None, max_length=256)
+    # Ours, not LibreTranslate's: a glossary of /v1/glossaries (its id, or its name for the pair)
+    # and spans kept as written, as /v1/translate takes them.
+    glossary: str | None = Field(default=None, min_length=1, max_length=256)
+    keep: list[Annotated[str, Field(min_length=1, max_length=1000)]] = Field(
+        default_factory=list, max_length=100
+    )
 
 
 class DetectedLanguage(BaseModel):
@@ -121,6 +129,9 @@ async def translate(request: Request) -> Response:
             n_best=n,
             first_of_several=True,  # its clients cannot name a model
             api_key=key,
+            terminology=Terminology(
+                glossary_store(request), body.glossary, key, tuple(body.keep), "glossary"
+            ),
         )
         if body.source == AUTO:
             found = await translate_detected(ready(runtime), HttpClient(request), asked)

@@ -148,6 +148,18 @@ class TranslateRequest(_Request):
         description="text: sentences, whitespace and line breaks kept; html: text nodes translated, "
         'markup kept (script, style, code and translate="no" elements are not translated)',
     )
+    glossary: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="A glossary of /v1/glossaries, by id or by name for the pair translated: each "
+        "source term found in a sentence puts its target term in that sentence's translation",
+    )
+    keep: list[Annotated[str, StringConstraints(min_length=1, max_length=1000)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Spans left exactly as written wherever they appear ({count}, product names)",
+    )
 
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"text": "A man is riding a bicycle.", "beam_size": 4}]}

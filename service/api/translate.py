@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, bearer_token, serving_runtime
 from service.api.errors import ERROR_RESPONSES
+from service.api.glossaries import glossary_store, owner_key
 from service.api.hot_path import HotRoutes, json_endpoint
 from service.api.schemas import (
     DetectedLanguage,
@@ -21,6 +22,7 @@ from service.api.schemas import (
     json_response,
 )
 from service.engine.base import TranslationHypothesis
+from service.glossaries.requests import Terminology
 from service.lifecycle import Runtime
 from service.serving import translation
 from service.serving.detection import AUTO, Detection, translate_detected
@@ -52,6 +54,12 @@ async def translate(
         length_penalty=body.length_penalty,
         alignments=body.alignments,
         api_key=bearer_token(request),  # checked by require_api_key before the route runs
+        terminology=Terminology(
+            glossary_store(request),
+            body.glossary,
+            owner_key(request, [bearer_token(request)]),
+            tuple(body.keep),
+        ),
     )
     detected: list[Detection | None] = [None] * len(body.text)
     if body.source_language == AUTO:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from service.glossaries.entries import Entry, GlossaryProblem, checked_entries
 from service.glossaries.matching import TermMatcher
+from service.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,15 @@ class GlossaryLimits:
     max_term_chars: int  # per source or target term
     max_glossaries: int  # all keys together
     max_total_bytes: int  # every glossary's file together
+
+
+def glossary_limits(settings: Settings) -> GlossaryLimits:
+    return GlossaryLimits(
+        max_entries=settings.glossary_max_entries,
+        max_term_chars=settings.glossary_max_term_chars,
+        max_glossaries=settings.glossary_max_count,
+        max_total_bytes=settings.glossary_max_total_bytes,
+    )
 
 
 @dataclass(frozen=True)
@@ -93,7 +103,7 @@ class GlossaryStore:
             source_language=source,
             target_language=target,
             entries=checked_entries(entries, limits.max_entries, limits.max_term_chars),
-            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            created_at=datetime.now(UTC).isoformat(timespec="microseconds"),
             owner=owner_of(api_key),
         )
         content = _serialised(glossary)

@@ -10,18 +10,22 @@ any sentence is its text's error.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from service.engine.base import Encoded, TranslateEngine, TranslateItem, TranslateOptions, Translation
+from service.glossaries.placeholders import Masked, PlaceholderLost
+from service.glossaries.requests import SentenceTerms
 from service.queue import off_the_loop_if_large
 from service.serving.errors import Problem, problem
 from service.text.document import Document, TextTranslation, assemble, html_document, plain_document
 from service.text.html import HtmlError
 
 Format = Literal["text", "html"]
+NO_TERMS = SentenceTerms()
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,9 @@ class Sentences:
     documents: list[Document | HtmlError]  # one per text: its sentences, or why its HTML failed
     # each unit's encoding, per text: tokenized once, for segmenting, the queue's cost and the engine
     encodings: list[list[Encoded]]
+    # each unit as the engine gets it (kept spans masked), and the phrases its output must hold
+    masked: list[list[Masked]]
+    required: list[list[tuple[str, ...]]]
 
     @property
     def count(self) -> int:
@@ -48,8 +55,12 @@ class Sentences:
         if any(isinstance(d, HtmlError) for d in self.documents):
             raise ValueError("documents with HTML errors cannot be translated")
         encodings = [e for per_text in self.encodings for e in per_text]
-        units = [unit for d in self.documents if isinstance(d, Document) for unit in d.units]
-        items = [TranslateItem(u, options, encoded=e) for u, e in zip(units, encodings, strict=True)]
+        units = [m.text for per_text in self.masked for m in per_text]
+        required = [r for per_text in self.required for r in per_text]
+        items = [
+            TranslateItem(u, dataclasses.replace(options, required=r) if r else options, encoded=e)
+            for u, e, r in zip(units, encodings, required, strict=True)
+        ]
         return items, [e.n_tokens for e in encodings]
 
     def assemble(self, results: Sequence[Translation | Exception]) -> list[TextTranslation | Exception]:
@@ -57,22 +68,43 @@ class Sentences:
         first error among them."""
         out: list[TextTranslation | Exception] = []
         start = 0
-        for document in self.documents:
+        for document, masked in zip(self.documents, self.masked, strict=True):
             assert isinstance(document, Document)  # as items() checked
-            mine = results[start : start + len(document.units)]
-            start += len(document.units)
+            mine = [
+                _restored(r, m) for r, m in zip(results[start : start + len(masked)], masked, strict=True)
+            ]
+            start += len(masked)
             error = next((r for r in mine if isinstance(r, Exception)), None)
             translations = [r for r in mine if isinstance(r, Translation)]
             out.append(error if error is not None else assemble(document, translations))
         return out
 
 
-async def split(texts: Sequence[str], fmt: Format, language: str, engine: TranslateEngine) -> Sentences:
+async def split(
+    texts: Sequence[str],
+    fmt: Format,
+    language: str,
+    engine: TranslateEngine,
+    terms: SentenceTerms = NO_TERMS,
+) -> Sentences:
     chars = sum(len(t) for t in texts)
-    return await off_the_loop_if_large(chars, lambda: _split(texts, fmt, language, engine))
+    return await off_the_loop_if_large(chars, lambda: _split(texts, fmt, language, engine, terms))
 
 
-def _split(texts: Sequence[str], fmt: Format, language: str, engine: TranslateEngine) -> Sentences:
+def _restored(result: Translation | Exception, masked: Masked) -> Translation | Exception:
+    """``result`` with each hypothesis's placeholders replaced by the spans they stand for."""
+    if isinstance(result, Exception) or not masked.kept:
+        return result
+    try:
+        hypotheses = [dataclasses.replace(h, text=masked.restore(h.text)) for h in result.hypotheses]
+    except PlaceholderLost as e:
+        return e
+    return dataclasses.replace(result, hypotheses=hypotheses)
+
+
+def _split(
+    texts: Sequence[str], fmt: Format, language: str, engine: TranslateEngine, terms: SentenceTerms
+) -> Sentences:
     info = engine.manifest.translation
     if info is None:
         raise ValueError(f"{engine.manifest.name} is not a translation model")
@@ -92,5 +124,8 @@ def _split(texts: Sequence[str], fmt: Format, language: str, engine: TranslateEn
             documents.append(build(text, language, count, info.max_source_len))
         except HtmlError as e:
             documents.append(e)
-    encodings = [[encode(u) for u in d.units] if isinstance(d, Document) else [] for d in documents]
-    return Sentences(documents, encodings)
+    prepared = [[terms.prepare(u) for u in d.units] if isinstance(d, Document) else [] for d in documents]
+    masked = [[m for m, _ in per_text] for per_text in prepared]
+    encodings = [[encode(m.text) for m in per_text] for per_text in masked]
+    required = [[r for _, r in per_text] for per_text in prepared]
+    return Sentences(documents, encodings, masked, required)

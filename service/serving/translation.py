@@ -8,9 +8,13 @@ queue, deadline and errors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
+from service.engine.constraints import ConstraintUnsatisfiable
+from service.glossaries.requests import Terminology
 from service.languages import canonical
 from service.lifecycle import Runtime, ServedTranslator
 from service.serving.errors import InvalidRequest, Problem, problem
@@ -20,6 +24,8 @@ from service.serving.sentences import Format, split
 from service.serving.submit import Client, all_or_nothing, submit
 from service.text.document import TextTranslation
 
+T = TypeVar("T")
+NO_TERMINOLOGY = Terminology()
 _SEGMENT = ("segment", "sentence segmentation and tokenization")
 _TRANSLATE = ("translate", "queue wait and decoding (batched with other requests)")
 
@@ -44,6 +50,8 @@ class TranslationRequest:
     alignments: bool = False
     first_of_several: bool = False
     api_key: str | None = None  # the configured key that admitted it (``check_api_key``): its quota
+    # The glossary it names and the spans it keeps: what each sentence's output must hold.
+    terminology: Terminology = NO_TERMINOLOGY
 
 
 @dataclass(frozen=True)
@@ -74,11 +82,12 @@ async def translate(runtime: Runtime, client: Client, request: TranslationReques
     source = canonical(request.source) if request.source else _first(translator.sources)
     target = canonical(request.target) if request.target else _first(translator.targets)
     options = _options(translator, request, source, target)
+    terms = request.terminology.for_pair(source, target)
     field, limits = request.field, runtime.limits
     _refuse(translation_text_problems(request.texts, field, limits))
     runtime.quotas.charge(request.api_key, sum(len(t) for t in request.texts), field)
     with client.timed(*_SEGMENT):
-        sentences = await split(request.texts, request.format, source, translator.engine)
+        sentences = await split(request.texts, request.format, source, translator.engine, terms)
     _refuse(sentences.html_problems(field))
     _refuse(sentence_problems(sentences.count, options.beam_size, options.max_length, field, limits))
     items, costs = sentences.items(options)
@@ -87,8 +96,17 @@ async def translate(runtime: Runtime, client: Client, request: TranslationReques
         model=translator.name,
         source_language=source,
         target_language=target,
-        texts=all_or_nothing(sentences.assemble(results), field),
+        texts=all_or_nothing(_unless_unsatisfiable(sentences.assemble(results), field), field),
     )
+
+
+def _unless_unsatisfiable(results: Sequence[T | Exception], field: str) -> Sequence[T | Exception]:
+    """``results``, or a 422 naming every text with a sentence whose required phrases (glossary
+    terms, kept spans) the model cannot write: a request to change, not the service's failure."""
+    refused = [(i, r) for i, r in enumerate(results) if isinstance(r, ConstraintUnsatisfiable)]
+    if refused:
+        raise InvalidRequest([problem("constraint_unsatisfiable", (field, i), str(r)) for i, r in refused])
+    return results
 
 
 async def _cached_or_submitted(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,6 +43,8 @@ def small_settings(**overrides: Any) -> Settings:
         # one worker per model: queueing is a matter of design here
         "express_max_tokens": 0,
         "worker_threads": 1,
+        # a directory of its own, made only when a glossary is created: never the checkout's
+        "glossary_dir": Path(tempfile.gettempdir()) / f"tserve-glossaries-{uuid.uuid4().hex}",
         **overrides,
     }
     return Settings.model_validate(values)
