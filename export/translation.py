@@ -4,13 +4,14 @@
                        ["fp32", "int8", "fp16"], eval_dir=Path("path/to/data/multi30k"))
 
 writes ``<out_root>/<name>/<variant>/{encoder.onnx, decoder.onnx, tokenizer.json, manifest.json}``
-in the layout of export/graphs/translation_layout.py. The stages: the source (``load_source``:
-ours in export/sources/ours/source.py, Marian in export/sources/marian/source.py), its graphs
-(export/graphs/translation.py), verification through the service's engine
-(export/verify/translation.py) and publishing (export/publish/: staged, verified, then moved
-into place, with the manifest of export/publish/translation.py). A variant whose
-manifest already names the same source weights (and tokenizer), reference sentences and the
-current decoder layout, and still verifies, is skipped, so re-running the export is cheap.
+(a graph over export/graphs/onnx_tools.py's EXTERNAL_DATA_THRESHOLD with its weights beside it in
+``<graph>.onnx.data``) in the layout of export/graphs/translation_layout.py. The stages: the
+source (``load_source``: ours in export/sources/ours/source.py, Marian in
+export/sources/marian/source.py), its graphs (export/graphs/translation.py), verification
+through the service's engine (export/verify/translation.py) and publishing (export/publish/:
+staged, verified, then moved into place, with the manifest of export/publish/translation.py). A
+variant whose manifest already names the same source weights (and tokenizer), reference sentences
+and the current decoder layout, and still verifies, is skipped, so re-running the export is cheap.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from export.graphs.onnx_tools import copy_graph
 from export.graphs.shortlist import SHORTLIST_DECODER, shortlist_decoder
 from export.graphs.top_k_blocks import block_top_k
 from export.graphs.translation import SLOT_VARIANTS, TRANSLATION_GRAPHS, build_fp16, build_fp32, build_int8
@@ -107,7 +109,7 @@ class _VariantExport:
     def build(self, variant: Variant, staging: Path) -> Fusions:
         if variant == "fp32":
             for graph in TRANSLATION_GRAPHS:
-                shutil.copyfile(self.fp32_graphs / graph, staging / graph)
+                copy_graph(self.fp32_graphs / graph, staging / graph)
             fusions: Fusions = {}  # the plain traced graphs
         elif variant == "int8":
             progress("  quantising to int8 (per-row activations)")

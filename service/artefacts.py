@@ -288,7 +288,10 @@ def load_and_verify(directory: Path) -> Manifest:
         if path.stat().st_size != entry.size or sha256_of(path) != entry.sha256:
             raise ArtefactError(f"{path}: sha256 does not match the manifest (corrupted or replaced)")
     listed = {e.path for e in manifest.files}
-    for needed in [manifest.tokenizer, *(g.file for g in manifest.graphs.values())]:
+    graphs = [g.file for g in manifest.graphs.values()]
+    # a large graph's weights, in ONNX's external data file beside it (export/graphs/onnx_tools.py)
+    data_files = [f"{g}.data" for g in graphs if (directory / f"{g}.data").exists()]
+    for needed in [manifest.tokenizer, *graphs, *data_files]:
         if needed not in listed:
             raise ArtefactError(f"{directory / needed}: used but not listed (unverifiable)")
     return manifest

@@ -60,7 +60,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, version_converter
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-from export.graphs.onnx_tools import clamp_ir_version, default_opset
+from export.graphs.onnx_tools import clamp_ir_version, default_opset, save_graph
 
 INT8_MAX = 127.0
 ZERO_POINT = 128  # uint8 offset that makes a symmetric int8 value unsigned (u8×s8 kernels)
@@ -78,10 +78,10 @@ def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Rewriter:
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, leading_dims: dict[str, tuple[str | int, ...]]) -> None:
         self.model = model
         self.graph = model.graph
-        self.leading_dims = _leading_dims(model)
+        self.leading_dims = leading_dims
         self.zero_points: dict[tuple[str | int, ...], str] = {}
         self.initializers = {t.name: t for t in self.graph.initializer}
         self.consumers: dict[str, int] = {}
@@ -204,16 +204,23 @@ def _leading_dims(model: onnx.ModelProto) -> dict[str, tuple[str | int, ...]]:
 
 
 def quantize_rowwise(in_path: Path, out_path: Path, exclude_nodes: set[str] | None = None) -> int:
-    """Rewrite every MatMul with a constant 2-D float weight as per-row int8; return how many."""
-    model = onnx.load(str(in_path))
+    """Rewrite every MatMul with a constant 2-D float weight as per-row int8; return how many.
+
+    The version converter and the shape inference serialise the model, which protobuf cannot do
+    over 2 GiB: they run on the graph as loaded without its external data (a large graph's weights
+    stay references; shapes and small constants are in the graph file), and the weights are read
+    in afterwards. A single-file graph is loaded whole from the start."""
+    model = onnx.load(str(in_path), load_external_data=False)
     if default_opset(model) < BLOCKED_QUANTIZE_OPSET:
         model = version_converter.convert_version(model, BLOCKED_QUANTIZE_OPSET)
         model.ir_version = max(model.ir_version, BLOCKED_QUANTIZE_IR)
-    count = _Rewriter(model).run(exclude_nodes or set())
+    leading_dims = _leading_dims(model)
+    onnx.external_data_helper.load_external_data_for_model(model, str(in_path.parent))
+    count = _Rewriter(model, leading_dims).run(exclude_nodes or set())
     if count and not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(out_path))
+    save_graph(model, out_path)
     return count
 
 

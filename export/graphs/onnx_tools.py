@@ -4,9 +4,14 @@ Compatibility target: every graph written here uses **ONNX opset 17** (default d
 graphs 21, for the blocked ``QuantizeLinear`` of export/graphs/int8_rowwise.py) and **IR version
 ≤ 10**, which onnxruntime 1.20+ loads (1.20 reads IR ≤ 10 and opsets ≤ 21); the
 contrib ops the optimizer and quantizer add live in the ``com.microsoft`` domain, version 1.
-Graphs are single files (no external data): our models are far below protobuf's 2 GiB limit
-and one file is one sha256 in the manifest. If the legacy TorchScript exporter ever disappears
-from torch, :func:`export_onnx` falls back to the dynamo exporter, which needs opset ≥ 18.
+A graph is one file while its initializers hold at most ``EXTERNAL_DATA_THRESHOLD`` bytes (every
+default model, byte for byte as before), and above that ``<graph>.onnx`` with its initializers in
+one external data file beside it, ``<graph>.onnx.data`` (ONNX's external data format, which
+onnxruntime reads from the graph's directory): protobuf cannot serialise a message over 2 GiB, and
+NLLB-600M's decoder holds about 3 GB of weights. Every step that writes a graph goes through
+:func:`save_graph`, which makes that choice, and the manifest lists the data files beside their
+graphs (:func:`graph_files`), each verified by its sha256. If the legacy TorchScript exporter ever
+disappears from torch, :func:`export_onnx` falls back to the dynamo exporter, which needs opset ≥ 18.
 
 int8 is **per-row**: every activation row (one token of one sentence) gets its own scale, so a
 sentence's result does not depend on what shares its batch (see export/graphs/int8_rowwise.py, which
@@ -22,7 +27,9 @@ fp32/int8 (CPU) and use the fused graph as the base of fp16 (GPU).
 
 from __future__ import annotations
 
+import math
 import shutil
+import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -39,6 +46,12 @@ if TYPE_CHECKING:  # torch is imported where used: the CLI starts fast
 OPSET = 17
 MAX_IR_VERSION = 10
 DYNAMO_MIN_OPSET = 18
+# 1 GiB: half of protobuf's 2 GiB limit, a margin for what a graph holds beside its initializers
+# (Constant nodes, the nodes themselves) and for the tensors a rewrite adds before it is saved
+# again. The default models stay far below it (single files, as before); tests lower it.
+EXTERNAL_DATA_THRESHOLD = 1 << 30
+EXTERNAL_DATA_SUFFIX = ".data"
+INLINE_TENSOR_BYTES = 1024  # smaller tensors (shapes, scalars) stay in the graph file, readable alone
 
 
 # --------------------------------------------------------------------------------------------
@@ -71,26 +84,119 @@ def export_onnx(
         "output_names": list(output_names),
         "dynamic_axes": {k: dict(v) for k, v in dynamic_axes.items()},
     }
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            torch.onnx.export(
-                module, args, str(path), opset_version=opset, dynamo=False, do_constant_folding=True, **common
-            )
-        except Exception as legacy_error:  # any failure: the other exporter may still work
-            print(f"TorchScript ONNX exporter failed ({legacy_error!r}); trying the dynamo exporter")
-            torch.onnx.export(
-                module,
-                args,
-                str(path),
-                opset_version=max(opset, DYNAMO_MIN_OPSET),
-                dynamo=True,
-                external_data=False,
-                **common,
-            )
+    # Over 2 GiB the exporters write external data their own way (the TorchScript one a file per
+    # tensor), so they write into a directory of their own and the graph is saved from there.
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}-", dir=path.parent) as scratch:
+        traced = Path(scratch) / path.name
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                torch.onnx.export(
+                    module,
+                    args,
+                    str(traced),
+                    opset_version=opset,
+                    dynamo=False,
+                    do_constant_folding=True,
+                    **common,
+                )
+            except Exception as legacy_error:  # any failure: the other exporter may still work
+                print(f"TorchScript ONNX exporter failed ({legacy_error!r}); trying the dynamo exporter")
+                torch.onnx.export(
+                    module,
+                    args,
+                    str(traced),
+                    opset_version=max(opset, DYNAMO_MIN_OPSET),
+                    dynamo=True,
+                    external_data=True,
+                    **common,
+                )
+        if [p.name for p in Path(scratch).iterdir()] == [path.name]:
+            shutil.move(traced, path)  # one file: kept byte for byte
+        else:
+            save_graph(onnx.load(str(traced)), path)
     onnx.checker.check_model(str(path))
     clamp_ir_version(path)
     return path
+
+
+def initializer_bytes(model: onnx.ModelProto) -> int:
+    """The size of the model's initializers, whether their data is in memory or external."""
+    return sum(
+        math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        for t in model.graph.initializer
+    )
+
+
+def data_file(path: Path) -> Path:
+    """Where :func:`save_graph` puts the initializers of a large graph at ``path``."""
+    return path.with_name(path.name + EXTERNAL_DATA_SUFFIX)
+
+
+def needs_external_data(model: onnx.ModelProto) -> bool:
+    """Whether ``model``'s initializers are over ``EXTERNAL_DATA_THRESHOLD``: saved with a data file."""
+    return initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD
+
+
+def save_graph(model: onnx.ModelProto, path: Path) -> None:
+    """Write ``model`` (its tensors' data in memory) to ``path``: one file up to
+    ``EXTERNAL_DATA_THRESHOLD`` bytes of initializers, else the graph and ``<path>.data`` holding
+    every tensor of ``INLINE_TENSOR_BYTES`` or more. A data file left by an earlier save is
+    removed first (onnx appends to an existing one). The model's tensors are external afterwards
+    when it went to a data file: load it again to read them."""
+    if any(_external(t) for t in model.graph.initializer):
+        raise ValueError(f"{path}: the model to save still refers to external data; load it with its data")
+    data = data_file(path)
+    data.unlink(missing_ok=True)
+    if not needs_external_data(model):
+        onnx.save(model, str(path))
+        return
+    for tensor in model.graph.initializer:  # onnx moves only raw_data out, not float_data & co.
+        if not tensor.HasField("raw_data"):
+            tensor.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(tensor), tensor.name))
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=data.name,
+        size_threshold=INLINE_TENSOR_BYTES,
+    )
+
+
+def save_checked(model: onnx.ModelProto, path: Path) -> None:
+    """:func:`save_graph`, then the ONNX checker on the written file (from its path, which works
+    for a graph with external data, where checking the message itself cannot)."""
+    save_graph(model, path)
+    onnx.checker.check_model(str(path))
+
+
+def graph_files(directory: Path, graph: str) -> list[str]:
+    """``graph`` (relative to ``directory``) and the external data files its tensors read, as
+    relative POSIX paths: what the manifest must list for the graph to be verified whole."""
+    model = onnx.load(str(directory / graph), load_external_data=False)
+    parent = Path(graph).parent
+    locations = {
+        (parent / onnx.external_data_helper.ExternalDataInfo(t).location).as_posix()
+        for t in model.graph.initializer  # save_graph leaves Constant nodes' tensors in the graph
+        if _external(t)
+    }
+    return [graph, *sorted(locations)]
+
+
+def _external(tensor: onnx.TensorProto) -> bool:
+    return onnx.external_data_helper.uses_external_data(tensor)
+
+
+def copy_graph(source: Path, target: Path) -> None:
+    """Copy the graph at ``source`` and the external data files it reads to ``target``'s
+    directory; the data keeps its file name, which the graph refers to."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for name in graph_files(source.parent, source.name):
+        if name == source.name:
+            shutil.copyfile(source, target)
+        else:
+            shutil.copyfile(source.parent / name, target.parent / name)
 
 
 def clamp_ir_version(path: Path, max_ir: int = MAX_IR_VERSION) -> None:
@@ -125,8 +231,7 @@ def append_top_k(
             onnx.helper.make_tensor_value_info(indices, onnx.TensorProto.INT64, shape),
         ]
     )
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    save_checked(model, path)
 
 
 def unstack_layers(path: Path, inputs: Sequence[str], outputs: Sequence[str]) -> int:
@@ -140,7 +245,9 @@ def unstack_layers(path: Path, inputs: Sequence[str], outputs: Sequence[str]) ->
     size). Returns the number of layers; raises ``ValueError`` on any other structure."""
     model = onnx.load(str(path))
     graph = model.graph
-    constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    constants = {  # the layer indices among them; a large graph's weights are not copied
+        t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer if math.prod(t.dims) <= 1
+    }
     for node in graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             constants[node.output[0]] = onnx.numpy_helper.to_array(node.attribute[0].t)
@@ -211,8 +318,7 @@ def unstack_layers(path: Path, inputs: Sequence[str], outputs: Sequence[str]) ->
                     graph.node.insert(0, onnx.helper.make_node("Unsqueeze", [f"{x}_0", axis_zero], [view]))
                 node.input[j] = view
     _drop_unused_constants(graph)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    save_checked(model, path)
     return n_layers
 
 
@@ -262,7 +368,8 @@ def optimize(
             hidden_size=hidden_size,
             opt_level=opt_level,
         )
-    optimized.save_model_to_file(str(out_path), use_external_data_format=False)
+    # onnxruntime's own save (it adds the com.microsoft opset), in save_graph's format
+    optimized.save_model_to_file(str(out_path), use_external_data_format=needs_external_data(optimized.model))
     clamp_ir_version(out_path)
     stats = optimized.get_fused_operator_statistics()
     return {op: int(n) for op, n in stats.items() if n}
@@ -292,7 +399,7 @@ def to_fp16(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.convert_float_to_float16(**kwargs)
-    model.save_model_to_file(str(out_path), use_external_data_format=False)
+    model.save_model_to_file(str(out_path), use_external_data_format=needs_external_data(model.model))
     clamp_ir_version(out_path)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from export.graphs.onnx_tools import save_checked
 from service.artefacts import LOG_PROBS, TOP_TOKENS, VOCABULARY, VOCABULARY_MASK
 
 SHORTLIST_DECODER = "decoder_shortlist.onnx"
@@ -118,8 +119,7 @@ def shortlist_decoder(decoder: Path, out: Path) -> None:
     for output in graph.output:
         if output.name == LOG_PROBS:
             output.type.tensor_type.shape.dim[1].dim_param = "vocab"
-    onnx.checker.check_model(model)
-    onnx.save(model, str(out))
+    save_checked(model, out)
 
 
 def _constant_dims(

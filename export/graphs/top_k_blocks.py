@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from export.graphs.onnx_tools import default_opset
+from export.graphs.onnx_tools import default_opset, save_checked
 from service.artefacts import LOG_PROBS, TOP_TOKENS
 
 MIN_BLOCK, MAX_BLOCK = 8, 128
@@ -108,8 +108,7 @@ def block_top_k(path: Path, vocab: int) -> int | None:
     rewritten = [*graph.node[:at], *nodes, *graph.node[at + 1 :]]
     del graph.node[:]
     graph.node.extend(rewritten)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
+    save_checked(model, path)
     return block
 
 

@@ -1,7 +1,8 @@
 """The translation artefact's manifest, and when a published variant is still up to date.
 
 The manifest lists the graphs the variant carries (``encoder.onnx``, ``decoder.onnx`` and, with a
-vocabulary map, ``decoder_shortlist.onnx`` beside ``vmap.txt``), the decoder's layout and
+vocabulary map, ``decoder_shortlist.onnx`` beside ``vmap.txt``) with the external data files a
+large graph reads (``decoder.onnx.data``…), the decoder's layout and
 candidates' block as read back from the written decoder, and the figures of its verification.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from export.graphs.onnx_tools import file_entries, graph_spec
+from export.graphs.onnx_tools import file_entries, graph_files, graph_spec
 from export.graphs.shortlist import SHORTLIST_DECODER
 from export.graphs.top_k_blocks import block_size, choose_block
 from export.graphs.translation import SLOT_VARIANTS, TRANSLATION_GRAPHS, decoder_layout, variant_decoder
@@ -46,13 +47,15 @@ def build_manifest(
     }
     if shortlist:
         graphs["decoder_shortlist"] = graph_spec(directory, SHORTLIST_DECODER)
-    extra = [SHORTLIST_DECODER, VMAP_FILE] if shortlist else []
+    listed = [*TRANSLATION_GRAPHS, *([SHORTLIST_DECODER] if shortlist else [])]
+    files = [name for graph in listed for name in graph_files(directory, graph)]  # with their data
+    files += [TOKENIZER_FILE, *([VMAP_FILE] if shortlist else [])]
     return Manifest(
         name=source.name,
         task="translate",
         variant=variant,
         source=SourceInfo(kind=source.kind, path=str(source.path), sha256=sha),
-        files=file_entries(directory, [*TRANSLATION_GRAPHS, TOKENIZER_FILE, *extra]),
+        files=file_entries(directory, files),
         graphs=graphs,
         vocab_size=source.vocab_size,
         special_ids=source.special,

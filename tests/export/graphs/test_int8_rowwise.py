@@ -81,11 +81,11 @@ def test_int8_excluded_nodes_stay_fp32(tmp_path: Path) -> None:
     assert ops.count("MatMul") == 1 and ops.count("MatMulIntegerToFloat") == 1
 
 
-def _chain_graph(path: Path) -> Path:
+def _chain_graph(path: Path, width: int = 32) -> Path:
     """h = relu(x @ W1) @ W2 on (batch, seq, ·), then its mean over seq @ W3 on (batch, ·): two
-    activations of one leading shape and one of another."""
+    activations of one leading shape and one of another; ``width`` is h's."""
     rng = np.random.default_rng(2)
-    weights = {"w1": (16, 32), "w2": (32, 16), "w3": (16, 8)}
+    weights = {"w1": (16, width), "w2": (width, 16), "w3": (16, 8)}
     graph = helper.make_graph(
         [
             helper.make_node("MatMul", ["x", "w1"], ["a"], name="up"),
