@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import (
+    deepl,
     detect,
     embed,
     files,
@@ -69,6 +71,7 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.glossaries = GlossaryStore(settings.glossary_dir, glossary_limits(settings))
+    app.state.deepl_characters = Counter()  # /v2/usage's count per key (service/api/deepl.py)
     install_error_handlers(app)
     app.include_router(health.router)
     protected = [Depends(require_api_key)]
@@ -76,6 +79,7 @@ def create_app(
         app.include_router(module.router, dependencies=protected)
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
     app.include_router(detect.router)  # LibreTranslate's too
+    app.include_router(deepl.router)  # DeepL's key header: checked in its routes
     app.include_router(files.router)  # /v1's behind the key; LibreTranslate's check theirs
     if settings.playground:
         install_playground(app)  # open like /docs: the page asks for a key and sends it itself
@@ -98,6 +102,6 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Retry-After", "Server-Timing"],
         )
-    app.add_middleware(ServerTimingMiddleware, path_prefixes=("/v1/", "/translate"))
+    app.add_middleware(ServerTimingMiddleware, path_prefixes=("/v1/", "/v2/", "/translate"))
     app.add_middleware(RequestContextMiddleware)  # outermost: sees every status, CORS and 413 included
     return app
