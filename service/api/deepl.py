@@ -266,7 +266,10 @@ def deepl_error(failure: Failure, request_id: str | None = None) -> JSONResponse
 
 
 def _described(found: Any) -> str:
-    where = ".".join(str(part) for part in found.get("loc", ()) if part != "body")
+    where = ""
+    for part in found.get("loc", ()):
+        if part != "body":
+            where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
     return f"{where}: {found.get('msg')}" if where else str(found.get("msg"))
 
 

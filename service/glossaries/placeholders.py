@@ -2,11 +2,14 @@
 placeholder is required in the translation, and the span's own characters are put back in its
 place after decoding.
 
-A placeholder is ``#1#``, ``#2#``... : characters every default model's target vocabulary spells
-(``▁ # 1 #``) and that cannot be read as another placeholder's start (``#1#`` is no part of
-``#11#``). When the sentence already holds the marker, the next of ``MARKERS`` that it does not
-hold is used, so a placeholder never stands for text the sentence had. A span is kept as the
-request wrote it, whatever its characters: ``{count}``, markup, words the vocabulary lacks.
+A placeholder is ``@1@``, ``@2@``... : characters every default model's target vocabulary spells
+(``▁ @ 1 @``) and that cannot be read as another placeholder's start (``@1@`` is no part of
+``@11@``). Of the markers they spell, ``@`` is the one the default models copy with the least
+noise: with ``#`` they add stray ``#`` (``#1###``), with a letter they go on into a word
+(``X1Xylophon``); ``~`` and ``^`` they cannot spell at all. When the sentence already holds the
+marker, the next of ``MARKERS`` that it does not hold is used, so a placeholder never stands for
+text the sentence had. A span is kept as the request wrote it, whatever its characters:
+``{count}``, markup, words the vocabulary lacks.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MARKERS = "#@%§~^"
+MARKERS = "@%#"
 
 
 class PlaceholderLost(ValueError):

@@ -104,7 +104,7 @@ async def test_kept_spans_are_masked_required_and_restored_byte_for_byte(served:
     text = "You have {count} items in ACME\u00a0Cloud™ now."
     r = await served.client.post("/v1/translate", json={"text": text, "keep": kept})
     assert r.status_code == 200, r.text
-    assert received(served) == [("You have #2# items in #1# now.", ("#2#", "#1#"))]
+    assert received(served) == [("You have @2@ items in @1@ now.", ("@2@", "@1@"))]
     assert r.json()["translations"][0]["hypotheses"][0]["text"] == (
         "NOW. ACME\u00a0Cloud™ in items {count} have You"
     )
