@@ -111,8 +111,9 @@ def export_onnx(
                     external_data=True,
                     **common,
                 )
-        if [p.name for p in Path(scratch).iterdir()] == [path.name]:
-            shutil.move(traced, path)  # one file: kept byte for byte
+        one_file = [p.name for p in Path(scratch).iterdir()] == [path.name]
+        if one_file and not needs_external_data(onnx.load(str(traced), load_external_data=False)):
+            shutil.move(traced, path)  # kept byte for byte
         else:
             save_graph(onnx.load(str(traced)), path)
     onnx.checker.check_model(str(path))
@@ -162,6 +163,15 @@ def save_graph(model: onnx.ModelProto, path: Path) -> None:
         location=data.name,
         size_threshold=INLINE_TENSOR_BYTES,
     )
+    readable_like_its_graph(path)
+
+
+def readable_like_its_graph(path: Path) -> None:
+    """Give the graph's data file (if any) the graph's permissions: onnx creates it 0600, which
+    would hide a published artefact's weights from the service's user."""
+    data = data_file(path)
+    if data.exists():
+        data.chmod(path.stat().st_mode & 0o777)
 
 
 def save_checked(model: onnx.ModelProto, path: Path) -> None:
@@ -370,6 +380,7 @@ def optimize(
         )
     # onnxruntime's own save (it adds the com.microsoft opset), in save_graph's format
     optimized.save_model_to_file(str(out_path), use_external_data_format=needs_external_data(optimized.model))
+    readable_like_its_graph(out_path)
     clamp_ir_version(out_path)
     stats = optimized.get_fused_operator_statistics()
     return {op: int(n) for op, n in stats.items() if n}
@@ -400,6 +411,7 @@ def to_fp16(
         warnings.simplefilter("ignore")
         model.convert_float_to_float16(**kwargs)
     model.save_model_to_file(str(out_path), use_external_data_format=needs_external_data(model.model))
+    readable_like_its_graph(out_path)
     clamp_ir_version(out_path)
 
 
