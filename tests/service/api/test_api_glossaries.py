@@ -186,3 +186,12 @@ async def test_a_restart_keeps_the_glossaries(tmp_path: Path) -> None:
         assert (await s.client.get(f"/v1/glossaries/{made['id']}")).json()["name"] == "shop"
         r = await s.client.post("/v1/translate", json={"text": "the cart", "glossary": "shop"})
         assert r.status_code == 200 and received(s) == [("the cart", ("Warenkorb",))]
+
+
+async def test_the_cache_tells_a_constrained_sentence_from_a_plain_one(served: Served) -> None:
+    made = await created(served.client, SHOP)
+    for body in ({"text": "the cart"}, {"text": "the cart", "glossary": made["id"]}, {"text": "the cart"}):
+        r = await served.client.post("/v1/translate", json=body)
+        assert r.status_code == 200, r.text
+    # the plain sentence twice (the second from the cache), the constrained one on its own
+    assert received(served) == [("the cart", ()), ("the cart", ("Warenkorb",))]
