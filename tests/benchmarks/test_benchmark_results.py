@@ -26,7 +26,8 @@ def test_a_figure_is_measured_once() -> None:
 def test_the_registry_names_the_stages_and_only_chooses_among_them() -> None:
     names = [s.name for s in STAGES]
     # the order they run in: detection and files on the shared service, before serving stops it
-    assert names[:6] == ["translation", "base", "embedding", "detection", "files", "serving"]
+    assert names[0] == "translation"
+    assert names.index("detection") < names.index("serving") and names.index("files") < names.index("serving")
     assert len(set(names)) == len(names)
     assert all(s.needs <= set(Need) for s in STAGES)
     args = parse(["--data-dir", "d", "--only", "base", "serving", "--quick", "--no-infinity"])
