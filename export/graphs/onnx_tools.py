@@ -40,8 +40,9 @@ import onnx
 
 from service.artefacts import MANIFEST_NAME, FileEntry, GraphSpec, TensorSpec, file_entry, per_layer
 
-if TYPE_CHECKING:  # torch is imported where used: the CLI starts fast
+if TYPE_CHECKING:  # torch and onnxruntime are imported where used: the CLI starts fast
     import torch
+    from onnxruntime.transformers.onnx_model import OnnxModel
 
 OPSET = 17
 MAX_IR_VERSION = 10
@@ -200,12 +201,12 @@ def _external(tensor: onnx.TensorProto) -> bool:
 
 def copy_graph(source: Path, target: Path) -> None:
     """Copy the graph at ``source`` and the external data files it reads to ``target``'s
-    directory; the data keeps its file name, which the graph refers to."""
+    directory; the data keeps its file name, which the graph refers to (in the same directory,
+    both graphs read the one data file)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    for name in graph_files(source.parent, source.name):
-        if name == source.name:
-            shutil.copyfile(source, target)
-        else:
+    shutil.copyfile(source, target)
+    if target.parent.resolve() != source.parent.resolve():
+        for name in graph_files(source.parent, source.name)[1:]:
             shutil.copyfile(source.parent / name, target.parent / name)
 
 
@@ -367,7 +368,7 @@ def optimize(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if not model_type or model_type not in MODEL_TYPES:
         if Path(model_path).resolve() != Path(out_path).resolve():
-            shutil.copyfile(model_path, out_path)
+            copy_graph(Path(model_path), Path(out_path))
         return {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -378,9 +379,7 @@ def optimize(
             hidden_size=hidden_size,
             opt_level=opt_level,
         )
-    # onnxruntime's own save (it adds the com.microsoft opset), in save_graph's format
-    optimized.save_model_to_file(str(out_path), use_external_data_format=needs_external_data(optimized.model))
-    readable_like_its_graph(out_path)
+    _save_fused(optimized, out_path)
     clamp_ir_version(out_path)
     stats = optimized.get_fused_operator_statistics()
     return {op: int(n) for op, n in stats.items() if n}
@@ -410,9 +409,16 @@ def to_fp16(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.convert_float_to_float16(**kwargs)
-    model.save_model_to_file(str(out_path), use_external_data_format=needs_external_data(model.model))
-    readable_like_its_graph(out_path)
+    _save_fused(model, out_path)
     clamp_ir_version(out_path)
+
+
+def _save_fused(model: OnnxModel, path: Path) -> None:
+    """onnxruntime's own save of its ``OnnxModel`` (it adds the com.microsoft opset its fused
+    nodes need), in :func:`save_graph`'s format: the same threshold, data file and permissions."""
+    data_file(path).unlink(missing_ok=True)  # its data is in memory; onnx would append to it
+    model.save_model_to_file(str(path), use_external_data_format=needs_external_data(model.model))
+    readable_like_its_graph(path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,7 +20,9 @@ from export.graphs.onnx_tools import (
     data_file,
     graph_files,
     initializer_bytes,
+    optimize,
     save_graph,
+    to_fp16,
 )
 from service.engine.session import SessionConfig, create_session
 from tests.export.graphs.test_int8_rowwise import _chain_graph
@@ -117,3 +119,26 @@ def test_int8_of_a_large_graph_equals_the_single_file_one(tmp_path: Path, extern
     assert ops.count("Expand") == 2
     x = np.random.default_rng(3).normal(size=(3, 5, 16)).astype(np.float32)
     np.testing.assert_array_equal(run_cpu(tmp_path / "q.onnx", x), run_cpu(tmp_path / "one" / "q.onnx", x))
+
+
+def test_copy_within_a_directory_shares_the_data_file(tmp_path: Path, external: None) -> None:
+    save_graph(onnx.load(str(_wide_matmul(tmp_path / "single.onnx"))), tmp_path / "g.onnx")
+    copy_graph(tmp_path / "g.onnx", tmp_path / "same.onnx")
+    assert graph_files(tmp_path, "same.onnx") == ["same.onnx", "g.onnx.data"]
+    x = np.random.default_rng(5).normal(size=(2, 16)).astype(np.float32)
+    np.testing.assert_array_equal(run_cpu(tmp_path / "same.onnx", x), run_cpu(tmp_path / "single.onnx", x))
+
+
+def test_optimizer_and_fp16_write_large_graphs_with_their_data(tmp_path: Path, external: None) -> None:
+    """onnxruntime's optimiser and fp16 conversion save through its own OnnxModel: same format."""
+    save_graph(onnx.load(str(_wide_matmul(tmp_path / "single.onnx"))), tmp_path / "g.onnx")
+    optimize(tmp_path / "g.onnx", tmp_path / "fused.onnx", "bert", 1, 16)
+    optimize(tmp_path / "g.onnx", tmp_path / "copy" / "g.onnx", "")  # not optimised: copied
+    to_fp16(tmp_path / "fused.onnx", tmp_path / "half.onnx")
+    x = np.random.default_rng(6).normal(size=(2, 16)).astype(np.float32)
+    want = run_cpu(tmp_path / "single.onnx", x)
+    for graph in ("fused.onnx", "copy/g.onnx", "half.onnx"):
+        path = tmp_path / graph
+        assert graph_files(path.parent, path.name) == [path.name, f"{path.name}.data"], graph
+        assert data_file(path).stat().st_mode == path.stat().st_mode
+        np.testing.assert_allclose(run_cpu(path, x), want, atol=0.05 if graph == "half.onnx" else 0)
