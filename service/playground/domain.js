@@ -118,6 +118,16 @@ export function chosenLanguages() {
   return { source_language: $("translate-source").value, target_language: $("translate-target").value };
 }
 
+// The language pair translated: the chosen one of a model of many pairs, else the model's own.
+export function translationPair() {
+  const model = translators.find((m) => m.id === $("translate-model").value);
+  if (!model) return null;
+  const chosen = chosenLanguages();
+  const source = chosen.source_language ?? model.source_languages?.[0];
+  const target = chosen.target_language ?? model.target_languages?.[0];
+  return source && target ? { source, target } : null;
+}
+
 function showTranslatorDomain() {
   const model = translators.find((m) => m.id === $("translate-model").value);
   showLanguages(model);

@@ -1,102 +1,17 @@
-// The playground: plain DOM, public API only (/v1/models, /v1/translate, /v1/embed). A module: strict.
+// The playground: plain DOM, public API only (/v1/models, /v1/translate, /v1/glossaries, /v1/embed). A module: strict.
 
 import { $, element } from "./dom.js";
+import { ApiError, KEY_STORAGE, NetworkError, call, whenUnauthorized } from "./api.js";
 import { chosenLanguages, pairLabel, showModels, watchModelChoice } from "./domain.js";
-
-const KEY_STORAGE = "tserve-api-key"; // sessionStorage: the key lives as long as the tab
-
-class ApiError extends Error {
-  constructor(status, body, retryAfter) {
-    const error = (body && body.error) || {};
-    super(error.message || `HTTP ${status}`);
-    this.status = status;
-    this.type = error.type || "http_error";
-    this.details = error.details || [];
-    this.requestId = error.request_id;
-    this.retryAfter = retryAfter;
-  }
-}
-
-class NetworkError extends Error {}
-
-// ---- the API -------------------------------------------------------------------------------
-
-async function call(path, body) {
-  const headers = { Accept: "application/json" };
-  const key = sessionStorage.getItem(KEY_STORAGE);
-  if (key) headers.Authorization = `Bearer ${key}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  const started = performance.now();
-  let response;
-  try {
-    response = await fetch(path, {
-      method: body === undefined ? "GET" : "POST",
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  } catch (error) {
-    throw new NetworkError(`the service could not be reached (${error.message})`);
-  }
-  let payload = null;
-  try {
-    payload = await response.json();
-  } catch {
-    payload = null; // a proxy's HTML error page, an empty body: the status still says what happened
-  }
-  const roundTrip = performance.now() - started;
-  if (!response.ok) {
-    const error = new ApiError(response.status, payload, response.headers.get("Retry-After"));
-    if (response.status === 401 || response.status === 403) askForKey(error);
-    throw error;
-  }
-  return { payload, timings: parseServerTiming(response.headers.get("Server-Timing")), roundTrip };
-}
-
-// Split at `separator` outside double quotes (a description may hold commas and semicolons).
-function splitUnquoted(text, separator) {
-  const parts = [];
-  let current = "";
-  let quoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (c === "\\" && quoted) {
-      current += c + (text[++i] ?? "");
-      continue;
-    }
-    if (c === '"') quoted = !quoted;
-    if (c === separator && !quoted) {
-      parts.push(current.trim());
-      current = "";
-    } else {
-      current += c;
-    }
-  }
-  parts.push(current.trim());
-  return parts;
-}
-
-// 'name;dur=1.2;desc="…", …' (W3C Server Timing) → [{name, dur, desc}]
-function parseServerTiming(header) {
-  if (!header) return [];
-  return splitUnquoted(header, ",")
-    .filter(Boolean)
-    .map((metric) => {
-      const [name, ...params] = splitUnquoted(metric, ";");
-      const entry = { name, dur: null, desc: "" };
-      for (const param of params) {
-        const eq = param.indexOf("=");
-        const key = param.slice(0, eq).trim().toLowerCase();
-        const value = param
-          .slice(eq + 1)
-          .trim()
-          .replace(/^"(.*)"$/, "$1")
-          .replace(/\\(.)/g, "$1");
-        if (key === "dur") entry.dur = Number(value);
-        if (key === "desc") entry.desc = value;
-      }
-      return entry;
-    });
-}
+import {
+  legend,
+  markedText,
+  refreshGlossaries,
+  requiredOfSentences,
+  terminology,
+  watchTerminology,
+} from "./glossary.js";
+import { InputError } from "./terms.js";
 
 // ---- small DOM helpers ---------------------------------------------------------------------
 
@@ -114,6 +29,8 @@ function showError(target, error) {
     if (error.retryAfter) notes.push(`retry after ${error.retryAfter} s`);
     if (error.requestId) notes.push(`request id ${error.requestId}`);
     if (notes.length) box.append(element("div", { class: "note", text: notes.join(" · ") }));
+  } else if (error instanceof InputError) {
+    box.textContent = error.message;
   } else if (error instanceof NetworkError) {
     box.textContent = `The ${error.message}.`;
   } else {
@@ -307,7 +224,8 @@ function exploreCells(box, table, readout) {
   });
 }
 
-function nBest(hypotheses) {
+// `required`: the glossary terms and kept spans marked in each hypothesis.
+function nBest(hypotheses, required) {
   return element(
     "ol",
     { class: "nbest" },
@@ -315,7 +233,7 @@ function nBest(hypotheses) {
       element(
         "li",
         {},
-        element("span", { class: "hypothesis", text: h.text }),
+        element("span", { class: "hypothesis" }, ...markedText(h.text, required)),
         " ",
         element("span", {
           class: "score",
@@ -327,11 +245,15 @@ function nBest(hypotheses) {
   );
 }
 
-function renderTranslation(payload) {
+// `terms`: the glossary's entries and the spans kept, marked where each sentence required them.
+function renderTranslation(payload, terms) {
   const out = $("translation");
   out.replaceChildren();
+  if (terms.entries.length || terms.kept.length) out.append(legend());
+  const requiredOf = (sentences) => requiredOfSentences(sentences, terms.entries, terms.kept);
   for (const translation of payload.translations) {
-    out.append(element("h3", { text: "Whole text" }), nBest(translation.hypotheses));
+    const sources = translation.sentences.map((s) => s.source);
+    out.append(element("h3", { text: "Whole text" }), nBest(translation.hypotheses, requiredOf(sources)));
     translation.sentences.forEach((sentence, i) => {
       const pieces = sentence.pieces > 1 ? ` (translated in ${sentence.pieces} pieces)` : "";
       out.append(
@@ -340,7 +262,7 @@ function renderTranslation(payload) {
           { class: "sentence", "data-sentence": String(i) },
           element("h4", { text: `Sentence ${i + 1}${pieces}` }),
           element("p", { class: "source", text: sentence.source }),
-          nBest(sentence.hypotheses),
+          nBest(sentence.hypotheses, requiredOf([sentence.source])),
           ...heatmap(sentence, i),
         ),
       );
@@ -351,6 +273,7 @@ function renderTranslation(payload) {
 async function translate() {
   clearError("translate-error");
   try {
+    const terms = await terminology();
     const { payload, timings, roundTrip } = await call("/v1/translate", {
       model: $("translate-model").value || undefined, // none listed yet: the service's default
       ...chosenLanguages(),
@@ -358,8 +281,9 @@ async function translate() {
       beam_size: Number($("beam-size").value),
       n_best: Number($("n-best").value),
       alignments: true,
+      ...terms.fields,
     });
-    renderTranslation(payload);
+    renderTranslation(payload, terms);
     showTimings("translate-timings", timings, roundTrip);
   } catch (error) {
     showError("translate-error", error);
@@ -432,7 +356,18 @@ $("key-form").addEventListener("submit", async (event) => {
   await loadModels();
   if ($("key-section").hidden) $("translate-text").focus(); // the key section is gone: keep the keyboard's place
 });
+whenUnauthorized(askForKey);
 watchModelChoice();
+// The key's saved glossaries are listed once the terminology fields are opened, and again for
+// another pair while they are open.
+const listGlossaries = () => {
+  if ($("terminology").open) refreshGlossaries().catch((error) => showError("translate-error", error));
+};
+$("terminology").addEventListener("toggle", listGlossaries);
+for (const id of ["translate-model", "translate-source", "translate-target"]) {
+  $(id).addEventListener("change", listGlossaries);
+}
+watchTerminology((error) => showError("translate-error", error));
 bindForm("translate-form", "translate-button", translate);
 bindForm("embed-form", "embed-button", embed);
 loadModels();
