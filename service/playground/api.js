@@ -100,4 +100,3 @@ function parseServerTiming(header) {
       return entry;
     });
 }
-

@@ -21,7 +21,9 @@ export async function refreshGlossaries() {
   const pair = translationPair();
   const choice = $("glossary-choice");
   const kept = choice.value;
-  const listed = pair ? (await call("/v1/glossaries")).payload.glossaries.filter((g) => samePair(g, pair)) : [];
+  const listed = pair
+    ? (await call("/v1/glossaries")).payload.glossaries.filter((g) => samePair(g, pair))
+    : [];
   choice.replaceChildren(
     element("option", { value: TYPED, text: "the entries typed below" }),
     ...listed.map((g) => element("option", { value: g.id, text: `${g.name} (${g.entry_count} entries)` })),

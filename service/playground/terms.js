@@ -97,7 +97,10 @@ function longestAt(terms, chars, start, fold) {
   for (const term of terms) {
     const length = term.chars.length;
     if (start + length > chars.length || (found && length <= found.end - start)) continue;
-    if (term.chars.every((c, i) => fold(chars[start + i]) === c) && fits(term.entry, chars, start, start + length)) {
+    if (
+      term.chars.every((c, i) => fold(chars[start + i]) === c) &&
+      fits(term.entry, chars, start, start + length)
+    ) {
       found = { start, end: start + length, entry: term.entry };
     }
   }

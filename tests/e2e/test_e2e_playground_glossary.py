@@ -313,3 +313,18 @@ def test_the_real_model_holds_the_term_and_the_span_and_the_page_marks_both(
     assert "Drahtesel" in text and "{count}" in text and "@" not in text
     expect(best.locator(".hypothesis")).to_have_text(text)  # marked, not changed
     page.screenshot(path=tmp_path / "glossary-real-model.png", full_page=True)
+
+
+def test_the_keyboard_opens_the_fields_and_reaches_each(page: Page, small_server: ServerProcess) -> None:
+    page.goto(f"{small_server.url}/")
+    expect(page.locator("#models .model")).to_have_count(2)
+    page.focus("#translate-text")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.tagName") == "SUMMARY"
+    page.keyboard.press("Enter")
+    expect(page.locator("#terminology")).to_have_attribute("open", "")
+    reached = []
+    for _ in range(4):
+        page.keyboard.press("Tab")
+        reached.append(page.evaluate("document.activeElement.id"))
+    assert reached == ["glossary-choice", "glossary-entries", "keep-spans", "beam-size"]
