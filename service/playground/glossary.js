@@ -2,10 +2,18 @@
 // through /v1/glossaries, or one of the key's saved glossaries for the pair) and spans kept as
 // written; and the translation's enforced terms and kept spans marked in the output.
 
-import { call } from "./api.js";
+import { ApiError, call } from "./api.js";
 import { $, element } from "./dom.js";
 import { translationPair } from "./domain.js";
-import { glossaryName, InputError, markedPieces, parseEntries, parseKept, requiredOf } from "./terms.js";
+import {
+  entryLines,
+  glossaryName,
+  InputError,
+  markedPieces,
+  parseEntries,
+  parseKept,
+  requiredOf,
+} from "./terms.js";
 
 const TYPED = ""; // the choice of the entries typed in the box
 const savedEntries = new Map(); // glossary id → its entries, read once
@@ -61,7 +69,7 @@ async function typedGlossary(entries, pair) {
   let id = listed.find((g) => g.name === name && samePair(g, pair))?.id;
   if (id === undefined) {
     const body = { name, source_language: pair.source, target_language: pair.target, entries };
-    id = (await call("/v1/glossaries", body)).payload.id;
+    id = (await call("/v1/glossaries", body).catch(namingLines)).payload.id;
     if (madeHere && madeHere !== id) {
       await call(`/v1/glossaries/${encodeURIComponent(madeHere)}`, undefined, "DELETE").catch(() => {
         // already deleted elsewhere: nothing left to tidy
@@ -72,6 +80,20 @@ async function typedGlossary(entries, pair) {
   madeHere = id;
   savedEntries.set(id, entries);
   return id;
+}
+
+// A refusal of the typed entries says which line of the box each problem is on (the API names
+// entries[i], which blank lines would make hard to find).
+function namingLines(error) {
+  if (!(error instanceof ApiError)) throw error;
+  const lines = entryLines($("glossary-entries").value);
+  const named = (text) =>
+    text.replace(/entries\[(\d+)\](\.\w+)?/g, (found, i) =>
+      lines[i] ? `${found} (line ${lines[i]})` : found,
+    );
+  error.message = named(error.message);
+  error.details = error.details.map((d) => ({ ...d, field: named(d.field || "") }));
+  throw error;
 }
 
 // What the translate request adds ({glossary, keep}, each only when given), and what the output

@@ -28,6 +28,11 @@ export function parseEntries(text) {
   return entries;
 }
 
+// The line (from 1) of each entry `parseEntries` reads from `text`: the API names entries by index.
+export function entryLines(text) {
+  return text.split("\n").flatMap((line, i) => (line.trim() ? [i + 1] : []));
+}
+
 // One span per line; on a single line, spans separated by commas. Each once, in order.
 export function parseKept(text) {
   const parts = text.includes("\n") ? text.split("\n") : text.split(",");

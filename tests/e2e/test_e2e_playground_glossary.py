@@ -253,10 +253,17 @@ def test_the_glossary_routes_errors_are_shown_in_the_panel(
     expect(error).to_have_text(
         'Glossary line 2: write "source term = target term" (or the two terms separated by a tab).'
     )
-    page.fill("#glossary-entries", f"{'x' * 201} = y")  # over TSERVE_GLOSSARY_MAX_TERM_CHARS (200)
+    # Over TSERVE_GLOSSARY_MAX_TERM_CHARS (200); the API's entries[1] is the box's line 3.
+    page.fill("#glossary-entries", f"fine = gut\n\n{'x' * 201} = y")
     page.click("#translate-button")
-    expect(error).to_contain_text("422")
-    expect(error).to_contain_text("longer than 200")
+    expect(error).to_contain_text("422 validation_error")
+    expect(error.locator("li")).to_have_text(
+        ["entries[1].source (line 3): a term of 201 characters, longer than 200"]
+    )
+    page.fill("#glossary-entries", "dog = Hund\ndog = Hündchen")
+    page.click("#translate-button")
+    expect(error).to_contain_text("422 validation_error")
+    expect(error).to_contain_text("entries[1] (line 2): the source term 'dog' is given more than once")
     page.fill("#glossary-entries", "dog = Hund\nDog = Hund")
     page.click("#translate-button")
     expect(page.locator(".sentence")).to_have_count(3)  # case-sensitive terms: two entries, no error
@@ -328,3 +335,18 @@ def test_the_keyboard_opens_the_fields_and_reaches_each(page: Page, small_server
         page.keyboard.press("Tab")
         reached.append(page.evaluate("document.activeElement.id"))
     assert reached == ["glossary-choice", "glossary-entries", "keep-spans", "beam-size"]
+
+
+def test_at_400_px_the_open_fields_and_marked_output_fit(page: Page, small_server: ServerProcess) -> None:
+    page.set_viewport_size({"width": 400, "height": 900})
+    open_terminology(page, small_server)
+    page.fill("#keep-spans", "ACME Cloud, {count}")
+    page.fill("#translate-text", "ACME Cloud has {count} users in many countries around the world today.")
+    translate(page)
+    expect(page.locator(".sentence .nbest li:first-child mark.kept")).to_have_text(
+        ["{count}", "ACME Cloud"]
+    )  # the small model reverses
+    widths = page.evaluate(
+        "({page: document.documentElement.scrollWidth, view: document.documentElement.clientWidth})"
+    )
+    assert widths["page"] <= widths["view"], widths
