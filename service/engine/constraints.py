@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 from tokenizers import Tokenizer
 
 # A spelling: the token ids of one way to write a phrase.
@@ -135,3 +136,86 @@ def _advance(constraints: Constraints, state: ConstraintState, token: int) -> Co
     met = state.met | ended
     going = tuple((p, s) for p, s in active if p not in met)
     return ConstraintState(met, going, at if going else 0, state.matched + at * len(ended))
+
+
+# A beam continuation: (the row it extends, its token, the row's log-prob with it).
+Continuation = tuple[int, int, float]
+
+
+def constrained_step(
+    constraints: Constraints,
+    states: Sequence[ConstraintState],
+    pool: Iterable[Continuation],
+    k: int,
+    room: int,
+    eos_id: int,
+) -> tuple[list[Continuation], list[Continuation]]:
+    """One step of dynamic beam allocation (Post & Vilar 2018) for a sentence's ``k`` rows in
+    ``states``, from ``pool``: its best continuations and each row's constraint tokens and best
+    token (duplicates allowed). ``room``: the tokens a hypothesis may still produce after this
+    step's (0: this one ends it).
+
+    A continuation is kept only if the phrases it leaves unmet still fit in ``room`` (so a
+    hypothesis starts its last phrases when it must, and never ends without them), and ``</s>``
+    only when every phrase is met. The kept ones are ranked into banks by constraint tokens
+    produced; the k places go round the banks, most progress first, each bank's best next, so
+    that hypotheses that met more phrases survive beside better-scored ones that met fewer.
+
+    → (continuations that finish: ending with ``</s>``, or every one at ``room`` 0; the k or fewer
+    that run on), each best first.
+    """
+    seen: set[tuple[int, int]] = set()
+    banks: dict[int, list[Continuation]] = {}
+    ending: dict[int, list[Continuation]] = {}
+    for row, token, score in pool:
+        if score == -np.inf or (row, token) in seen:
+            continue
+        seen.add((row, token))
+        state = states[row]
+        if token == eos_id:
+            if constraints.done(state):
+                ending.setdefault(constraints.progress(state), []).append((row, token, score))
+            continue
+        after = constraints.advance(state, token)
+        if constraints.needed(after) <= room:
+            bank = constraints.progress(after)
+            (ending if room == 0 else banks).setdefault(bank, []).append((row, token, score))
+    every = {bank: banks.get(bank, []) + ending.get(bank, []) for bank in banks.keys() | ending.keys()}
+    finishing = [c for c in _allocate(every, k) if room == 0 or c[1] == eos_id]
+    return finishing, _allocate(banks, k)
+
+
+def _allocate(banks: dict[int, list[Continuation]], k: int) -> list[Continuation]:
+    """The k continuations the banks' round robin picks (most progress first), best first."""
+    ranked = [sorted(banks[bank], key=lambda c: -c[2]) for bank in sorted(banks, reverse=True)]
+    picked: list[Continuation] = []
+    for rank in range(k):
+        picked += [bank[rank] for bank in ranked if rank < len(bank)]
+    return sorted(picked[:k], key=lambda c: -c[2])
+
+
+class PhraseSpeller:
+    """A target vocabulary's ``Constraints`` for sentences' required phrases, each phrase spelled
+    once (the serving layer sends the same glossary terms again and again)."""
+
+    def __init__(self, tokenizer: Tokenizer, cache_size: int = 4096) -> None:
+        self._tokenizer = tokenizer
+        self._spell = lru_cache(maxsize=cache_size)(self._spellings)
+
+    def _spellings(self, phrase: str) -> tuple[Spelling, ...]:
+        return tuple(phrase_token_ids(self._tokenizer, phrase))
+
+    def constraints(self, required: Sequence[str], limit: int) -> Constraints | None:
+        """The constraints of a sentence that must hold ``required`` (each phrase once, however
+        often named) within ``limit`` output tokens; None for none. Raises
+        ``ConstraintUnsatisfiable`` for a phrase the vocabulary cannot spell or phrases that
+        cannot all fit."""
+        if not required:
+            return None
+        constraints = Constraints([self._spell(phrase) for phrase in dict.fromkeys(required)])
+        if constraints.needed(constraints.start) > limit:
+            raise ConstraintUnsatisfiable(
+                f"the required phrases take at least {constraints.needed(constraints.start)} tokens; "
+                f"the output may have {limit}"
+            )
+        return constraints

@@ -18,7 +18,10 @@ preallocated host buffers that the graph writes in place) and ``positions.Positi
 (``per_layer_kv_positions``, fp16: a growing cache on either backend). Both decoders take
 ``top_k`` and return each row's 2 × beam best tokens (``search.Candidates``), so only
 (rows, 2·beam) scores leave the graph per step; ``top_k`` 0 gives the full (rows, vocab)
-log-probs for the export's step-by-step parity checks.
+log-probs for the export's step-by-step parity checks. A step of constrained sentences also
+asks for the log-probs of given tokens per row (their next constraint tokens, ``wanted``): the
+full log-probs then come out of the graph too (to the host, on the device backend) and only
+those tokens' scores are kept.
 """
 
 from __future__ import annotations
@@ -68,10 +71,11 @@ class Backend(Protocol):
         ...
 
     def step(
-        self, feeds: dict[str, Tensor], with_attention: bool
+        self, feeds: dict[str, Tensor], with_attention: bool, wanted: np.ndarray | None = None
     ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
-        """One decoder step → log-probs (N, V) (or ``Candidates`` when ``feeds`` set ``top_k``),
-        cross-attention (N, S) or None, and the next step's cache feeds (``past_*`` names)."""
+        """One decoder step → log-probs (N, V) (or ``Candidates`` when ``feeds`` set ``top_k``,
+        with the log-probs of the ``wanted`` (N, m) tokens when given), cross-attention (N, S)
+        or None, and the next step's cache feeds (``past_*`` names)."""
         ...
 
 
@@ -96,13 +100,13 @@ class HostBackend:
         return x[i]  # a view: a stacked array's layer is contiguous
 
     def step(
-        self, feeds: dict[str, Tensor], with_attention: bool
+        self, feeds: dict[str, Tensor], with_attention: bool, wanted: np.ndarray | None = None
     ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
-        scores = _score_outputs(feeds)
+        scores = _score_outputs(feeds, wanted)
         names = [*scores, *self._presents] + ([CROSS_ATTENTION] if with_attention else [])
         out = dict(zip(names, self.decoder.run(names, feeds), strict=True))
         attn = np.asarray(out[CROSS_ATTENTION], dtype=np.float32) if with_attention else None
-        return _scores(out), attn, _next_past(out)
+        return _scores(out, wanted), attn, _next_past(out)
 
 
 class DeviceBackend:
@@ -143,7 +147,7 @@ class DeviceBackend:
         return x[i] if isinstance(x, np.ndarray) else self.gather(x, np.array(i, dtype=np.int64), 0)
 
     def step(
-        self, feeds: dict[str, Tensor], with_attention: bool
+        self, feeds: dict[str, Tensor], with_attention: bool, wanted: np.ndarray | None = None
     ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
         binding = self.decoder.io_binding()
         for name, value in feeds.items():
@@ -151,7 +155,7 @@ class DeviceBackend:
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
             else:
                 binding.bind_ortvalue_input(name, value)
-        scores = _score_outputs(feeds)
+        scores = _score_outputs(feeds, wanted)
         on_host = [*scores, CROSS_ATTENTION] if with_attention else scores
         for name in on_host:
             binding.bind_output(name, "cpu")
@@ -162,13 +166,16 @@ class DeviceBackend:
         host = {name: values[i].numpy() for i, name in enumerate(on_host)}
         attn = np.asarray(host[CROSS_ATTENTION], dtype=np.float32) if with_attention else None
         presents = dict(zip(self._presents, values[len(on_host) :], strict=True))
-        return _scores(host), attn, _next_past(presents)
+        return _scores(host, wanted), attn, _next_past(presents)
 
 
-def _score_outputs(feeds: dict[str, Tensor]) -> list[str]:
-    """The decoder outputs the search reads: the candidates when ``top_k`` asks for some, else
-    the full log-probs (``top_k`` 0: a step-by-step comparison with a reference)."""
-    return [TOP_LOG_PROBS, TOP_TOKENS] if TOP_K in feeds and feeds[TOP_K][0] > 0 else [LOG_PROBS]
+def _score_outputs(feeds: dict[str, Tensor], wanted: np.ndarray | None) -> list[str]:
+    """The decoder outputs the search reads: the candidates when ``top_k`` asks for some (and the
+    full log-probs too for ``wanted`` tokens), else the full log-probs (``top_k`` 0: a
+    step-by-step comparison with a reference)."""
+    if TOP_K in feeds and feeds[TOP_K][0] > 0:
+        return [TOP_LOG_PROBS, TOP_TOKENS] + ([LOG_PROBS] if wanted is not None else [])
+    return [LOG_PROBS]
 
 
 def _next_past(outputs: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -183,10 +190,31 @@ def _present_outputs(decoder: ort.InferenceSession) -> list[str]:
     return [o.name for o in decoder.get_outputs() if o.name.startswith(_PRESENTS)]
 
 
-def _scores(out: dict[str, Any]) -> np.ndarray | Candidates:
+def _scores(out: dict[str, Any], wanted: np.ndarray | None) -> np.ndarray | Candidates:
     if TOP_TOKENS in out:
-        return Candidates(np.asarray(out[TOP_LOG_PROBS], dtype=np.float32), np.asarray(out[TOP_TOKENS]))
+        log_probs = np.asarray(out[TOP_LOG_PROBS], dtype=np.float32)
+        chosen = None if wanted is None else wanted_log_probs(out[LOG_PROBS], wanted)
+        return Candidates(log_probs, np.asarray(out[TOP_TOKENS]), chosen)
     return np.asarray(out[LOG_PROBS], dtype=np.float32)
+
+
+def wanted_log_probs(log_probs: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """(N, m) float32 log-probs of the ``wanted`` token ids from the step's (N, vocab) log-probs."""
+    return np.take_along_axis(np.asarray(log_probs, dtype=np.float32), wanted, 1)
+
+
+def candidate_log_probs(candidates: Candidates, wanted: np.ndarray) -> np.ndarray:
+    """(N, m) float32 log-probs of the ``wanted`` token ids among each row's candidates (-inf
+    for a token not among them)."""
+    rows = len(candidates.tokens)
+    stride = int(max(candidates.tokens.max(initial=0), wanted.max(initial=0))) + 1
+    keys = (candidates.tokens + np.arange(rows)[:, None] * stride).reshape(-1)
+    order = np.argsort(keys, kind="stable")
+    look = (wanted + np.arange(rows)[:, None] * stride).reshape(-1)
+    at = np.minimum(np.searchsorted(keys, look, sorter=order), len(keys) - 1)
+    found = order[at]
+    scores = np.where(keys[found] == look, candidates.log_probs.reshape(-1)[found], -np.inf)
+    return scores.reshape(wanted.shape).astype(np.float32)
 
 
 # --- the interface of every layout's decoder ------------------------------------------------------
@@ -262,15 +290,20 @@ class Decoder(ABC):
         """Row i takes row ``rows[i]``'s history (int64, may repeat); rows not named leave."""
 
     @abstractmethod
-    def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
-        """One step: each row's ``top_k`` best tokens, or the full log-probs when ``top_k`` is 0."""
+    def _run(
+        self, last_tokens: np.ndarray, top_k: int, wanted: np.ndarray | None = None
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+        """One step: each row's ``top_k`` best tokens (and the log-probs of its ``wanted`` (N, m)
+        tokens when given), or the full log-probs when ``top_k`` is 0."""
 
     def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         scores, attn = self._run(last_tokens, 0)
         assert isinstance(scores, np.ndarray)
         return scores, attn
 
-    def step_candidates(self, last_tokens: np.ndarray, n: int) -> tuple[Candidates, np.ndarray | None]:
-        scores, attn = self._run(last_tokens, n)
+    def step_candidates(
+        self, last_tokens: np.ndarray, n: int, wanted: np.ndarray | None = None
+    ) -> tuple[Candidates, np.ndarray | None]:
+        scores, attn = self._run(last_tokens, n, wanted)
         assert isinstance(scores, Candidates)
         return scores, attn

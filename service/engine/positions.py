@@ -129,7 +129,9 @@ class PositionsDecoder(Decoder):
         empty = np.zeros((rows, heads, length, d_head), dtype=self._cache_dtype)
         return {per_layer(name, i): empty for name in (PAST_KEYS, PAST_VALUES) for i in range(layers)}
 
-    def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+    def _run(
+        self, last_tokens: np.ndarray, top_k: int, wanted: np.ndarray | None = None
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         feeds: dict[str, Tensor] = {
             INPUT_IDS: np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None],
             SOURCE_MASK: self._mask,
@@ -138,7 +140,7 @@ class PositionsDecoder(Decoder):
             TOP_K: np.array([top_k], dtype=np.int64),
             POSITIONS: self._positions,
         }
-        log_probs, attn, self._past = self.backend.step(feeds, self.with_attention)
+        log_probs, attn, self._past = self.backend.step(feeds, self.with_attention, wanted)
         self._past_len += 1
         self._positions = self._positions + 1
         return log_probs, attn

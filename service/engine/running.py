@@ -16,7 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from service.engine.base import TranslateItem, TranslateOptions, Translation
+from service.engine.constraints import Constraints, PhraseSpeller
 from service.engine.decoding import Backend, Decoder
 from service.engine.search import EarlyStopping, Search, SentenceSearch, TokenHypothesis
 from service.engine.shortlist import VocabularyMap
@@ -28,6 +31,19 @@ ENCODER_ROWS = 64  # sentences per encoder run at most: more gain nothing, and i
 def output_limit(options: TranslateOptions, max_target_len: int) -> int:
     """The most tokens a sentence may get: its ``max_length``, within the model's positions."""
     return min(options.max_length, max_target_len)
+
+
+def sentence_constraints(
+    speller: PhraseSpeller | None, options: TranslateOptions, limit: int, forced_first: int | None
+) -> Constraints | None:
+    """The sentence's required phrases as constraints, within its output ``limit`` (less the
+    forced first token, which counts in it); raises ``ConstraintUnsatisfiable`` (that sentence's
+    error) when they cannot be spelled or cannot fit."""
+    if not options.required:
+        return None
+    if speller is None:
+        raise ValueError("this model's decode has no target vocabulary to spell required phrases with")
+    return speller.constraints(options.required, limit - (forced_first is not None))
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,7 @@ class RunningDecode:
         vocabulary_map: VocabularyMap | None = None,  # each sentence's shortlist
         default_forced_first: int | None = None,  # for options that force none
         early_stopping: EarlyStopping = True,  # when beam searches stop: the artefact's rule
+        speller: PhraseSpeller | None = None,  # required phrases → constraints (the target vocabulary's)
     ) -> None:
         if vocabulary_map is not None and not decoder.steps_over_shortlists:
             raise ValueError(f"{type(decoder).__name__} does not step over vocabulary shortlists")
@@ -77,6 +94,7 @@ class RunningDecode:
         self.vocabulary_map = vocabulary_map
         self.default_forced_first = default_forced_first
         self.early_stopping = early_stopping
+        self.speller = speller
         bos_id, eos_id = special
         self.can_align = can_align
         self.search = Search(bos_id, eos_id)
@@ -95,6 +113,9 @@ class RunningDecode:
     def limit(self, options: TranslateOptions) -> int:
         return output_limit(options, self.shape.max_target_len)
 
+    def forced_first(self, options: TranslateOptions) -> int | None:
+        return self.default_forced_first if options.forced_first_token is None else options.forced_first_token
+
     def worst_bytes(self, extra: Sequence[tuple[TranslateOptions, int]] = ()) -> int:
         """The most cache and memory the running rows (plus ``extra`` sentences: options, source
         tokens) can ever take: every row padded to the longest limit and the longest source."""
@@ -109,7 +130,8 @@ class RunningDecode:
 
     def admit(self, entries: Sequence[tuple[Any, Encoded, TranslateOptions]]) -> list[SentenceSearch]:
         """Encode ``entries`` (key, source, options) and append their rows; → those done at once
-        (a limit below one token)."""
+        (a limit below one token). Required phrases that cannot be met raise
+        ``ConstraintUnsatisfiable`` (``OnnxTranslator.prepare`` turns them away before)."""
         searches = [
             SentenceSearch(
                 key,
@@ -119,12 +141,11 @@ class RunningDecode:
                 length_penalty=options.length_penalty,
                 with_attention=options.alignments and self.can_align,
                 source_len=source.n_tokens,
-                forced_first=(
-                    self.default_forced_first
-                    if options.forced_first_token is None
-                    else options.forced_first_token
-                ),
+                forced_first=self.forced_first(options),
                 early_stopping=self.early_stopping,
+                constraints=sentence_constraints(
+                    self.speller, options, self.limit(options), self.forced_first(options)
+                ),
             )
             for key, source, options in entries
         ]
@@ -142,7 +163,7 @@ class RunningDecode:
             run = starting[start:end]
             ids, mask = self.tokenizer.pad([source.ids for _, source in run])
             repeats = [s.k for s, _ in run]
-            shortlists = None if vmap is None else [vmap.shortlist(source.tokens) for _, source in run]
+            shortlists = None if vmap is None else [_shortlist(vmap, s, source) for s, source in run]
             self.decoder.admit(self.backend.encode(ids), mask, repeats, shortlists)
             for s, _ in starting[start:end]:
                 self.search.add(s)
@@ -152,7 +173,8 @@ class RunningDecode:
         """One decoder step over every running row; → the sentences that finished."""
         self.decoder.with_attention = any(s.with_attention for s in self.sentences)
         width = min(2 * max(s.k for s in self.sentences), self.shape.vocab_size)
-        scores, attention = self.decoder.step_candidates(self.search.last_tokens(), width)
+        wanted = self.search.wanted_tokens()
+        scores, attention = self.decoder.step_candidates(self.search.last_tokens(), width, wanted)
         rows, finished = self.search.advance(scores, attention)
         self.decoder.reorder(rows)
         return finished
@@ -163,6 +185,12 @@ class RunningDecode:
         if removed:
             self.decoder.reorder(self.search.remove(gone))
         return removed
+
+
+def _shortlist(vmap: VocabularyMap, search: SentenceSearch, source: Encoded) -> np.ndarray:
+    """A sentence's shortlist: what its source's tokens map to, and its constraint tokens."""
+    ids = vmap.shortlist(source.tokens)
+    return ids if search.constraints is None else np.union1d(ids, search.constraints.tokens)
 
 
 class ContinuousEngine(Protocol):

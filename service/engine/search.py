@@ -22,6 +22,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from service.engine.constraints import Constraints, ConstraintState, constrained_step
+
 
 @dataclass(frozen=True)
 class Candidates:
@@ -30,6 +32,9 @@ class Candidates:
 
     log_probs: np.ndarray  # (N, n) float32
     tokens: np.ndarray  # (N, n) int64
+    # The log-probs of the tokens the search asked for (``Search.wanted_tokens``: constrained
+    # sentences' next constraint tokens), (N, m); None when it asked for none.
+    wanted: np.ndarray | None = None
 
 
 class IncrementalDecoder(Protocol):
@@ -88,6 +93,7 @@ class SentenceSearch:
         source_len: int | None = None,
         forced_first: int | None = None,
         early_stopping: EarlyStopping = True,
+        constraints: Constraints | None = None,
     ) -> None:
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
@@ -110,6 +116,9 @@ class SentenceSearch:
         self.attention: np.ndarray | None = None  # (k, steps, S) cross-attention per token
         self.finished: list[TokenHypothesis] = []
         self.done = max_len < 1
+        # Phrases every result must hold (``constraints.py``) and each row's progress on them.
+        self.constraints = constraints
+        self.states: list[ConstraintState] = [] if constraints is None else [constraints.start] * beam_size
 
     def results(self) -> list[TokenHypothesis]:
         return sorted(self.finished, key=lambda h: -h.score)[: self.n_best]
@@ -123,16 +132,30 @@ class SentenceSearch:
             return None
         return [(0, self.forced_first, float(self.scores[0]))]
 
+    def wanted(self) -> list[list[int]]:
+        """Each row's next constraint tokens, whose log-probs the next step must give (none
+        for a free search, or a row out of the beam)."""
+        if self.constraints is None:
+            return [[]] * self.k
+        c = self.constraints
+        return [
+            sorted(c.next_tokens(state)) if score > -np.inf else []
+            for state, score in zip(self.states, self.scores, strict=True)
+        ]
+
     def advance(
         self, candidates: Sequence[tuple[int, int, float]], attention: np.ndarray | None, eos_id: int
     ) -> np.ndarray | None:
         """Take one step from this sentence's ranked (row, token, score) continuations, best
-        first (2·k of them), and the step's (k, S) cross-attention. → the rows to keep (k, into
-        this sentence's block), or None when the sentence is done."""
-        k = self.k
+        first (2·k of them; a constrained sentence's are followed by its rows' constraint
+        tokens and best tokens), and the step's (k, S) cross-attention. → the rows to keep (k,
+        into this sentence's block), or None when the sentence is done."""
         if attention is not None:
             step = attention[:, None, :]
             self.attention = step if self.attention is None else np.concatenate([self.attention, step], 1)
+        if self.constraints is not None:
+            return self._advance_constrained(candidates, eos_id)
+        k = self.k
         at_limit = self.steps >= self.max_len - 1  # out of room: every continuation ends here
         for row, token, score in candidates[:k]:
             if score == -np.inf:
@@ -147,10 +170,28 @@ class SentenceSearch:
         if not at_limit:
             live = (c for c in candidates if c[1] != eos_id and c[2] != -np.inf)
             going = list(islice(live, k))
+        return self._move_on(going)
+
+    def _advance_constrained(self, pool: Sequence[tuple[int, int, float]], eos_id: int) -> np.ndarray | None:
+        """``advance`` with dynamic beam allocation (``constraints.constrained_step``): only
+        hypotheses that hold every phrase finish."""
+        assert self.constraints is not None
+        room = self.max_len - self.steps - 1
+        ending, going = constrained_step(self.constraints, self.states, pool, self.k, room, eos_id)
+        for row, token, score in ending:
+            ended_with_eos = token == eos_id
+            tokens = self.history[row] if ended_with_eos else np.append(self.history[row], token)
+            self.finished.append(self._finish(tokens, row, score, ended_with_eos))
+        self.finished.sort(key=lambda h: -h.score)
+        del self.finished[self.k :]
+        return self._move_on(going if room else [])
+
+    def _move_on(self, going: list[tuple[int, int, float]]) -> np.ndarray | None:
+        """The step's running continuations (best first) become the rows; None: done."""
         if not going or self._stops(going[0][2]):
             self.done = True
             return None
-        going += [(going[-1][0], going[-1][1], -np.inf)] * (k - len(going))  # keep a block of k
+        going += [(going[-1][0], going[-1][1], -np.inf)] * (self.k - len(going))  # keep a block of k
         going = _in_place(going)
         rows = np.array([row for row, _, _ in going], dtype=np.int64)
         tokens = np.array([token for _, token, _ in going], dtype=np.int64)
@@ -158,6 +199,9 @@ class SentenceSearch:
         if self.attention is not None:
             self.attention = self.attention[rows]
         self.scores = np.array([score for _, _, score in going])
+        if self.constraints is not None:
+            c, states = self.constraints, self.states
+            self.states = [c.advance(states[row], token) for row, token, _ in going]
         self.steps += 1
         return rows
 
@@ -220,6 +264,18 @@ class Search:
     def last_tokens(self) -> np.ndarray:
         return np.concatenate([s.last_tokens(self.bos_id) for s in self.sentences])
 
+    def wanted_tokens(self) -> np.ndarray | None:
+        """(rows, m) the tokens whose log-probs the next step must give beside each row's best
+        ones (``Candidates.wanted``): the constrained sentences' next constraint tokens, padded
+        with </s>; None when no running sentence is constrained."""
+        if all(s.constraints is None for s in self.sentences):
+            return None
+        rows = [tokens for s in self.sentences for tokens in s.wanted()]
+        wanted = np.full((len(rows), max(1, max(map(len, rows)))), self.eos_id, dtype=np.int64)
+        for row, tokens in zip(wanted, rows, strict=True):
+            row[: len(tokens)] = tokens
+        return wanted
+
     def remove(self, gone: Callable[[SentenceSearch], bool]) -> np.ndarray:
         """Drop the sentences ``gone`` flags; → the rows to keep."""
         blocks: list[tuple[SentenceSearch, np.ndarray | None]] = []
@@ -273,11 +329,41 @@ class Search:
             block = None
             if attention is not None and s.with_attention:
                 block = attention[start : start + s.k, : s.source_len]
-            continuations = s.forced() or list(zip(*ranked[j], strict=True))
+            continuations = s.forced() or [
+                *zip(*ranked[j], strict=True),
+                *_constraint_continuations(s, start, log_probs),
+            ]
             kept = s.advance(continuations, block, self.eos_id)
             blocks.append((s, None if kept is None else kept + start))
         finished = [s for s, kept in blocks if kept is None]
         return self._settle(blocks), finished
+
+
+def _constraint_continuations(
+    s: SentenceSearch, start: int, log_probs: np.ndarray | Candidates
+) -> list[tuple[int, int, float]]:
+    """A constrained sentence's continuations beside its best ones (Post & Vilar): each row's
+    next constraint tokens and its own best token, from the full log-probs or the candidates'
+    ``wanted`` scores (asked for in ``Search.wanted_tokens``'s order)."""
+    if s.constraints is None:
+        return []
+    extra: list[tuple[int, int, float]] = []
+    for row, tokens in enumerate(s.wanted()):
+        score, at = float(s.scores[row]), start + row
+        if score == -np.inf:
+            continue
+        if isinstance(log_probs, Candidates):
+            if log_probs.wanted is None:
+                raise ValueError("a constrained sentence's step needs its constraint tokens' log-probs")
+            wanted = log_probs.wanted[at, : len(tokens)]
+            best = int(log_probs.tokens[at, 0]), float(log_probs.log_probs[at, 0])
+        else:
+            wanted = log_probs[at, tokens]
+            token = int(np.argmax(log_probs[at]))
+            best = token, float(log_probs[at, token])
+        extra += [(row, t, score + float(lp)) for t, lp in zip(tokens, wanted, strict=True)]
+        extra.append((row, best[0], score + best[1]))
+    return extra
 
 
 def beam_search(
@@ -293,6 +379,7 @@ def beam_search(
     early_stopping: EarlyStopping = True,
     forced_first: int | None = None,
     abandoned: Callable[[], Sequence[bool]] | None = None,
+    constraints: Sequence[Constraints | None] | None = None,
 ) -> list[list[TokenHypothesis]]:
     """n_best hypotheses per sentence, best first. beam_size=1 is greedy decoding. A search
     stops as ``early_stopping`` says (``EarlyStopping``); ``forced_first`` is every hypothesis'
@@ -302,6 +389,8 @@ def beam_search(
     sentence, so that a sentence's result never depends on the others in its batch); its rows
     then leave the running batch. ``abandoned``, asked before every step, flags the sentences
     nobody waits for any more: they leave at once, with the hypotheses they have (none, usually).
+    ``constraints``: each sentence's required phrases (None: a free search); a constrained
+    sentence needs full log-probs from ``decoder`` (its constraint tokens' scores).
     """
     limits = np.broadcast_to(np.asarray(max_len, dtype=np.int64), (batch_size,))
     sentences = [
@@ -313,6 +402,7 @@ def beam_search(
             length_penalty=length_penalty,
             early_stopping=early_stopping,
             forced_first=forced_first,
+            constraints=None if constraints is None else constraints[i],
         )
         for i in range(batch_size)
     ]

@@ -52,7 +52,7 @@ from service.artefacts import (
     ArtefactError,
     per_layer,
 )
-from service.engine.decoding import Decoder, Tensor
+from service.engine.decoding import Decoder, Tensor, candidate_log_probs, wanted_log_probs
 from service.engine.search import Candidates
 from service.engine.session import ELEMENT_NUMPY
 from service.engine.shortlist import StepVocabulary
@@ -76,7 +76,8 @@ class SlotDecoder(Decoder):
         self._sentences = 0  # memory slots in use
         self._next_sentence = 0
         self._binding: ort.IOBinding | None = None  # dropped whenever a buffer is replaced
-        self._bound: tuple[int, int, bool] | None = None  # (rows, top_k, attention) it was made for
+        # (rows, top_k, full log-probs, attention) it was made for
+        self._bound: tuple[int, int, bool, bool] | None = None
         self._outputs: dict[str, np.ndarray] = {}  # the binding's output arrays, by name
         self._last = np.zeros((0, 1), dtype=np.int64)  # each row's last token: the binding's input_ids
         self._top_k = np.zeros(1, dtype=np.int64)
@@ -185,7 +186,9 @@ class SlotDecoder(Decoder):
         self._rows = new_rows.stop
         self._fold = None
 
-    def _run(self, last_tokens: np.ndarray, top_k: int) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
+    def _run(
+        self, last_tokens: np.ndarray, top_k: int, wanted: np.ndarray | None = None
+    ) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         n = self._rows
         self._reserve(n, 0, 0, int(self._positions[:n].max()) + 1)
         if self._shortlists is not None:
@@ -194,31 +197,47 @@ class SlotDecoder(Decoder):
             if self._shortlists.update(self._sentence[:n]):
                 self._binding = None  # it holds the arrays replaced
             top_k = min(top_k, len(self._shortlists.vocabulary))
+            if wanted is not None:  # every shortlist token ranked: the wanted ones among them
+                return self._run_ranking_all(last_tokens, top_k, wanted)
         if self._fold is None:
             self._fold = fold_beams(self._sentence[:n], self._held[: self._sentences])
             self._binding = None  # it holds the arrays replaced
-        binding = self._binding_for(n, top_k)
+        full = not top_k or wanted is not None  # the step's full log-probs come out
+        binding = self._binding_for(n, top_k, full)
         self._last[:n, 0] = last_tokens
         self.backend.decoder.run_with_iobinding(binding)
         self._positions[:n] += 1
-        out = {name: x.copy() for name, x in self._outputs.items()}  # the next step reuses the arrays
-        attn = out[CROSS_ATTENTION] if self.with_attention else None
-        if top_k:
-            return Candidates(out[TOP_LOG_PROBS], out[TOP_TOKENS]), attn
-        return out[LOG_PROBS], attn
+        attn = self._outputs[CROSS_ATTENTION].copy() if self.with_attention else None
+        if not top_k:
+            return self._outputs[LOG_PROBS].copy(), attn  # the next step reuses the arrays
+        chosen = None if wanted is None else wanted_log_probs(self._outputs[LOG_PROBS], wanted)
+        return Candidates(self._outputs[TOP_LOG_PROBS].copy(), self._outputs[TOP_TOKENS].copy(), chosen), attn
 
-    def _wanted(self, top_k: int) -> list[str]:
-        scores = [TOP_LOG_PROBS, TOP_TOKENS] if top_k else [LOG_PROBS]
+    def _run_ranking_all(
+        self, last_tokens: np.ndarray, top_k: int, wanted: np.ndarray
+    ) -> tuple[Candidates, np.ndarray | None]:
+        """A shortlist step with ``wanted`` tokens: onnxruntime will not hand out the shortlist
+        graph's ``log_probs`` (it infers them as wide as the whole vocabulary), so the step ranks
+        every shortlist token and the wanted ones' scores are read from those candidates."""
+        assert self._shortlists is not None
+        ranked, attn = self._run(last_tokens, len(self._shortlists.vocabulary))
+        assert isinstance(ranked, Candidates)
+        chosen = candidate_log_probs(ranked, wanted)
+        return Candidates(ranked.log_probs[:, :top_k], ranked.tokens[:, :top_k], chosen), attn
+
+    def _wanted(self, top_k: int, full: bool) -> list[str]:
+        scores = [TOP_LOG_PROBS, TOP_TOKENS] if top_k else []
+        scores += [LOG_PROBS] if full else []
         return [*scores, CROSS_ATTENTION] if self.with_attention else scores
 
-    def _binding_for(self, n: int, top_k: int) -> ort.IOBinding:
+    def _binding_for(self, n: int, top_k: int, full: bool) -> ort.IOBinding:
         """The step's IO binding. Every input and output is bound to an array of this decoder:
         tokens, positions, masks, memory and cache as views of the slot buffers, which the steps
         and ``reorder`` change in place, the outputs to arrays made with the binding. So one
         binding serves every step until the rows, ``top_k``, the attention output or a buffer
         change, and a step binds nothing: binding per step would cost every step of every decode
         what only a change of rows or buffers needs."""
-        key = (n, top_k, self.with_attention)
+        key = (n, top_k, full, self.with_attention)
         if self._binding is not None and self._bound == key:
             return self._binding
         assert self._fold is not None
@@ -238,7 +257,7 @@ class SlotDecoder(Decoder):
             for i in range(layers):
                 binding.bind_cpu_input(per_layer(name, i), self._memory[j * layers + i][:sentences])
         self._outputs = {}
-        for name in self._wanted(top_k):
+        for name in self._wanted(top_k, full):
             width = {LOG_PROBS: self._vocab, CROSS_ATTENTION: self.source_len}.get(name, top_k)
             out = self._outputs[name] = np.empty((n, width), dtype=self._output_dtypes[name])
             binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(out))

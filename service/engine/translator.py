@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+from tokenizers import Tokenizer
 
 from service.artefacts import (
     CACHE_DTYPE_INPUTS,
@@ -36,10 +37,11 @@ from service.engine.base import (
     Translation,
     TranslationHypothesis,
 )
+from service.engine.constraints import ConstraintUnsatisfiable, PhraseSpeller
 from service.engine.cuda import CUDA
 from service.engine.decoding import Backend, Decoder, DeviceBackend, HostBackend
 from service.engine.layouts import decoder_class
-from service.engine.running import DecodeShape, RunningDecode, output_limit
+from service.engine.running import DecodeShape, RunningDecode, output_limit, sentence_constraints
 from service.engine.search import TokenHypothesis
 from service.engine.session import (
     DEFAULT_SESSION,
@@ -110,6 +112,8 @@ class OnnxTranslator:
         self.tokenizer = TextTokenizer.from_file(
             directory / self.manifest.tokenizer, self.info.max_source_len, special.pad
         )
+        # The target side of the joint vocabulary, for the phrases a sentence's output must hold
+        self.speller = PhraseSpeller(Tokenizer.from_file(str(directory / self.manifest.tokenizer)))
         sessions: dict[str, ort.InferenceSession] = {}
         self.vocabulary_map: VocabularyMap | None = None
         if shortlist:  # its decoder then steps over shortlists only: the plain one is not loaded
@@ -197,6 +201,11 @@ class OnnxTranslator:
             except ValueError as e:
                 results[i] = e
                 continue
+            try:
+                self._constraints_fit(item.options)
+            except ConstraintUnsatisfiable as e:
+                results[i] = e
+                continue
             if item.abandoned.is_set():
                 results[i] = Abandoned("nobody waits for this item any more")
             elif isinstance(enc, TextTooLong):
@@ -210,6 +219,14 @@ class OnnxTranslator:
                     results[i] = e
         labelled(INPUT_TOKENS, self.name).inc(sum(e.n_tokens for e in todo.values()))
         return todo
+
+    def _constraints_fit(self, options: TranslateOptions) -> None:
+        """Raise ``ConstraintUnsatisfiable`` for required phrases the search could not meet."""
+        forced = (
+            self.default_forced_first if options.forced_first_token is None else options.forced_first_token
+        )
+        limit = output_limit(options, self.info.max_target_len)
+        sentence_constraints(self.speller, options, limit, forced)
 
     def _from_source_language(self, enc: Encoded, token: int | None) -> Encoded:
         """``enc`` with ``token`` in place of its source-language token (a multilingual model's
@@ -256,6 +273,7 @@ class OnnxTranslator:
             self.vocabulary_map,
             self.default_forced_first,
             self.info.early_stopping,
+            self.speller,
         )
 
     def _decode(
