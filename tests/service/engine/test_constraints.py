@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from service.engine.constraints import Constraints, ConstraintUnsatisfiable, phrase_token_ids
+from service.engine.search import TokenHypothesis, beam_search
 
 CORPUS = ["der Warenkorb ist voll", "ein Haus mit Tür", "Warenkorb und Haustür"] * 20
 
@@ -91,3 +95,94 @@ def test_phrases_that_share_a_beginning() -> None:
     state = c.advance(c.start, 5)
     assert state.met == {0} and set(c.next_tokens(state)) == {6}
     assert c.done(c.advance(state, 6))
+
+
+# --- the search over a scripted decoder -----------------------------------------------------------
+
+BOS, EOS, V = 1, 2, 12  # tokens 3 … 11 are words
+
+
+class RandomDecoder:
+    """Log-probs that depend only on a row's sentence and generated prefix (a fixed random
+    function of both), with </s> likely after a few tokens; it keeps its rows' prefixes and
+    permutes them on ``reorder`` as a key/value cache would."""
+
+    def __init__(self, sentences: int, seed: int = 0) -> None:
+        self.seed = seed
+        self.rows: list[tuple[int, tuple[int, ...]]] = [(i, ()) for i in range(sentences)]
+
+    def log_probs(self, sentence: int, prefix: tuple[int, ...]) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, sentence, *prefix])
+        logits = rng.normal(size=V) * 2
+        logits[[0, BOS]] = -30.0
+        logits[EOS] += len(prefix) - 4
+        return (logits - np.logaddexp.reduce(logits)).astype(np.float32)
+
+    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, None]:
+        self.rows = [
+            (s, (*p, int(t)) if t != BOS else p) for (s, p), t in zip(self.rows, last_tokens, strict=True)
+        ]
+        return np.stack([self.log_probs(s, p) for s, p in self.rows]), None
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.rows = [self.rows[r] for r in rows]
+
+
+def search(
+    constraints: list[Constraints | None], beam: int, max_len: int = 12, seed: int = 0
+) -> list[list[TokenHypothesis]]:
+    return beam_search(
+        RandomDecoder(len(constraints), seed),
+        len(constraints),
+        beam_size=beam,
+        n_best=beam,
+        max_len=max_len,
+        bos_id=BOS,
+        eos_id=EOS,
+        constraints=constraints,
+    )
+
+
+def contains(tokens: list[int], phrase: tuple[int, ...]) -> bool:
+    return any(tuple(tokens[i : i + len(phrase)]) == phrase for i in range(len(tokens)))
+
+
+def random_constraints(n: int, seed: int) -> list[Constraints | None]:
+    rng = random.Random(seed)
+    phrase = lambda: tuple(rng.randrange(3, V) for _ in range(rng.randint(1, 3)))  # noqa: E731
+    return [Constraints([[phrase()] for _ in range(rng.randint(1, 2))]) for _ in range(n)]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_every_hypothesis_holds_every_phrase_and_scores_its_log_prob(beam: int) -> None:
+    constraints = random_constraints(40, seed=beam)
+    decoder = RandomDecoder(0)
+    for i, (c, found) in enumerate(zip(constraints, search(constraints, beam), strict=True)):
+        assert c is not None and len(found) == beam
+        for h in found:
+            assert all(contains(h.tokens, spellings[0]) for spellings in c.phrases), (c.phrases, h.tokens)
+            assert len(h.tokens) <= 12
+            ended = [*h.tokens, EOS] if len(h.tokens) < 12 else h.tokens
+            logp = sum(float(decoder.log_probs(i, tuple(ended[:j]))[t]) for j, t in enumerate(ended))
+            assert h.score == pytest.approx(logp / len(ended), rel=1e-4)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_free_sentences_search_as_without_constrained_ones_beside_them(beam: int) -> None:
+    constrained = random_constraints(6, seed=10 + beam)
+    mixed = [c if i % 2 else None for i, c in enumerate(constrained)]
+    together = search(mixed, beam)
+    nothing: list[Constraints | None] = [None] * len(mixed)
+    free = search(nothing, beam)
+    for i, c in enumerate(mixed):
+        alone = search([*nothing[:i], c], beam)[i]  # the same sentence index: the same scripted model
+        assert [(h.tokens, h.score) for h in together[i]] == [(h.tokens, h.score) for h in alone]
+        if c is None:
+            assert [(h.tokens, h.score) for h in together[i]] == [(h.tokens, h.score) for h in free[i]]
+
+
+def test_phrases_that_fill_the_limit_are_the_whole_output() -> None:
+    c = Constraints([[(5, 6)], [(7,)]])
+    (found,) = search([c], beam=3, max_len=3)
+    assert found and all(sorted(h.tokens) == [5, 6, 7] for h in found)
+    assert {tuple(h.tokens) for h in found} <= {(5, 6, 7), (7, 5, 6)}

@@ -241,16 +241,16 @@ def test_alignments_follow_the_hypothesis_rows() -> None:
 def test_block_top_k_equals_a_full_sort(vocab: int, beam: int) -> None:
     """The block pre-selection finds exactly the best continuations a full sort of every
     candidate finds, with -inf log-probs and dead beams (-inf scores) among them."""
-    from service.engine.search import _best_continuations
+    from service.engine.ranking import best_continuations
 
     rng = np.random.default_rng(vocab + beam)
     sentences, n = 5, 2 * beam
     logp = np.log(rng.dirichlet(np.full(vocab, 0.3), size=sentences * beam)).astype(np.float32)
     logp[rng.random(logp.shape) < 0.05] = -np.inf
     for scores in (rng.normal(size=sentences * beam) * 3, np.tile([0.0] + [-np.inf] * (beam - 1), sentences)):
-        rows, tokens, got = _best_continuations(scores, logp, beam, n)
+        rows, tokens, got = best_continuations(scores, logp, beam, n)
         cand = (scores[:, None] + logp).reshape(sentences, beam * vocab)
-        want = -np.sort(-cand, axis=1)[:, :n]
+        want = np.sort(cand, axis=1)[:, ::-1][:, :n]
         np.testing.assert_array_equal(got, want)
         for j in range(sentences):
             for r, t, s in zip(rows[j], tokens[j], got[j], strict=True):
@@ -293,7 +293,7 @@ def test_the_search_ends_at_once_when_every_sentence_is_abandoned() -> None:
 def test_ranking_each_rows_top_candidates_equals_the_full_vocabulary_ranking(vocab: int, beam: int) -> None:
     """What a graph's TopK hands the search (each row's 2·beam best tokens) ranks to exactly the
     continuations the full (rows, vocab) log-probs give, dead beams and -inf log-probs included."""
-    from service.engine.search import Candidates, _best_candidates, _best_continuations
+    from service.engine.ranking import best_candidates, best_continuations
 
     rng = np.random.default_rng(vocab * 7 + beam)
     sentences, n = 5, 2 * beam
@@ -301,10 +301,10 @@ def test_ranking_each_rows_top_candidates_equals_the_full_vocabulary_ranking(voc
     logp[rng.random(logp.shape) < 0.05] = -np.inf
     width = min(n, vocab)
     order = np.argsort(-logp, axis=1, kind="stable")[:, :width]
-    candidates = Candidates(np.take_along_axis(logp, order, 1), order.astype(np.int64))
+    candidates = np.take_along_axis(logp, order, 1), order.astype(np.int64)
     for scores in (rng.normal(size=sentences * beam) * 3, np.tile([0.0] + [-np.inf] * (beam - 1), sentences)):
-        rows, tokens, got = _best_candidates(scores, candidates, beam, n)
-        want_rows, want_tokens, want = _best_continuations(scores, logp, beam, n)
+        rows, tokens, got = best_candidates(scores, *candidates, beam, n)
+        want_rows, want_tokens, want = best_continuations(scores, logp, beam, n)
         assert got == want
         finite = [[s != -np.inf for s in row] for row in got]
         for j in range(sentences):  # the same (row, token) wherever the score is finite
