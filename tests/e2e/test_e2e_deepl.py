@@ -95,9 +95,16 @@ def test_the_clients_errors(translator: deepl.Translator, keyed_service: ServerP
     wrong.close()
 
 
-def test_kept_spans_come_back_byte_for_byte(keyed_service: ServerProcess) -> None:
+@pytest.mark.parametrize(
+    ("sentence", "target"),
+    [
+        ("A man has {count} dogs in ACME\u00a0Cloud™.", "de"),
+        ("Ein Mann hat {count} Hunde in ACME\u00a0Cloud™.", "en"),
+    ],
+)
+def test_kept_spans_come_back_byte_for_byte(keyed_service: ServerProcess, sentence: str, target: str) -> None:
     kept = ["{count}", "ACME\u00a0Cloud™"]
-    body = {"text": ["A man has {count} dogs in ACME\u00a0Cloud™."], "keep": kept, "target_language": "de"}
+    body = {"text": [sentence], "keep": kept, "target_language": target}
     with httpx.Client(
         base_url=keyed_service.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120
     ) as c:
