@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 
 # A spelling: the token ids of one way to write a phrase.
 Spelling = tuple[int, ...]
+Active = tuple[tuple[int, Spelling], ...]  # (phrase, spelling) pairs a hypothesis is in the middle of
 
 
 class ConstraintUnsatisfiable(ValueError):
@@ -65,18 +66,20 @@ def phrase_token_ids(tokenizer: Tokenizer, phrase: str) -> list[Spelling]:
     return spellings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ConstraintState:
-    """One hypothesis' progress: the phrases met, and the spellings it is in the middle of."""
+    """One hypothesis' progress: the phrases met, and the spellings it is in the middle of. Its
+    ``Constraints`` makes one instance per value, so identity is equality (and hashing cheap)."""
 
-    met: frozenset[int] = frozenset()
-    active: tuple[tuple[int, Spelling], ...] = ()  # (phrase, spelling) that agree with the last ``at`` tokens
-    at: int = 0  # tokens of the active spellings produced so far
-    matched: int = 0  # tokens of the met phrases (their spellings as produced)
+    met: frozenset[int]
+    active: Active  # the spellings that agree with the last ``at`` tokens
+    at: int  # tokens of the active spellings produced so far
+    matched: int  # tokens of the met phrases (their spellings as produced)
 
 
 class Constraints:
-    """One sentence's required phrases, each with its spellings; states are immutable values."""
+    """One sentence's required phrases, each with its spellings, and the states of its
+    hypotheses (immutable, one instance per value, what each gives worked out once)."""
 
     def __init__(self, phrases: Sequence[Sequence[Spelling]]) -> None:
         self.phrases = [tuple(dict.fromkeys(spellings)) for spellings in phrases]
@@ -87,8 +90,17 @@ class Constraints:
         for p, spellings in enumerate(self.phrases):
             for spelling in spellings:
                 self._starts.setdefault(spelling[0], []).append((p, spelling))
-        self.start = ConstraintState()
+        self._interned: dict[tuple[frozenset[int], Active, int, int], ConstraintState] = {}
+        self.start = self._state(frozenset(), (), 0, 0)
         self.tokens = sorted({t for spellings in self.phrases for s in spellings for t in s})
+        # What each state gives, worked out once: a beam revisits the same few states every step
+        self._needed: dict[ConstraintState, int] = {}
+        self._next: dict[ConstraintState, list[int]] = {}
+        self._after: dict[tuple[ConstraintState, int], ConstraintState] = {}
+
+    def _state(self, met: frozenset[int], active: Active, at: int, matched: int) -> ConstraintState:
+        key = (met, active, at, matched)
+        return self._interned.setdefault(key, ConstraintState(*key))
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -102,40 +114,44 @@ class Constraints:
 
     def needed(self, state: ConstraintState) -> int:
         """The fewest tokens that can still meet every phrase from ``state``."""
+        if (known := self._needed.get(state)) is not None:
+            return known
         unmet = sum(n for p, n in enumerate(self._shortest) if p not in state.met)
-        if not state.active:
-            return unmet
-        return min(len(s) - state.at + unmet - self._shortest[p] for p, s in state.active)
-
-    def next_tokens(self, state: ConstraintState) -> Iterable[int]:
-        """The tokens that move ``state`` on: the active spellings' next ones, else the first
-        tokens of the phrases not met yet."""
         if state.active:
-            return {s[state.at] for _, s in state.active}
-        return {t for t, starts in self._starts.items() if any(p not in state.met for p, _ in starts)}
+            unmet = min(len(s) - state.at + unmet - self._shortest[p] for p, s in state.active)
+        self._needed[state] = unmet
+        return unmet
+
+    def next_tokens(self, state: ConstraintState) -> list[int]:
+        """The tokens that move ``state`` on, ascending: the active spellings' next ones, else
+        the first tokens of the phrases not met yet."""
+        if (known := self._next.get(state)) is not None:
+            return known
+        if state.active:
+            tokens = {s[state.at] for _, s in state.active}
+        else:
+            tokens = {t for t, starts in self._starts.items() if any(p not in state.met for p, _ in starts)}
+        self._next[state] = sorted(tokens)
+        return self._next[state]
 
     def advance(self, state: ConstraintState, token: int) -> ConstraintState:
-        return _advance(self, state, token)
-
-
-@lru_cache(maxsize=65536)
-def _advance(constraints: Constraints, state: ConstraintState, token: int) -> ConstraintState:
-    """``state`` after ``token``: the active spellings it continues go on (one that ends meets its
-    phrase); if it continues none, the phrase in progress is abandoned and ``token`` may start
-    another."""
-    active = [(p, s) for p, s in state.active if s[state.at] == token]
-    at = state.at + 1
-    if not active:
-        active = [(p, s) for p, s in constraints._starts.get(token, ()) if p not in state.met]
-        at = 1
-    if not active:
-        return ConstraintState(state.met, (), 0, state.matched)
-    ended = {p for p, s in active if len(s) == at}
-    if not ended:
-        return ConstraintState(state.met, tuple(active), at, state.matched)
-    met = state.met | ended
-    going = tuple((p, s) for p, s in active if p not in met)
-    return ConstraintState(met, going, at if going else 0, state.matched + at * len(ended))
+        """``state`` after ``token``: the active spellings it continues go on (one that ends meets
+        its phrase); if it continues none, the phrase in progress is abandoned and ``token`` may
+        start another."""
+        if (known := self._after.get((state, token))) is not None:
+            return known
+        active = [(p, s) for p, s in state.active if s[state.at] == token]
+        at = state.at + 1
+        if not active:
+            active = [(p, s) for p, s in self._starts.get(token, ()) if p not in state.met]
+            at = 1
+        ended = {p for p, s in active if len(s) == at}
+        met = state.met | ended
+        going = tuple((p, s) for p, s in active if p not in met)
+        matched = state.matched + at * len(ended)
+        after = self._state(met, going, at if going else 0, matched)
+        self._after[(state, token)] = after
+        return after
 
 
 # A beam continuation: (the row it extends, its token, the row's log-prob with it).

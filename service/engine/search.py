@@ -140,7 +140,7 @@ class SentenceSearch:
             return [[]] * self.k
         c = self.constraints
         return [
-            sorted(c.next_tokens(state)) if score > -np.inf else []
+            c.next_tokens(state) if score > -np.inf else []
             for state, score in zip(self.states, self.scores, strict=True)
         ]
 
