@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 import tempfile
 import time
 import uuid
@@ -24,6 +25,7 @@ from service.settings import Settings
 from tests.service.small_engines import HashEmbedder, ReverseTranslator
 
 _names = itertools.count()
+_OWN_GLOSSARY_DIR = "tserve-glossaries-"
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def small_settings(**overrides: Any) -> Settings:
         "express_max_tokens": 0,
         "worker_threads": 1,
         # a directory of its own, made only when a glossary is created: never the checkout's
-        "glossary_dir": Path(tempfile.gettempdir()) / f"tserve-glossaries-{uuid.uuid4().hex}",
+        "glossary_dir": Path(tempfile.gettempdir()) / f"{_OWN_GLOSSARY_DIR}{uuid.uuid4().hex}",
         **overrides,
     }
     return Settings.model_validate(values)
@@ -77,19 +79,26 @@ async def serving(
     embedder, translator = engines(**hooks)
     if given is None:
         given = {"embed": embedder, "translate": translator}
-    app = create_app(settings or small_settings(), given)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            if wait_ready:
-                await until_ready(client)
-            by_task = given if isinstance(given, Mapping) else {e.manifest.task: e for e in reversed(given)}
-            served_embedder = by_task.get("embed", embedder)
-            served_translator = by_task.get("translate", translator)
-            assert isinstance(served_embedder, HashEmbedder) and isinstance(
-                served_translator, ReverseTranslator
-            )
-            yield Served(app, client, served_embedder, served_translator)
+    settings = settings or small_settings()
+    app = create_app(settings, given)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                if wait_ready:
+                    await until_ready(client)
+                by_task = (
+                    given if isinstance(given, Mapping) else {e.manifest.task: e for e in reversed(given)}
+                )
+                served_embedder = by_task.get("embed", embedder)
+                served_translator = by_task.get("translate", translator)
+                assert isinstance(served_embedder, HashEmbedder) and isinstance(
+                    served_translator, ReverseTranslator
+                )
+                yield Served(app, client, served_embedder, served_translator)
+    finally:
+        if settings.glossary_dir.name.startswith(_OWN_GLOSSARY_DIR):  # small_settings' own: not kept
+            shutil.rmtree(settings.glossary_dir, ignore_errors=True)
 
 
 async def until_ready(client: httpx.AsyncClient, timeout_s: float = 5.0) -> None:
