@@ -15,6 +15,7 @@ when every phrase is met.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -212,14 +213,21 @@ def _allocate(banks: dict[int, list[Continuation]], k: int) -> list[Continuation
 
 class PhraseSpeller:
     """A target vocabulary's ``Constraints`` for sentences' required phrases, each phrase spelled
-    once (the serving layer sends the same glossary terms again and again)."""
+    once (the serving layer sends the same glossary terms again and again).
+
+    Beside ``phrase_token_ids``' spellings, a phrase may end in a piece that carries punctuation
+    after it ("▁Schnee." for "▁Schnee"): vocabularies merge a word with the stop after it, and a
+    model that ends its sentence with the term writes that piece, not the bare word and "."."""
 
     def __init__(self, tokenizer: Tokenizer, cache_size: int = 4096) -> None:
         self._tokenizer = tokenizer
+        self._punctuated = _punctuated_pieces(tokenizer)
         self._spell = lru_cache(maxsize=cache_size)(self._spellings)
 
     def _spellings(self, phrase: str) -> tuple[Spelling, ...]:
-        return tuple(phrase_token_ids(self._tokenizer, phrase))
+        spellings = phrase_token_ids(self._tokenizer, phrase)
+        punctuated = [(*s[:-1], t) for s in spellings for t in self._punctuated.get(s[-1], ())]
+        return tuple(dict.fromkeys([*spellings, *punctuated]))
 
     def constraints(self, required: Sequence[str], limit: int) -> Constraints | None:
         """The constraints of a sentence that must hold ``required`` (each phrase once, however
@@ -235,3 +243,16 @@ class PhraseSpeller:
                 f"the output may have {limit}"
             )
         return constraints
+
+
+def _punctuated_pieces(tokenizer: Tokenizer) -> dict[int, list[int]]:
+    """Each token → the tokens whose piece is its piece followed by punctuation only."""
+    vocab = tokenizer.get_vocab()
+    punctuated: dict[int, list[int]] = {}
+    for piece, token in vocab.items():
+        stem = piece
+        while stem and unicodedata.category(stem[-1]).startswith("P"):
+            stem = stem[:-1]
+        if stem != piece and stem in vocab:
+            punctuated.setdefault(vocab[stem], []).append(token)
+    return punctuated

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from service.engine.constraints import Constraints, ConstraintUnsatisfiable, phrase_token_ids
+from service.engine.constraints import Constraints, ConstraintUnsatisfiable, PhraseSpeller, phrase_token_ids
 from service.engine.search import TokenHypothesis, beam_search
 
 CORPUS = ["der Warenkorb ist voll", "ein Haus mit Tür", "Warenkorb und Haustür"] * 20
@@ -56,6 +56,17 @@ def test_a_byte_level_phrase_has_its_sentence_initial_spelling_too(byte_level: T
 def test_a_phrase_the_vocabulary_cannot_spell_is_unsatisfiable(metaspace: Tokenizer, phrase: str) -> None:
     with pytest.raises(ConstraintUnsatisfiable, match="required phrase"):
         phrase_token_ids(metaspace, phrase)
+
+
+def test_a_phrase_may_end_in_its_last_piece_merged_with_punctuation() -> None:
+    """A vocabulary with "▁Schnee." spells "Schnee" at the end of a sentence that way."""
+    vocab = {"<unk>": 0, "▁Schnee": 1, "▁Schnee.": 2, "▁Schnee-": 3, "▁Schneemann": 4, "▁im": 5}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    speller = PhraseSpeller(tok)
+    assert set(speller._spell("Schnee")) == {(1,), (2,), (3,)}
+    assert set(speller._spell("im Schnee")) == {(5, 1), (5, 2), (5, 3)}
 
 
 def test_phrases_are_met_in_any_order_each_once() -> None:
