@@ -4,7 +4,7 @@
                        ["fp32", "int8", "fp16"], eval_dir=Path("path/to/data/multi30k"))
 
 writes ``<out_root>/<name>/<variant>/{encoder.onnx, decoder.onnx, tokenizer.json, manifest.json}``
-(a graph over export/graphs/onnx_tools.py's EXTERNAL_DATA_THRESHOLD with its weights beside it in
+(a graph over export/graphs/external_data.py's EXTERNAL_DATA_THRESHOLD with its weights beside it in
 ``<graph>.onnx.data``) in the layout of export/graphs/translation_layout.py. The stages: the
 source (``load_source``: ours in export/sources/ours/source.py, Marian in
 export/sources/marian/source.py), its graphs (export/graphs/translation.py), verification
@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from export.graphs.onnx_tools import copy_graph
+from export.graphs.external_data import copy_graph
 from export.graphs.shortlist import SHORTLIST_DECODER, shortlist_decoder
 from export.graphs.top_k_blocks import block_top_k
 from export.graphs.translation import SLOT_VARIANTS, TRANSLATION_GRAPHS, build_fp16, build_fp32, build_int8

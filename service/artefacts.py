@@ -289,7 +289,7 @@ def load_and_verify(directory: Path) -> Manifest:
             raise ArtefactError(f"{path}: sha256 does not match the manifest (corrupted or replaced)")
     listed = {e.path for e in manifest.files}
     graphs = [g.file for g in manifest.graphs.values()]
-    # a large graph's weights, in ONNX's external data file beside it (export/graphs/onnx_tools.py)
+    # a large graph's weights, in ONNX's external data file beside it (export/graphs/external_data.py)
     data_files = [f"{g}.data" for g in graphs if (directory / f"{g}.data").exists()]
     for needed in [manifest.tokenizer, *graphs, *data_files]:
         if needed not in listed:

@@ -60,7 +60,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, version_converter
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-from export.graphs.onnx_tools import clamp_ir_version, default_opset, save_graph
+from export.graphs.external_data import save_graph
+from export.graphs.onnx_tools import clamp_ir_version, default_opset
 
 INT8_MAX = 127.0
 ZERO_POINT = 128  # uint8 offset that makes a symmetric int8 value unsigned (u8×s8 kernels)

@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from export.graphs.onnx_tools import save_checked
+from export.graphs.external_data import save_checked
 from service.artefacts import LOG_PROBS, TOP_TOKENS, VOCABULARY, VOCABULARY_MASK
 
 SHORTLIST_DECODER = "decoder_shortlist.onnx"

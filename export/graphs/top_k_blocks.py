@@ -33,7 +33,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from export.graphs.onnx_tools import default_opset, save_checked
+from export.graphs.external_data import save_checked
+from export.graphs.onnx_tools import default_opset
 from service.artefacts import LOG_PROBS, TOP_TOKENS
 
 MIN_BLOCK, MAX_BLOCK = 8, 128

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from export.graphs.onnx_tools import file_entries, graph_files, graph_spec
+from export.graphs.external_data import graph_files
+from export.graphs.onnx_tools import file_entries, graph_spec
 from export.graphs.shortlist import SHORTLIST_DECODER
 from export.graphs.top_k_blocks import block_size, choose_block
 from export.graphs.translation import SLOT_VARIANTS, TRANSLATION_GRAPHS, decoder_layout, variant_decoder

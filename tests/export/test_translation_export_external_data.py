@@ -1,6 +1,6 @@
 """A translation export whose graphs take ONNX's external data path, end to end.
 
-NLLB-600M's graphs are over protobuf's 2 GiB; here the threshold (export/graphs/onnx_tools.py's
+NLLB-600M's graphs are over protobuf's 2 GiB; here the threshold (export/graphs/external_data.py's
 EXTERNAL_DATA_THRESHOLD) is lowered to 0 so the tiny checkpoint's graphs are written as
 ``<graph>.onnx`` + ``<graph>.onnx.data``. The same checkpoint exported with the default threshold
 (single files) is the comparison: the service must load the external-data artefact, verify every
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from export.graphs import onnx_tools
+from export.graphs import external_data
 from export.graphs.shortlist import SHORTLIST_DECODER
 from export.publish.translation import VMAP_FILE
 from export.translation import export_translation, load_source
@@ -41,7 +41,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path,
     reference.write_text("\n".join(reversal_pairs(6)[0]) + "\n", encoding="utf-8")
     export_translation(checkpoint, root / "single", VARIANTS, reference=reference, vmap=vmap)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(onnx_tools, "EXTERNAL_DATA_THRESHOLD", 0)
+        patch.setattr(external_data, "EXTERNAL_DATA_THRESHOLD", 0)
         export_translation(checkpoint, root / "external", VARIANTS, reference=reference, vmap=vmap)
     return checkpoint, reference, root / "external" / "tiny-en-de", root / "single" / "tiny-en-de"
 
@@ -90,7 +90,7 @@ def test_a_corrupted_data_file_is_refused_and_re_exported(
     fp32, int8 = root / "tiny-en-de" / "fp32", root / "tiny-en-de" / "int8"
     vmap = tmp_path / "identity.vmap"
     identity_vmap(checkpoint / "tokenizer.json", vmap)
-    monkeypatch.setattr(onnx_tools, "EXTERNAL_DATA_THRESHOLD", 0)
+    monkeypatch.setattr(external_data, "EXTERNAL_DATA_THRESHOLD", 0)
     before = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
     export_translation(checkpoint, root, ["fp32", "int8"], reference=reference, vmap=vmap)
     assert {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)} == before

@@ -12,18 +12,10 @@ import numpy as np
 import onnx
 import pytest
 
-from export.graphs import onnx_tools
+from export.graphs import external_data
+from export.graphs.external_data import copy_graph, data_file, graph_files, initializer_bytes, save_graph
 from export.graphs.int8_rowwise import quantize_int8
-from export.graphs.onnx_tools import (
-    append_top_k,
-    copy_graph,
-    data_file,
-    graph_files,
-    initializer_bytes,
-    optimize,
-    save_graph,
-    to_fp16,
-)
+from export.graphs.onnx_tools import OPSET, append_top_k, optimize, to_fp16
 from service.engine.session import SessionConfig, create_session
 from tests.export.graphs.test_int8_rowwise import _chain_graph
 from tests.export.graphs.test_onnx_tools import matmul_graph, run_cpu
@@ -32,7 +24,7 @@ from tests.export.graphs.test_onnx_tools import matmul_graph, run_cpu
 @pytest.fixture
 def external(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every graph with initializers goes to external data."""
-    monkeypatch.setattr(onnx_tools, "EXTERNAL_DATA_THRESHOLD", 0)
+    monkeypatch.setattr(external_data, "EXTERNAL_DATA_THRESHOLD", 0)
 
 
 def _wide_matmul(path: Path) -> Path:
@@ -45,7 +37,7 @@ def _wide_matmul(path: Path) -> Path:
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["rows", 64])],
         [onnx.numpy_helper.from_array(weight, "w")],
     )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", onnx_tools.OPSET)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)])
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
@@ -111,7 +103,7 @@ def test_int8_of_a_large_graph_equals_the_single_file_one(tmp_path: Path, extern
     quantize_int8(tmp_path / "g.onnx", tmp_path / "q.onnx")
     assert graph_files(tmp_path, "q.onnx") == ["q.onnx", "q.onnx.data"]
     (tmp_path / "one").mkdir()
-    onnx_tools.EXTERNAL_DATA_THRESHOLD = 1 << 30  # restored by the fixture's monkeypatch
+    external_data.EXTERNAL_DATA_THRESHOLD = 1 << 30  # restored by the fixture's monkeypatch
     quantize_int8(single, tmp_path / "one" / "q.onnx")
     assert graph_files(tmp_path / "one", "q.onnx") == ["q.onnx"]
     ops = [n.op_type for n in onnx.load(str(tmp_path / "q.onnx"), load_external_data=False).graph.node]
