@@ -197,3 +197,11 @@ def test_phrases_that_fill_the_limit_are_the_whole_output() -> None:
     (found,) = search([c], beam=3, max_len=3)
     assert found and all(sorted(h.tokens) == [5, 6, 7] for h in found)
     assert {tuple(h.tokens) for h in found} <= {(5, 6, 7), (7, 5, 6)}
+
+
+def test_a_forced_first_token_counts_in_the_limit_not_in_the_phrases() -> None:
+    c = Constraints([[(5, 6)]])
+    found = beam_search(
+        RandomDecoder(1), 1, beam_size=2, max_len=3, bos_id=BOS, eos_id=EOS, forced_first=9, constraints=[c]
+    )[0]
+    assert found and all(h.tokens == [5, 6] for h in found)
