@@ -139,6 +139,8 @@ class Constraints:
         """``state`` after ``token``: the active spellings it continues go on (one that ends meets
         its phrase); if it continues none, the phrase in progress is abandoned and ``token`` may
         start another."""
+        if not state.active and token not in self._starts:
+            return state  # most tokens: nothing in progress, nothing started
         if (known := self._after.get((state, token))) is not None:
             return known
         active = [(p, s) for p, s in state.active if s[state.at] == token]

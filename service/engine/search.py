@@ -120,6 +120,7 @@ class SentenceSearch:
         # Phrases every result must hold (``constraints.py``) and each row's progress on them.
         self.constraints = constraints
         self.states: list[ConstraintState] = [] if constraints is None else [constraints.start] * beam_size
+        self._wanted: tuple[int, list[list[int]]] | None = None  # (step, ``wanted()``)
 
     def results(self) -> list[TokenHypothesis]:
         return sorted(self.finished, key=lambda h: -h.score)[: self.n_best]
@@ -135,14 +136,17 @@ class SentenceSearch:
 
     def wanted(self) -> list[list[int]]:
         """Each row's next constraint tokens, whose log-probs the next step must give (none
-        for a free search, or a row out of the beam)."""
+        for a free search, or a row out of the beam); worked out once a step."""
         if self.constraints is None:
             return [[]] * self.k
-        c = self.constraints
-        return [
-            c.next_tokens(state) if score > -np.inf else []
-            for state, score in zip(self.states, self.scores, strict=True)
-        ]
+        if self._wanted is None or self._wanted[0] != self.steps:
+            c = self.constraints
+            rows = [
+                c.next_tokens(state) if score > -np.inf else []
+                for state, score in zip(self.states, self.scores, strict=True)
+            ]
+            self._wanted = self.steps, rows
+        return self._wanted[1]
 
     def advance(
         self, candidates: Sequence[tuple[int, int, float]], attention: np.ndarray | None, eos_id: int
@@ -268,11 +272,15 @@ class Search:
     def wanted_tokens(self) -> np.ndarray | None:
         """(rows, m) the tokens whose log-probs the next step must give beside each row's best
         ones (``Candidates.wanted``): the constrained sentences' next constraint tokens, padded
-        with </s>; None when no running sentence is constrained."""
+        with </s>; None when no row wants any (no running sentence is constrained, or each
+        constrained row has met its phrases)."""
         if all(s.constraints is None for s in self.sentences):
             return None
         rows = [tokens for s in self.sentences for tokens in s.wanted()]
-        wanted = np.full((len(rows), max(1, max(map(len, rows)))), self.eos_id, dtype=np.int64)
+        width = max(map(len, rows))
+        if not width:
+            return None
+        wanted = np.full((len(rows), width), self.eos_id, dtype=np.int64)
         for row, tokens in zip(wanted, rows, strict=True):
             row[: len(tokens)] = tokens
         return wanted
@@ -348,22 +356,29 @@ def _constraint_continuations(
     ``wanted`` scores (asked for in ``Search.wanted_tokens``'s order)."""
     if s.constraints is None:
         return []
+    block = slice(start, start + s.k)
+    wanted = s.wanted()
+    if isinstance(log_probs, Candidates):
+        best_tokens = log_probs.tokens[block, 0].tolist()
+        best_scores = log_probs.log_probs[block, 0].tolist()
+        if log_probs.wanted is not None:
+            scores_of = log_probs.wanted[block].tolist()
+        elif any(wanted):
+            raise ValueError("a constrained sentence's step needs its constraint tokens' log-probs")
+        else:
+            scores_of = [[]] * s.k
+    else:
+        rows = log_probs[block]
+        best_tokens = rows.argmax(axis=1).tolist()
+        best_scores = rows.max(axis=1).tolist()
+        scores_of = [rows[row, tokens].tolist() for row, tokens in enumerate(wanted)]
     extra: list[tuple[int, int, float]] = []
-    for row, tokens in enumerate(s.wanted()):
-        score, at = float(s.scores[row]), start + row
+    for row, score in enumerate(s.scores.tolist()):
         if score == -np.inf:
             continue
-        if isinstance(log_probs, Candidates):
-            if log_probs.wanted is None:
-                raise ValueError("a constrained sentence's step needs its constraint tokens' log-probs")
-            wanted = log_probs.wanted[at, : len(tokens)]
-            best = int(log_probs.tokens[at, 0]), float(log_probs.log_probs[at, 0])
-        else:
-            wanted = log_probs[at, tokens]
-            token = int(np.argmax(log_probs[at]))
-            best = token, float(log_probs[at, token])
-        extra += [(row, t, score + float(lp)) for t, lp in zip(tokens, wanted, strict=True)]
-        extra.append((row, best[0], score + best[1]))
+        tokens = wanted[row]
+        extra += [(row, t, score + lp) for t, lp in zip(tokens, scores_of[row][: len(tokens)], strict=True)]
+        extra.append((row, best_tokens[row], score + best_scores[row]))
     return extra
 
 
