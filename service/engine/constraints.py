@@ -2,9 +2,10 @@
 
 The serving layer gives each sentence the target phrases its output must hold
 (``TranslateOptions.required``). Here a phrase becomes token ids — its spellings, since a
-SentencePiece-style tokenizer may spell a word at the start of a sentence apart from inside one
-(``phrase_token_ids``) — and each beam hypothesis carries a ``ConstraintState``: the phrases it has
-met and the phrase it is in the middle of. The search (``search.SentenceSearch``) asks a sentence's
+tokenizer may spell a word at the start of a sentence apart from inside one (``phrase_token_ids``)
+and merge its last piece with the punctuation after it (``PhraseSpeller``) — and each beam
+hypothesis carries a ``ConstraintState``: the phrases it has met and the phrase it is in the
+middle of. The search (``search.SentenceSearch``) asks a sentence's
 ``Constraints`` which tokens move a hypothesis on, how many tokens it still needs at least, and
 ranks hypotheses into banks by their progress (``progress``).
 

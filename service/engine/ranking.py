@@ -1,5 +1,6 @@
 """Each sentence's best beam continuations in one step, from full log-probs or from a decoder's
-per-row candidates, vectorised over every sentence of one beam size (``search.Search``)."""
+per-row candidates, vectorised over every sentence of one beam size (``search.Search``), and the
+rows they go to."""
 
 from __future__ import annotations
 
@@ -60,3 +61,21 @@ def best_candidates(
     sentence = np.arange(sentences)[:, None]
     top_tokens = tokens.reshape(sentences, k * width)[sentence, top]
     return (sentence * k + top // width).tolist(), top_tokens.tolist(), cand[sentence, top].tolist()
+
+
+def in_place(going: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+    """The step's continuations (row, token, score), each placed in its parent's row when that
+    row has no child yet, the others in the rows left free: the decoder then copies a history
+    only for a parent's second and later children, not for every beam that changed place. The
+    order depends on this sentence's own continuations only."""
+    placed: list[tuple[int, int, float] | None] = [None] * len(going)
+    later = []
+    for child in going:
+        if placed[child[0]] is None:
+            placed[child[0]] = child
+        else:
+            later.append(child)
+    free = (i for i, child in enumerate(placed) if child is None)
+    for child in later:
+        placed[next(free)] = child
+    return [child for child in placed if child is not None]

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from service.engine.constraints import Constraints, ConstraintState, constrained_step
-from service.engine.ranking import best_candidates, best_continuations
+from service.engine.ranking import best_candidates, best_continuations, in_place
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ class SentenceSearch:
             self.done = True
             return None
         going += [(going[-1][0], going[-1][1], -np.inf)] * (self.k - len(going))  # keep a block of k
-        going = _in_place(going)
+        going = in_place(going)
         rows = np.array([row for row, _, _ in going], dtype=np.int64)
         tokens = np.array([token for _, token, _ in going], dtype=np.int64)
         self.history = np.concatenate([self.history[rows], tokens[:, None]], 1)
@@ -233,24 +233,6 @@ class SentenceSearch:
             score=_normalise(logprob, length, self.length_penalty),
             alignment=alignment,
         )
-
-
-def _in_place(going: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
-    """The step's continuations (row, token, score), each placed in its parent's row when that
-    row has no child yet, the others in the rows left free: the decoder then copies a history
-    only for a parent's second and later children, not for every beam that changed place. The
-    order depends on this sentence's own continuations only."""
-    placed: list[tuple[int, int, float] | None] = [None] * len(going)
-    later = []
-    for child in going:
-        if placed[child[0]] is None:
-            placed[child[0]] = child
-        else:
-            later.append(child)
-    free = (i for i, child in enumerate(placed) if child is None)
-    for child in later:
-        placed[next(free)] = child
-    return [child for child in placed if child is not None]
 
 
 class Search:
