@@ -12,6 +12,7 @@ import pytest
 from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import TranslateItem, TranslateOptions, Translation, TranslationHypothesis
 from service.engine.constraints import ConstraintUnsatisfiable
+from service.engine.decoding import DeviceBackend, HostBackend
 from service.engine.search import TokenHypothesis
 from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
@@ -174,17 +175,21 @@ def test_alignments_cover_every_output_token(translator: OnnxTranslator) -> None
 def test_the_device_backend_and_the_positions_layout_enforce_the_same(
     translator: OnnxTranslator, translation_checkpoint: Path, tmp_path: Path
 ) -> None:
-    """The CUDA code path (IO binding, the positions layout) run on CPU gives the slot layout's
-    constrained hypotheses."""
+    """The CUDA code path (IO binding, the positions layout) run on CPU, and the positions layout
+    on the host backend, give the slot layout's constrained hypotheses."""
     positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", POSITIONS_DECODER)
     device = OnnxTranslator(positions, SessionConfig("cpu", 1), io_binding=True)
+    host = OnnxTranslator(positions, SessionConfig("cpu", 1))
+    assert isinstance(device.backend, DeviceBackend) and isinstance(host.backend, HostBackend)
     phrases = random_phrases(translator, len(TEXTS), seed=30)
     batch = [
         TranslateItem(text, TranslateOptions(beam_size=3, n_best=2, required=(p,)))
         for text, p in zip(TEXTS, phrases, strict=True)
     ]
-    for got, want in zip(device.translate(batch), translator.translate(batch), strict=True):
-        same(got, want)
+    want = translator.translate(batch)
+    for engine in (device, host):
+        for got, expected in zip(engine.translate(batch), want, strict=True):
+            same(got, expected)
 
 
 def test_a_shortlist_decode_keeps_the_constraint_tokens(shortlist_artefact: Path) -> None:
