@@ -15,6 +15,7 @@ from benchmarks import (
     mixed_traffic,
     nllb,
     serving,
+    terminology,
     translation,
 )
 from benchmarks.harness import Stage
@@ -23,6 +24,7 @@ STAGES: tuple[Stage, ...] = (
     translation.STAGE,
     base_marian.STAGE,
     nllb.STAGE,
+    terminology.STAGE,
     embedding.STAGE,
     detection.STAGE,  # before serving, which stops the shared service
     files.STAGE,

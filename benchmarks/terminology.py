@@ -1,4 +1,6 @@
-"""The terminology test set: sentences of ``test_2016_flickr`` with term pairs their reference uses.
+"""Stage ``terminology``: glossary terms enforced in the search, on a terminology test set.
+
+The test set: sentences of ``test_2016_flickr`` with term pairs their reference uses.
 
 Term pairs come from a bilingual dictionary learned on Multi30k ``train`` alone (never on the
 test set): every lowercased word of at least ``MIN_LETTERS`` letters, seen in at least
@@ -11,17 +13,28 @@ content word. A test sentence takes a pair when its source has the source word a
 reference the target word, as the words are written there (the reference's casing: German
 nouns are capitalised), so that a constrained translation that uses every term can be checked
 exactly and its BLEU compared with the unconstrained one.
+
+The stage: each default translator's int8 export in-process, beam 4, batches of 32 (sentence
+order), once free and once with each sentence's target terms required
+(``TranslateOptions.required``, the same constraints a glossary puts on a request): sentences/s
+(the constrained cost against the free one), the share of required terms present, BLEU against
+the references, and the sentences refused as unsatisfiable. The quick run takes the first 96
+sentences of each direction.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import read_lines
+from benchmarks.harness import Bench, Need, Stage
+from benchmarks.results import Row
 
 MIN_LETTERS = 4
 MIN_COUNT = 5
@@ -117,3 +130,102 @@ def term_accuracy(outputs: Sequence[str], sentences: Sequence[TermSentence]) -> 
             required += 1
             present += target in found
     return present / required if required else 1.0
+
+
+# --- the stage -------------------------------------------------------------------------------------
+
+SECTION = "terminology: {pair}, test_2016_flickr sentences with dictionary terms, beam 4, batches of 32"
+UNCONSTRAINED = "ours in-process (int8), free search"
+CONSTRAINED = "ours in-process (int8), terms required"
+BATCH = 32
+
+
+@dataclass(frozen=True)
+class Pass:
+    seconds: float
+    outputs: list[str]
+    unsatisfiable: int  # sentences refused (ConstraintUnsatisfiable): their output counts as empty
+
+
+def translate_pass(system: Any, sentences: Sequence[TermSentence], required: bool) -> Pass:
+    """One pass in batches of ``BATCH`` (sentence order), beam 4, each sentence's output limit
+    as the translation stage's natural runs; with ``required``, each sentence's target terms."""
+    from service.engine.base import TranslateItem, TranslateOptions, Translation
+
+    outputs: list[str] = []
+    unsatisfiable, start = 0, time.perf_counter()
+    for at in range(0, len(sentences), BATCH):
+        chunk = sentences[at : at + BATCH]
+        max_len = min(256, 2 * max(len(e.ids) for e in system.engine.encode([s.source for s in chunk])) + 10)
+        items = [
+            TranslateItem(
+                s.source,
+                TranslateOptions(
+                    beam_size=4, max_length=max_len, required=tuple(t for _, t in s.terms) if required else ()
+                ),
+            )
+            for s in chunk
+        ]
+        for result in system.dealt_out(items):
+            if isinstance(result, Translation):
+                outputs.append(result.hypotheses[0].text)
+            elif isinstance(result, ValueError):  # ConstraintUnsatisfiable, that sentence only
+                outputs.append("")
+                unsatisfiable += 1
+            else:
+                raise result
+    return Pass(time.perf_counter() - start, outputs, unsatisfiable)
+
+
+def run(bench: Bench) -> None:
+    import sacrebleu
+
+    from benchmarks.translators import OursInProcess
+    from service.artefacts import read_manifest
+    from service.settings import DEFAULT_TRANSLATE_MODELS
+
+    for name in DEFAULT_TRANSLATE_MODELS:
+        artefact = bench.models.get(f"{name}/int8")
+        translation = None if artefact is None else read_manifest(artefact).translation
+        if artefact is None or translation is None:
+            bench.results.note(f"terminology: {name} not measured (no int8 export)")
+            continue
+        pair = (translation.source_languages[0], translation.target_languages[0])
+        _, sentences = terminology_set(bench.args.data_dir, *pair, limit=96 if bench.quick else None)
+        systems = bench.system(OursInProcess, artefact, bench.threads, UNCONSTRAINED)
+        if not systems or not sentences:
+            continue
+        print(f"== terminology: {name}, {len(sentences)} sentences", flush=True)
+        section = SECTION.format(pair="→".join(pair))
+        references = [[s.reference for s in sentences]]
+        for system_name, required in ((UNCONSTRAINED, False), (CONSTRAINED, True)):
+            translate_pass(systems[0], sentences[:BATCH], required)  # warm-up
+            best = min(
+                (translate_pass(systems[0], sentences, required) for _ in range(bench.rounds)),
+                key=lambda p: p.seconds,
+            )
+            extra = {
+                "sentences": len(sentences),
+                "terms": sum(len(s.terms) for s in sentences),
+                "term_accuracy_pct": round(100 * term_accuracy(best.outputs, sentences), 2),
+                "bleu": round(sacrebleu.corpus_bleu(best.outputs, references).score, 2),
+                "unsatisfiable": best.unsatisfiable,
+            }
+            bench.results.add(
+                Row(
+                    section,
+                    system_name,
+                    len(sentences) / best.seconds,
+                    "sent/s",
+                    baseline=not required,
+                    extra=extra,
+                )
+            )
+
+
+STAGE = Stage(
+    "terminology",
+    "terminology: glossary terms enforced in the search",
+    frozenset({Need.DEFAULT_TRANSLATORS}),
+    run,
+)
