@@ -77,13 +77,20 @@ class ConstraintState:
     active: Active  # the spellings that agree with the last ``at`` tokens
     at: int  # tokens of the active spellings produced so far
     matched: int  # tokens of the met phrases (their spellings as produced)
+    just_met: bool = False  # the last token ended a phrase: the next may not continue its word
 
 
 class Constraints:
     """One sentence's required phrases, each with its spellings, and the states of its
     hypotheses (immutable, one instance per value, what each gives worked out once)."""
 
-    def __init__(self, phrases: Sequence[Sequence[Spelling]]) -> None:
+    def __init__(
+        self, phrases: Sequence[Sequence[Spelling]], continuing: frozenset[int] = frozenset()
+    ) -> None:
+        """continuing: the tokens that continue the word before them (no word start, no
+        punctuation): none may follow a met phrase, so that "Drahtesel" is never met as the
+        start of "Drahteselten"."""
+        self.continuing = continuing
         self.phrases = [tuple(dict.fromkeys(spellings)) for spellings in phrases]
         if not self.phrases or any(not spellings or not all(spellings) for spellings in self.phrases):
             raise ValueError("every required phrase needs at least one non-empty spelling")
@@ -92,17 +99,24 @@ class Constraints:
         for p, spellings in enumerate(self.phrases):
             for spelling in spellings:
                 self._starts.setdefault(spelling[0], []).append((p, spelling))
-        self._interned: dict[tuple[frozenset[int], Active, int, int], ConstraintState] = {}
-        self.start = self._state(frozenset(), (), 0, 0)
+        self._interned: dict[tuple[frozenset[int], Active, int, int, bool], ConstraintState] = {}
+        self.start = self._state(frozenset(), (), 0, 0, False)
         self.tokens = sorted({t for spellings in self.phrases for s in spellings for t in s})
         # What each state gives, worked out once: a beam revisits the same few states every step
         self._needed: dict[ConstraintState, int] = {}
         self._next: dict[ConstraintState, list[int]] = {}
         self._after: dict[tuple[ConstraintState, int], ConstraintState] = {}
 
-    def _state(self, met: frozenset[int], active: Active, at: int, matched: int) -> ConstraintState:
-        key = (met, active, at, matched)
+    def _state(
+        self, met: frozenset[int], active: Active, at: int, matched: int, just_met: bool
+    ) -> ConstraintState:
+        key = (met, active, at, matched, just_met)
         return self._interned.setdefault(key, ConstraintState(*key))
+
+    def allows(self, state: ConstraintState, token: int) -> bool:
+        """Whether ``token`` may follow ``state``: not a piece that would glue itself to a phrase
+        just met."""
+        return not (state.just_met and token in self.continuing)
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -140,7 +154,7 @@ class Constraints:
         """``state`` after ``token``: the active spellings it continues go on (one that ends meets
         its phrase); if it continues none, the phrase in progress is abandoned and ``token`` may
         start another."""
-        if not state.active and token not in self._starts:
+        if not state.active and not state.just_met and token not in self._starts:
             return state  # most tokens: nothing in progress, nothing started
         if (known := self._after.get((state, token))) is not None:
             return known
@@ -153,7 +167,7 @@ class Constraints:
         met = state.met | ended
         going = tuple((p, s) for p, s in active if p not in met)
         matched = state.matched + at * len(ended)
-        after = self._state(met, going, at if going else 0, matched)
+        after = self._state(met, going, at if going else 0, matched, bool(ended))
         self._after[(state, token)] = after
         return after
 
@@ -196,6 +210,8 @@ def constrained_step(
             if constraints.done(state):
                 ending.setdefault(constraints.progress(state), []).append((row, token, score))
             continue
+        if not constraints.allows(state, token):
+            continue
         after = constraints.advance(state, token)
         if constraints.needed(after) <= room:
             bank = constraints.progress(after)
@@ -225,6 +241,7 @@ class PhraseSpeller:
     def __init__(self, tokenizer: Tokenizer, cache_size: int = 4096) -> None:
         self._tokenizer = tokenizer
         self._punctuated = _punctuated_pieces(tokenizer)
+        self._continuing = _continuing_pieces(tokenizer)
         self._spell = lru_cache(maxsize=cache_size)(self._spellings)
 
     def _spellings(self, phrase: str) -> tuple[Spelling, ...]:
@@ -239,7 +256,9 @@ class PhraseSpeller:
         cannot all fit."""
         if not required:
             return None
-        constraints = Constraints([self._spell(phrase) for phrase in dict.fromkeys(required)])
+        constraints = Constraints(
+            [self._spell(phrase) for phrase in dict.fromkeys(required)], self._continuing
+        )
         if constraints.needed(constraints.start) > limit:
             raise ConstraintUnsatisfiable(
                 f"the required phrases take at least {constraints.needed(constraints.start)} tokens; "
@@ -259,3 +278,14 @@ def _punctuated_pieces(tokenizer: Tokenizer) -> dict[int, list[int]]:
         if stem != piece and stem in vocab:
             punctuated.setdefault(vocab[stem], []).append(token)
     return punctuated
+
+
+def _continuing_pieces(tokenizer: Tokenizer) -> frozenset[int]:
+    """The tokens that continue a word: pieces that begin with a letter or a digit, with no
+    word-start mark (SentencePiece's "▁", byte-level BPE's "Ġ") and no special token."""
+    special = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+    return frozenset(
+        token
+        for piece, token in tokenizer.get_vocab().items()
+        if piece and piece not in special and piece[0].isalnum()
+    )

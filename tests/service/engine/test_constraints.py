@@ -205,3 +205,20 @@ def test_a_forced_first_token_counts_in_the_limit_not_in_the_phrases() -> None:
         RandomDecoder(1), 1, beam_size=2, max_len=3, bos_id=BOS, eos_id=EOS, forced_first=9, constraints=[c]
     )[0]
     assert found and all(h.tokens == [5, 6] for h in found)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_no_piece_glues_itself_to_a_phrase_just_met(beam: int) -> None:
+    """A met phrase stays a word of its own ("Drahtesel", never "Drahteselten"): the tokens that
+    continue a word may not follow it, and it counts as met all the same."""
+    gluing = frozenset(range(3, V)) - {4}  # every word token continues a word but 4 (a word start)
+    for seed in range(8):
+        c = Constraints([[(5,)]], continuing=gluing)
+        (found,) = search([c], beam, seed=seed)
+        for h in found:
+            at = h.tokens.index(5)
+            assert at == len(h.tokens) - 1 or h.tokens[at + 1] not in gluing, h.tokens
+    c = Constraints([[(5,)]], continuing=gluing)
+    met = c.advance(c.start, 5)
+    assert met.just_met and not c.allows(met, 6) and c.allows(met, 4) and c.allows(c.start, 6)
+    assert not c.advance(met, 4).just_met and c.done(c.advance(met, 4))
