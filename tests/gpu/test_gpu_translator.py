@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from service.artefacts import INPUT_IDS, POSITIONS, SOURCE_MASK, TOP_K
-from service.engine.base import TranslateOptions
+from service.engine.base import TranslateItem, TranslateOptions
 from service.engine.decoding import DeviceBackend
 from service.engine.loader import load_engine
 from service.engine.search import Candidates
@@ -64,8 +64,8 @@ def recorded_steps(engine: OnnxTranslator) -> list[tuple[dict[str, Any], Any, di
     steps: list[tuple[dict[str, Any], Any, dict[str, Any]]] = []
     step = engine.backend.step
 
-    def recording(feeds: dict[str, Any], with_attention: bool) -> Any:
-        scores, attention, past = step(feeds, with_attention)
+    def recording(feeds: dict[str, Any], with_attention: bool, wanted: Any = None) -> Any:
+        scores, attention, past = step(feeds, with_attention, wanted)
         steps.append((dict(feeds), scores, past))
         return scores, attention, past
 
@@ -205,3 +205,21 @@ def test_device_memory_is_released_after_a_load(translation_fp16: Path) -> None:
     first = load_and_drop()
     after = [load_and_drop() for _ in range(3)]
     assert max(after) - first <= 64 << 20, [(x - first) >> 20 for x in after]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_required_phrases_hold_on_the_device_as_on_the_host(
+    provider: str, translation_fp16: Path, translation_artefact: Path, beam: int
+) -> None:
+    """Constrained decoding through the device backend (fp16, IO binding): every output holds its
+    sentence's required words, as the host backend's fp32 outputs do, unconstrained rows beside them."""
+    half, full = served(translation_fp16, provider), served(translation_artefact, "cpu")
+    required = [("street",), (), ("dogs", "man"), ("red",), (), ("cat",)]
+    batch = [
+        TranslateItem(text, TranslateOptions(beam_size=beam, max_length=12, required=words))
+        for text, words in zip(TEXTS, required, strict=False)
+    ]
+    for engine in (half, full):
+        for item, result in zip(batch, engine.translate(batch), strict=True):
+            words = ok(result).hypotheses[0].text.split()
+            assert all(w in words for w in item.options.required), (item, words)
