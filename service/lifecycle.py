@@ -1,7 +1,8 @@
-"""The model lifecycle, outside HTTP: load the configured models (exporting the default ones
-first in a subprocess when allowed), verify and warm them up, give each a batcher, declare the
-service ready, drain and close. ``service/app.py`` runs it from the FastAPI lifespan; the serving
-layer (``service/serving/``) serves requests with the ``Runtime``'s models.
+"""The model lifecycle, outside HTTP: load the configured models (service/loading.py: exporting
+the default ones first in a subprocess when allowed), verify and warm them up, give each a
+batcher, declare the service ready, drain and close. ``service/app.py`` runs it from the
+FastAPI lifespan; the serving layer (``service/serving/``) serves requests with the ``Runtime``'s
+models.
 
 The server listens at once and the models load in the background, so liveness probes pass during
 a long first start while readiness gates traffic. The service never imports torch: the export
@@ -13,18 +14,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, cast
 
-from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest, served_decoder_layout
+from service.artefacts import ArtefactError
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.reranker import RerankEngine, RerankItem
 from service.engine.running import ContinuousEngine
 from service.languages import ModelLanguages, canonical
+from service.loading import load_engines
 from service.memory import FrozenHeap, trim_when_idle
 from service.metrics import MODEL_INFO, READY
 from service.queue import (
@@ -38,15 +37,12 @@ from service.queue import (
 from service.serving.cache import TranslationCache
 from service.serving.limits import RequestLimits
 from service.serving.quotas import QuotaBook
-from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
+from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
 State = Literal["loading", "ready", "draining", "failed"]
 GivenEngines = Mapping[str, Engine] | Sequence[Engine]
-
-_TAIL_LINES = 20  # of the export's output, quoted when it fails
-_EXPORTED_BY_DEFAULT = {*DEFAULT_TRANSLATE_MODELS, DEFAULT_EMBED_MODEL}  # `python -m export default`
 
 
 @dataclass
@@ -302,101 +298,3 @@ def _check_given(given: GivenEngines) -> list[Engine]:
     if sum(e.manifest.task == "rerank" for e in given) > 1:
         raise ArtefactError("at most one rerank engine is served")
     return list(given)
-
-
-async def load_engines(settings: Settings) -> list[Engine]:
-    """``artefact_root/<model>/<variant>`` for each configured model, exported first if missing
-    (one export subprocess for all of them; it knows only the default models)."""
-    provider = settings.resolved_provider()
-    variant = settings.resolved_variant(provider)
-    wanted = [("translate", name) for name in settings.translation_models]
-    if settings.embed_model:
-        wanted.append(("embed", settings.embed_model))
-    if settings.rerank_model:
-        wanted.append(("rerank", settings.rerank_model))
-    missing = [n for _, n in wanted if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
-    stale = [n for _, n in wanted if n not in missing and _unchecked(settings.model_dir(n, variant))]
-    not_exportable = [n for n in missing if n not in _EXPORTED_BY_DEFAULT]
-    if not_exportable:
-        raise ArtefactError(
-            f"no {variant} artefacts for {', '.join(not_exportable)} under {settings.artefact_root}, "
-            f"and the auto-export makes only the default models ({', '.join(sorted(_EXPORTED_BY_DEFAULT))}): "
-            f"run `python -m export SOURCE --name NAME --out {settings.artefact_root} --variant {variant}`"
-        )
-    if missing and not settings.auto_export:
-        raise ArtefactError(
-            f"no {variant} artefacts for {', '.join(missing)} under {settings.artefact_root}: run "
-            f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
-            "or set TSERVE_AUTO_EXPORT=true"
-        )
-    # stale: exported before the reference check, or with a decoder layout no longer served; only
-    # the default ones can be re-exported here
-    if missing or (settings.auto_export and any(n in _EXPORTED_BY_DEFAULT for n in stale)):
-        await run_export(settings.artefact_root, variant, settings.export_timeout_s)
-    # onnxruntime sessions: import only when serving real models
-    from service.engine.loader import load_engine
-    from service.engine.session import SessionConfig
-
-    engines: list[Engine] = []
-    for task, name in wanted:
-        directory = settings.model_dir(name, variant)
-        log.info("loading %s (%s, %s) from %s", name, variant, provider, directory)
-        engine = await asyncio.to_thread(
-            load_engine,
-            directory,
-            SessionConfig(provider, settings.session_threads(), settings.inter_op_threads),
-            max_batch_size=settings.max_batch_size,
-            max_batch_tokens=settings.max_batch_tokens,
-            shortlist=settings.translate_shortlist and task == "translate",
-        )
-        if engine.manifest.task != task:
-            raise ArtefactError(
-                f"{directory / MANIFEST_NAME}: a {engine.manifest.task} model, configured for {task}"
-            )
-        engines.append(engine)
-    return engines
-
-
-def _unchecked(directory: Path) -> bool:
-    try:
-        manifest = read_manifest(directory)
-        return manifest.reference_check is None or not served_decoder_layout(manifest)
-    except ArtefactError:
-        return False  # loading will say what is wrong with it
-
-
-async def run_export(out: Path, variant: str, timeout_s: float) -> None:
-    """``python -m export default`` (every default model) in a subprocess (torch stays out of
-    this process)."""
-    command = [sys.executable, "-m", "export", "default", "--out", str(out), "--variant", variant]
-    log.info("artefacts missing: running %s", " ".join(command))
-    process = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    tail: list[str] = []
-
-    async def relay() -> None:
-        assert process.stdout is not None
-        async for raw in process.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            log.info("export: %s", line)
-            tail[:] = [*tail[-(_TAIL_LINES - 1) :], line]
-
-    try:
-        async with asyncio.timeout(timeout_s):
-            await relay()
-            code = await process.wait()
-    except (TimeoutError, asyncio.CancelledError) as e:
-        process.kill()
-        await process.wait()
-        if isinstance(e, asyncio.CancelledError):
-            raise
-        raise ArtefactError(f"export did not finish within {timeout_s:g} s") from e
-    if code != 0:
-        missing = re.search(r"No module named '([\w.]+)'", "\n".join(tail))
-        hint = (
-            f" ({missing.group(1)} missing: install the export extra, pip install '.[export]')"
-            if missing
-            else ""
-        )
-        raise ArtefactError(f"export failed with exit code {code}{hint}:\n" + "\n".join(tail))

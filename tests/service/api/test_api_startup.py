@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.artefacts import ArtefactError
-from service.lifecycle import run_export
+from service.loading import run_export
 
 pytestmark = pytest.mark.anyio
 
