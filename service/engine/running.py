@@ -21,7 +21,8 @@ import numpy as np
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.constraints import Constraints, PhraseSpeller
 from service.engine.decoding import Backend, Decoder
-from service.engine.search import EarlyStopping, Search, SentenceSearch, TokenHypothesis
+from service.engine.search import Search
+from service.engine.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
 from service.engine.shortlist import VocabularyMap
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
 

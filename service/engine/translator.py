@@ -42,7 +42,7 @@ from service.engine.cuda import CUDA
 from service.engine.decoding import Backend, Decoder, DeviceBackend, HostBackend
 from service.engine.layouts import decoder_class
 from service.engine.running import DecodeShape, RunningDecode, output_limit, sentence_constraints
-from service.engine.search import TokenHypothesis
+from service.engine.sentence_search import TokenHypothesis
 from service.engine.session import (
     DEFAULT_SESSION,
     NUMPY_DTYPE,

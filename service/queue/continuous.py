@@ -43,7 +43,7 @@ from typing import Any
 
 from service.engine.base import Abandoned, TranslateItem, Translation
 from service.engine.running import ContinuousEngine
-from service.engine.search import TokenHypothesis
+from service.engine.sentence_search import TokenHypothesis
 from service.metrics import ADMITTED_PER_STEP, DECODE_FREE_ROWS, DECODE_RUNNING, DECODE_STEP, ITEM_ERRORS
 from service.queue.admission import (
     DecodeBudget,

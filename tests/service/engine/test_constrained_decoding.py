@@ -13,7 +13,7 @@ from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import TranslateItem, TranslateOptions, Translation, TranslationHypothesis
 from service.engine.constraints import ConstraintUnsatisfiable
 from service.engine.decoding import DeviceBackend, HostBackend
-from service.engine.search import TokenHypothesis
+from service.engine.sentence_search import TokenHypothesis
 from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
 from tests.service.engine.test_translator import artefact_with_layout

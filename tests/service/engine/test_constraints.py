@@ -10,7 +10,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from service.engine.constraints import Constraints, ConstraintUnsatisfiable, PhraseSpeller, phrase_token_ids
-from service.engine.search import TokenHypothesis, beam_search
+from service.engine.search import beam_search
+from service.engine.sentence_search import TokenHypothesis
 
 CORPUS = ["der Warenkorb ist voll", "ein Haus mit Tür", "Warenkorb und Haustür"] * 20
 

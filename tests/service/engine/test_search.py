@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.search import Search, SentenceSearch, TokenHypothesis, beam_search
+from service.engine.search import Search, beam_search
+from service.engine.sentence_search import SentenceSearch, TokenHypothesis
 
 PAD, BOS, EOS, A, B, C = range(6)
 V, S = 6, 3  # vocabulary, source length

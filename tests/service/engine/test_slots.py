@@ -9,7 +9,7 @@ import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.running import RunningDecode
-from service.engine.search import SentenceSearch, TokenHypothesis
+from service.engine.sentence_search import SentenceSearch, TokenHypothesis
 from service.engine.session import SessionConfig
 from service.engine.slots import SlotDecoder, fold_beams
 from service.engine.translator import OnnxTranslator

@@ -15,7 +15,7 @@ import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.running import RunningDecode
-from service.engine.search import SentenceSearch
+from service.engine.sentence_search import SentenceSearch
 from service.engine.session import SessionConfig
 from service.engine.slots import SlotDecoder
 from service.engine.translator import OnnxTranslator

@@ -1,0 +1,202 @@
+"""One sentence's beam search (``SentenceSearch``): its rows' scores, history, alignments and
+finished hypotheses, its stopping rule, and its constraints' progress; ``search.Search`` steps
+many of them together over one decoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, Literal
+
+import numpy as np
+
+from service.engine.constraints import Constraints, ConstraintState, constrained_step
+from service.engine.ranking import in_place
+
+
+@dataclass(frozen=True)
+class TokenHypothesis:
+    tokens: list[int]  # generated ids, without <s> and </s>
+    score: float  # sum of log-probs / length ** length_penalty
+    alignment: np.ndarray | None  # (len(tokens), S) cross-attention of each target token
+
+
+def _normalise(logprob: float, length: int, length_penalty: float) -> float:
+    return float(logprob / max(length, 1) ** length_penalty)
+
+
+# When a sentence's beam search stops, with Hugging Face's ``early_stopping`` meanings (a model's
+# generation config names one, and transformers' ``generate`` decodes by it):
+# * True: once it has ``beam_size`` finished hypotheses;
+# * False: once the best running beam's score normalised at its current length cannot beat the
+#   worst of ``beam_size`` finished ones (transformers' heuristic, not a bound: a longer hypothesis
+#   may still score better under a length penalty);
+# * "never": as False, with the running beam normalised at the length limit when the penalty is
+#   positive (the longest it could become).
+# Either way it stops at its length limit. Greedy search (beam 1) stops at its first </s>.
+EarlyStopping = bool | Literal["never"]
+
+
+class SentenceSearch:
+    """One sentence's beam search: ``beam_size`` rows, the best-first ``n_best`` results.
+
+    Only the first beam is alive at the start (the others would duplicate it). Each step, of the
+    2·k best continuations, the k best ones ending in </s> (or all k best at the length limit,
+    unfinished there) are offered to the finished hypotheses, which keep the ``beam_size`` best
+    by normalised score, and the k best others run on: transformers' beam search, step for step.
+    The sentence stops as ``early_stopping`` says, or after ``max_len`` tokens.
+    """
+
+    def __init__(
+        self,
+        key: Any,
+        *,
+        beam_size: int,
+        max_len: int,
+        n_best: int = 1,
+        length_penalty: float = 1.0,
+        with_attention: bool = True,
+        source_len: int | None = None,
+        forced_first: int | None = None,
+        early_stopping: EarlyStopping = True,
+        constraints: Constraints | None = None,
+    ) -> None:
+        if not 1 <= n_best <= beam_size:
+            raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
+        self.key = key  # the caller's handle for this sentence
+        self.with_attention = with_attention  # keep the decoder's cross-attention as alignments
+        self.source_len = source_len  # its source's tokens: the alignments' width (None: as given)
+        # The token every hypothesis starts with whatever the scores (a multilingual model's
+        # target language, as transformers' forced_bos_token_id): scored 0 like there, counted in
+        # the length and the limit, left out of the results' tokens.
+        self.forced_first = forced_first
+        self.k = beam_size
+        self.n_best = n_best
+        self.length_penalty = length_penalty
+        # Greedy search ends at its first </s> (transformers' greedy search has no such setting)
+        self.early_stopping: EarlyStopping = True if beam_size == 1 else early_stopping
+        self.max_len = max_len
+        self.steps = 0
+        self.scores = np.array([0.0] + [-np.inf] * (beam_size - 1))  # (k,) running log-probs
+        self.history = np.zeros((beam_size, 0), dtype=np.int64)  # (k, steps) generated tokens
+        self.attention: np.ndarray | None = None  # (k, steps, S) cross-attention per token
+        self.finished: list[TokenHypothesis] = []
+        self.done = max_len < 1
+        # Phrases every result must hold (``constraints.py``) and each row's progress on them.
+        self.constraints = constraints
+        self.states: list[ConstraintState] = [] if constraints is None else [constraints.start] * beam_size
+        self._wanted: tuple[int, list[list[int]]] | None = None  # (step, ``wanted()``)
+
+    def results(self) -> list[TokenHypothesis]:
+        return sorted(self.finished, key=lambda h: -h.score)[: self.n_best]
+
+    def last_tokens(self, bos_id: int) -> np.ndarray:
+        return self.history[:, -1] if self.steps else np.full(self.k, bos_id, dtype=np.int64)
+
+    def forced(self) -> list[tuple[int, int, float]] | None:
+        """The first step's one continuation when the first token is forced, else None."""
+        if self.steps or self.forced_first is None:
+            return None
+        return [(0, self.forced_first, float(self.scores[0]))]
+
+    def wanted(self) -> list[list[int]]:
+        """Each row's next constraint tokens, whose log-probs the next step must give (none
+        for a free search, or a row out of the beam); worked out once a step."""
+        if self.constraints is None:
+            return [[]] * self.k
+        if self._wanted is None or self._wanted[0] != self.steps:
+            c = self.constraints
+            rows = [
+                c.next_tokens(state) if score > -np.inf else []
+                for state, score in zip(self.states, self.scores, strict=True)
+            ]
+            self._wanted = self.steps, rows
+        return self._wanted[1]
+
+    def advance(
+        self, candidates: Sequence[tuple[int, int, float]], attention: np.ndarray | None, eos_id: int
+    ) -> np.ndarray | None:
+        """Take one step from this sentence's ranked (row, token, score) continuations, best
+        first (2·k of them; a constrained sentence's are followed by its rows' constraint
+        tokens and best tokens), and the step's (k, S) cross-attention. → the rows to keep (k,
+        into this sentence's block), or None when the sentence is done."""
+        if attention is not None:
+            step = attention[:, None, :]
+            self.attention = step if self.attention is None else np.concatenate([self.attention, step], 1)
+        if self.constraints is not None:
+            return self._advance_constrained(candidates, eos_id)
+        k = self.k
+        at_limit = self.steps >= self.max_len - 1  # out of room: every continuation ends here
+        for row, token, score in candidates[:k]:
+            if score == -np.inf:
+                break
+            if token == eos_id:
+                self.finished.append(self._finish(self.history[row], row, score, True))
+            elif at_limit:
+                self.finished.append(self._finish(np.append(self.history[row], token), row, score, False))
+        self.finished.sort(key=lambda h: -h.score)
+        del self.finished[k:]
+        going: list[tuple[int, int, float]] = []  # (row, token, score), best first
+        if not at_limit:
+            live = (c for c in candidates if c[1] != eos_id and c[2] != -np.inf)
+            going = list(islice(live, k))
+        return self._move_on(going)
+
+    def _advance_constrained(self, pool: Sequence[tuple[int, int, float]], eos_id: int) -> np.ndarray | None:
+        """``advance`` with dynamic beam allocation (``constraints.constrained_step``): only
+        hypotheses that hold every phrase finish."""
+        assert self.constraints is not None
+        room = self.max_len - self.steps - 1
+        ending, going = constrained_step(self.constraints, self.states, pool, self.k, room, eos_id)
+        for row, token, score in ending:
+            ended_with_eos = token == eos_id
+            tokens = self.history[row] if ended_with_eos else np.append(self.history[row], token)
+            self.finished.append(self._finish(tokens, row, score, ended_with_eos))
+        self.finished.sort(key=lambda h: -h.score)
+        del self.finished[self.k :]
+        return self._move_on(going if room else [])
+
+    def _move_on(self, going: list[tuple[int, int, float]]) -> np.ndarray | None:
+        """The step's running continuations (best first) become the rows; None: done."""
+        if not going or self._stops(going[0][2]):
+            self.done = True
+            return None
+        going += [(going[-1][0], going[-1][1], -np.inf)] * (self.k - len(going))  # keep a block of k
+        going = in_place(going)
+        rows = np.array([row for row, _, _ in going], dtype=np.int64)
+        tokens = np.array([token for _, token, _ in going], dtype=np.int64)
+        self.history = np.concatenate([self.history[rows], tokens[:, None]], 1)
+        if self.attention is not None:
+            self.attention = self.attention[rows]
+        self.scores = np.array([score for _, _, score in going])
+        if self.constraints is not None:
+            c, states = self.constraints, self.states
+            self.states = [c.advance(states[row], token) for row, token, _ in going]
+        self.steps += 1
+        return rows
+
+    def _stops(self, best_running: float) -> bool:
+        """Whether, with ``beam_size`` finished hypotheses, the search stops before the next step
+        (``EarlyStopping``); ``best_running``: the best running beam's log-prob."""
+        if len(self.finished) < self.k:
+            return False
+        if self.early_stopping is True:
+            return True
+        length = self.steps + 1  # tokens generated with this step's
+        if self.early_stopping == "never" and self.length_penalty > 0:
+            length = self.max_len
+        return _normalise(best_running, length, self.length_penalty) <= self.finished[-1].score
+
+    def _finish(self, tokens: np.ndarray, row: int, logprob: float, ended_with_eos: bool) -> TokenHypothesis:
+        length = len(tokens) + int(ended_with_eos)
+        alignment = None if self.attention is None else self.attention[row, : len(tokens)].copy()
+        if self.forced_first is not None:
+            tokens = tokens[1:]
+            alignment = None if alignment is None else alignment[1:]
+        return TokenHypothesis(
+            tokens=[int(x) for x in tokens],
+            score=_normalise(logprob, length, self.length_penalty),
+            alignment=alignment,
+        )
