@@ -35,9 +35,8 @@ from service.engine.base import (
     TranslateItem,
     TranslateOptions,
     Translation,
-    TranslationHypothesis,
 )
-from service.engine.constraints import ConstraintUnsatisfiable, PhraseSpeller
+from service.engine.constraints import PhraseSpeller
 from service.engine.cuda import CUDA
 from service.engine.decoding import Backend, Decoder, DeviceBackend, HostBackend
 from service.engine.layouts import decoder_class
@@ -55,6 +54,7 @@ from service.engine.session import (
 )
 from service.engine.shortlist import VocabularyMap
 from service.engine.tokenizer import Encoded, TextTokenizer
+from service.engine.translations import empty_translation, to_translation
 from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, labelled, observe_stage, timed
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -198,12 +198,8 @@ class OnnxTranslator:
         for i, (item, enc) in enumerate(zip(items, encoded, strict=True)):
             try:
                 check_options(item.options)
+                self._constraints_fit(item.options)  # ConstraintUnsatisfiable is a ValueError
             except ValueError as e:
-                results[i] = e
-                continue
-            try:
-                self._constraints_fit(item.options)
-            except ConstraintUnsatisfiable as e:
                 results[i] = e
                 continue
             if item.abandoned.is_set():
@@ -211,7 +207,7 @@ class OnnxTranslator:
             elif isinstance(enc, TextTooLong):
                 results[i] = enc
             elif not item.text.strip():
-                results[i] = _empty_translation(item.options.alignments and self._can_align)
+                results[i] = empty_translation(item.options.alignments and self._can_align)
             else:
                 try:
                     todo[i] = self._from_source_language(enc, item.options.source_token)
@@ -353,38 +349,20 @@ class OnnxTranslator:
                 if items[i].abandoned.is_set():  # it may have left the search half-way
                     results[i] = Abandoned("nobody waits for this item any more")
                     continue
-                results[i] = self._translation(items[i].options, todo[i], found)
+                options = items[i].options
+                results[i] = to_translation(
+                    self.tokenizer,
+                    todo[i],
+                    found,
+                    output_limit(options, self.info.max_target_len),
+                    options.alignments and self._can_align,
+                )
                 n_out += (
                     len(found[0].tokens[: output_limit(items[i].options, self.info.max_target_len)])
                     if found
                     else 0
                 )
         labelled(OUTPUT_TOKENS, self.name).inc(n_out)
-
-    def _translation(
-        self, options: TranslateOptions, source: Encoded, found: list[TokenHypothesis]
-    ) -> Translation:
-        """n-best texts, scores, pieces and alignments; cut to max_length (a no-op safeguard:
-        the search already stops each sentence at its own limit)."""
-        limit = output_limit(options, self.info.max_target_len)
-        want_alignment = options.alignments and self._can_align
-        cut = [h.tokens[:limit] for h in found]
-        texts = self.tokenizer.decode_batch(cut)
-        hypotheses = [
-            TranslationHypothesis(
-                text=text,
-                score=float(h.score),
-                tokens=self.tokenizer.id_to_tokens(tokens),
-                alignment=_alignment(h, len(tokens), source.n_tokens) if want_alignment else None,
-            )
-            for h, tokens, text in zip(found, cut, texts, strict=True)
-        ]
-        return Translation(
-            hypotheses=hypotheses,
-            source_tokens=source.tokens,
-            n_input_tokens=source.n_tokens,
-            n_output_tokens=len(cut[0]) if cut else 0,
-        )
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -394,17 +372,3 @@ def _translation_info(manifest: Manifest, directory: Path) -> TranslationInfo:
     if manifest.task != "translate" or manifest.translation is None:
         raise ArtefactError(f"{directory / 'manifest.json'}: task {manifest.task!r} is not a translation")
     return manifest.translation
-
-
-def _alignment(h: TokenHypothesis, n_target: int, n_source: int) -> list[list[float]]:
-    """(target tokens, source tokens) cross-attention; the padded source columns dropped."""
-    if h.alignment is None:
-        return []
-    return [[float(x) for x in row[:n_source]] for row in h.alignment[:n_target]]
-
-
-def _empty_translation(with_alignment: bool) -> Translation:
-    """An empty source translates to one empty hypothesis, without running the model."""
-    alignment: list[list[float]] | None = [] if with_alignment else None
-    hypothesis = TranslationHypothesis(text="", score=0.0, tokens=[], alignment=alignment)
-    return Translation(hypotheses=[hypothesis], source_tokens=[], n_input_tokens=0, n_output_tokens=0)
