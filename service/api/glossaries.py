@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from service.api.dependencies import bearer_token, runtime_of, serving_runtime
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
-from service.api.schemas import Language, _Request, _Response, json_response
+from service.api.schemas import Language, RequestBody, ResponseBody, json_response
 from service.glossaries.entries import Entry
 from service.glossaries.requests import UnknownGlossary, create_glossary
 from service.glossaries.store import Glossary, GlossaryNotFound, GlossaryStore
@@ -30,7 +30,7 @@ MAX_TERM_CHARS = 10_000  # the ceiling of TSERVE_GLOSSARY_MAX_TERM_CHARS
 Term = Annotated[str, Field(min_length=1, max_length=MAX_TERM_CHARS)]
 
 
-class GlossaryEntry(_Request):
+class GlossaryEntry(RequestBody):
     source: Term
     target: Term
     case_sensitive: bool = Field(default=True, description="false: the source term matches in any case")
@@ -39,7 +39,7 @@ class GlossaryEntry(_Request):
     )
 
 
-class GlossaryRequest(_Request):
+class GlossaryRequest(RequestBody):
     """A glossary: source terms, each translated as its target term wherever it appears."""
 
     name: str = Field(min_length=1, max_length=256, description="Unique per language pair and API key")
@@ -52,14 +52,14 @@ class GlossaryRequest(_Request):
     )
 
 
-class GlossaryEntryOut(_Response):
+class GlossaryEntryOut(ResponseBody):
     source: str
     target: str
     case_sensitive: bool
     whole_word: bool
 
 
-class GlossaryInfo(_Response):
+class GlossaryInfo(ResponseBody):
     id: str
     name: str
     source_language: str
@@ -69,7 +69,7 @@ class GlossaryInfo(_Response):
     entries: list[GlossaryEntryOut] | None = None  # in GET /v1/glossaries/{id} only
 
 
-class GlossaryList(_Response):
+class GlossaryList(ResponseBody):
     glossaries: list[GlossaryInfo]
 
 

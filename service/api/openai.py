@@ -20,15 +20,10 @@ from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, serving_runtime
 from service.api.embed import embedding_runtime
+from service.api.embedding_schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
 from service.api.hot_path import HotRoutes, json_endpoint
-from service.api.schemas import (
-    ModelCard,
-    ModelsResponse,
-    OpenAIEmbeddingRequest,
-    OpenAIEmbeddingResponse,
-    json_response,
-)
+from service.api.schemas import ModelCard, ModelsResponse, json_response
 from service.engine.base import Engine
 from service.languages import ModelLanguages
 from service.lifecycle import Runtime

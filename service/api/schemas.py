@@ -24,9 +24,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    PlainValidator,
     StringConstraints,
-    TypeAdapter,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
@@ -59,13 +57,13 @@ def _one_or_many(value: Any) -> Any:
 Text = Annotated[str, StringConstraints(max_length=HARD_MAX_CHARS), AfterValidator(_usable_text)]
 TextList = Annotated[list[Text], Field(min_length=1, max_length=HARD_MAX_ITEMS)]
 _ONE_TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": HARD_MAX_CHARS}
-_ONE_OR_MANY_SCHEMAS = [
+ONE_OR_MANY_SCHEMAS = [
     _ONE_TEXT_SCHEMA,
     {"type": "array", "items": _ONE_TEXT_SCHEMA, "minItems": 1, "maxItems": HARD_MAX_ITEMS},
 ]
 # One string or a list; always a list once parsed, so error locations are ``text[i]``.
 OneOrManyTexts = Annotated[
-    TextList, BeforeValidator(_one_or_many), WithJsonSchema({"anyOf": _ONE_OR_MANY_SCHEMAS})
+    TextList, BeforeValidator(_one_or_many), WithJsonSchema({"anyOf": ONE_OR_MANY_SCHEMAS})
 ]
 Language = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$", max_length=16)]
 SourceLanguage = Annotated[  # a Language, or "auto": detect it
@@ -73,11 +71,11 @@ SourceLanguage = Annotated[  # a Language, or "auto": detect it
 ]
 
 
-class _Request(BaseModel):
+class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class _Response(BaseModel):
+class ResponseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -96,7 +94,7 @@ def json_response(body: BaseModel | dict[str, Any], status_code: int = 200) -> R
 # ---- translation -----------------------------------------------------------------------------
 
 
-class TranslateRequest(_Request):
+class TranslateRequest(RequestBody):
     """Translate one text or a list; the response has one translation per text, in order."""
 
     text: Annotated[
@@ -178,7 +176,7 @@ class TranslateRequest(_Request):
         return n_best
 
 
-class Hypothesis(_Response):
+class Hypothesis(ResponseBody):
     text: str
     score: float = Field(description="Length-normalised log-probability")
     tokens: list[str] | None = Field(default=None, description="Target subwords (with alignments)")
@@ -187,7 +185,7 @@ class Hypothesis(_Response):
     )
 
 
-class SentenceResult(_Response):
+class SentenceResult(ResponseBody):
     source: str = Field(description="The source sentence as the model read it")
     start: int | None = Field(default=None, description="Its first character in the text (format text)")
     end: int | None = Field(default=None, description="One past its last character (format text)")
@@ -198,12 +196,12 @@ class SentenceResult(_Response):
     source_tokens: list[str] | None = Field(default=None, description="Source subwords (with alignments)")
 
 
-class DetectedLanguage(_Response):
+class DetectedLanguage(ResponseBody):
     language: str = Field(description="Its code, as /v1/models' languages name it")
     confidence: float = Field(description="0–100")
 
 
-class TranslationResult(_Response):
+class TranslationResult(ResponseBody):
     hypotheses: list[Hypothesis] = Field(
         description="Of the whole text, best first; a text's score is its sentences' scores "
         "averaged with their output tokens as weights. tokens and alignment: one-sentence texts only"
@@ -217,12 +215,12 @@ class TranslationResult(_Response):
     )
 
 
-class TranslateUsage(_Response):
+class TranslateUsage(ResponseBody):
     input_tokens: int
     output_tokens: int
 
 
-class TranslateResponse(_Response):
+class TranslateResponse(ResponseBody):
     model: str = Field(description='The model that translated (source_language "auto": the first text\'s)')
     source_language: str = Field(description='Translated from (source_language "auto": the first text\'s)')
     target_language: str
@@ -230,130 +228,10 @@ class TranslateResponse(_Response):
     usage: TranslateUsage
 
 
-# ---- embeddings ------------------------------------------------------------------------------
-
-
-PromptName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-_PROMPT_NAME = (
-    "One of the model's prompts (GET /v1/models), put before each text; default: its default prompt"
-)
-_DIMENSIONS = "Keep the first N dimensions (Matryoshka), normalised again when normalising; default: all"
-
-
-class EmbedRequest(_Request):
-    """Embed a list of texts; one vector per text, in order."""
-
-    texts: Annotated[TextList, Field(description="1 to max_items_per_request texts")]
-    normalize: bool | None = Field(
-        default=None, description="L2-normalise; default: the model's own pipeline"
-    )
-    prompt_name: PromptName | None = Field(default=None, description=_PROMPT_NAME)
-    dimensions: int | None = Field(default=None, ge=1, le=65536, description=_DIMENSIONS)
-    truncate: bool = Field(
-        default=True, description="Cut texts at the model's max length; false: 422 instead"
-    )
-
-    model_config = ConfigDict(json_schema_extra={"examples": [{"texts": ["A man is eating food."]}]})
-
-
-class EmbedUsage(_Response):
-    input_tokens: int
-
-
-class EmbedResponse(_Response):
-    model: str
-    dim: int
-    embeddings: list[list[float]]
-    n_tokens: list[int] = Field(description="Tokens used per text (after truncation)")
-    usage: EmbedUsage
-
-
-# ---- OpenAI-compatible embeddings --------------------------------------------------------------
-
-
-_STRICT = ConfigDict(strict=True)
-_TEXTS = TypeAdapter(TextList, config=_STRICT)
-TokenIds = Annotated[
-    list[Annotated[int, Field(ge=0, le=2**31 - 1)]], Field(min_length=1, max_length=HARD_MAX_CHARS)
-]
-_TOKEN_ID_LISTS = TypeAdapter(
-    Annotated[list[TokenIds], Field(min_length=1, max_length=HARD_MAX_ITEMS)], config=_STRICT
-)
-
-
-def _texts_or_token_ids(value: Any) -> list[str] | list[list[int]]:
-    """One text, texts, one token-id list or token-id lists (OpenAI's four forms), as a list;
-    errors located by index (``input[2]``, ``input[1][3]``)."""
-    if isinstance(value, str):
-        return _TEXTS.validate_python([value])
-    if not isinstance(value, list):
-        raise PydanticCustomError("text_type", "must be a string, a list of strings, or token ids")
-    first = value[0] if value else None
-    if isinstance(first, list):
-        return _TOKEN_ID_LISTS.validate_python(value)
-    if isinstance(first, int) and not isinstance(first, bool):
-        return _TOKEN_ID_LISTS.validate_python([value])
-    return _TEXTS.validate_python(value)
-
-
-_TOKEN_IDS_SCHEMA = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
-_TOKEN_ID_LISTS_SCHEMA = {
-    "type": "array",
-    "items": _TOKEN_IDS_SCHEMA,
-    "minItems": 1,
-    "maxItems": HARD_MAX_ITEMS,
-}
-TextsOrTokenIds = Annotated[
-    list[str] | list[list[int]],
-    PlainValidator(_texts_or_token_ids),
-    WithJsonSchema({"anyOf": [*_ONE_OR_MANY_SCHEMAS, _TOKEN_IDS_SCHEMA, _TOKEN_ID_LISTS_SCHEMA]}),
-]
-
-
-class OpenAIEmbeddingRequest(_Request):
-    """``POST /v1/embeddings`` as OpenAI defines it; inputs over the model's length are truncated."""
-
-    input: Annotated[
-        TextsOrTokenIds,
-        Field(
-            description="Texts, or token ids in the model's vocabulary: its whole input, specials included"
-        ),
-    ]
-    model: str | None = Field(
-        default=None, max_length=256, description="The served model's name; default: it"
-    )
-    encoding_format: Literal["float", "base64"] = Field(
-        default="float", description="base64: little-endian float32 bytes, as OpenAI"
-    )
-    dimensions: int | None = Field(default=None, ge=1, le=65536, description=_DIMENSIONS)
-    prompt_name: PromptName | None = Field(
-        default=None, description=_PROMPT_NAME + " (not OpenAI's: sentence-transformers' and TEI's)"
-    )
-    user: str | None = Field(default=None, max_length=256, description="Accepted and ignored")
-
-
-class OpenAIEmbedding(_Response):
-    object: Literal["embedding"] = "embedding"
-    index: int
-    embedding: list[float] | str
-
-
-class OpenAIUsage(_Response):
-    prompt_tokens: int
-    total_tokens: int
-
-
-class OpenAIEmbeddingResponse(_Response):
-    object: Literal["list"] = "list"
-    data: list[OpenAIEmbedding]
-    model: str
-    usage: OpenAIUsage
-
-
 # ---- models, health, errors ------------------------------------------------------------------
 
 
-class ModelCard(_Response):
+class ModelCard(ResponseBody):
     id: str
     object: Literal["model"] = "model"
     created: int
@@ -380,25 +258,25 @@ class ModelCard(_Response):
     )
 
 
-class ModelsResponse(_Response):
+class ModelsResponse(ResponseBody):
     object: Literal["list"] = "list"
     data: list[ModelCard]
 
 
-class HealthResponse(_Response):
+class HealthResponse(ResponseBody):
     status: Literal["alive", "loading", "ready", "draining", "failed"]
     detail: str | None = None
     models: list[str] | None = None
 
 
-class ErrorDetail(_Response):
+class ErrorDetail(ResponseBody):
     field: str
     message: str
     type: str
     limit: int | float | str | None = None
 
 
-class ErrorBody(_Response):
+class ErrorBody(ResponseBody):
     type: str = Field(description="Machine-readable kind, e.g. validation_error, queue_full")
     message: str
     limit: int | float | str | None = Field(
@@ -408,5 +286,5 @@ class ErrorBody(_Response):
     request_id: str | None = Field(default=None, description="Quote it when reporting a 5xx")
 
 
-class ErrorResponse(_Response):
+class ErrorResponse(ResponseBody):
     error: ErrorBody
