@@ -16,16 +16,7 @@ from service.engine.decoding import DeviceBackend, HostBackend
 from service.engine.sentence_search import TokenHypothesis
 from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
-from tests.service.engine.test_translator import artefact_with_layout
-
-TEXTS = [
-    "a man rides a bike",
-    "two dogs run",
-    "a small cat sits on the big red street",
-    "the cat",
-    "red",
-    "big dogs sit on a man",
-]
+from tests.service.engine.test_translator import TEXTS, artefact_with_layout
 
 
 @pytest.fixture(scope="module")
