@@ -33,6 +33,17 @@ WORDS = [
     "street",
 ]
 REVERSE_STEPS = 40
+# The sizes of the tiny BART-family models (Marian, M2M-100) the import tests build.
+TINY_BART_SIZES: dict[str, int] = {
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "max_position_embeddings": 64,
+}
 
 
 def reversal_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -202,14 +213,7 @@ def _save_random_m2m100(
 
     cfg = M2M100Config(
         vocab_size=vocab_size,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
+        **TINY_BART_SIZES,
         pad_token_id=1,
         bos_token_id=0,
         eos_token_id=2,

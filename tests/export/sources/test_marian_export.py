@@ -25,6 +25,7 @@ from export.sources.marian.tokenizer import convert_marian_tokenizer
 from export.translation import export_translation, load_source
 from export.verify.translation_checks import BUILTIN_SENTENCES, encode_sources, open_engine, translate_ids
 from service.artefacts import load_and_verify
+from tests.tiny_models import TINY_BART_SIZES
 
 EN = [
     "A man is riding a bike.",
@@ -87,14 +88,7 @@ def build_tiny_marian(directory: Path) -> tuple[MarianTokenizer, MarianMTModel]:
     tok.save_pretrained(str(directory))
     cfg = MarianConfig(
         vocab_size=len(vocab),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
+        **TINY_BART_SIZES,
         pad_token_id=pad,
         eos_token_id=0,
         decoder_start_token_id=pad,
