@@ -70,46 +70,43 @@ def _odf_slots(paragraph: Any) -> list[Slot]:
     return found
 
 
-def _has(*names: str) -> Callable[[Archive], bool]:
-    return lambda archive: all(archive.has(name) for name in names)
+def _ooxml(name: str, parts: str, namespace: str, main_part: str) -> _Kind:
+    """An Office Open XML kind: paragraphs ``p`` holding text in ``t``, both in ``namespace``."""
+    return _Kind(
+        name,
+        re.compile(parts),
+        (f"{namespace}p",),
+        _ooxml_slots(f"{namespace}t", f"{namespace}p"),
+        lambda archive: archive.has("[Content_Types].xml") and archive.has(main_part),
+    )
 
 
-def _mimetype(expected: bytes) -> Callable[[Archive], bool]:
-    return lambda archive: archive.has("mimetype") and archive.read("mimetype").strip() == expected
+def _odf(name: str, mimetype: bytes) -> _Kind:
+    """An OpenDocument kind: the same parts and paragraphs for all, told apart by the mimetype."""
+    return _Kind(
+        name,
+        re.compile(r"content\.xml|styles\.xml"),
+        (f"{_TEXT}p", f"{_TEXT}h"),
+        _odf_slots,
+        lambda archive: archive.has("mimetype") and archive.read("mimetype").strip() == mimetype,
+    )
 
-
-_ODF_PARTS = re.compile(r"content\.xml|styles\.xml")
-_ODF_PARAGRAPHS = (f"{_TEXT}p", f"{_TEXT}h")
 
 KINDS = {
-    ".docx": _Kind(
+    ".docx": _ooxml(
         "Word document",
-        re.compile(r"word/(?:document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml"),
-        (f"{_W}p",),
-        _ooxml_slots(f"{_W}t", f"{_W}p"),
-        _has("[Content_Types].xml", "word/document.xml"),
+        r"word/(?:document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml",
+        _W,
+        "word/document.xml",
     ),
-    ".pptx": _Kind(
+    ".pptx": _ooxml(
         "PowerPoint presentation",
-        re.compile(r"ppt/(?:slides/slide\d+|notesSlides/notesSlide\d+)\.xml"),
-        (f"{_A}p",),
-        _ooxml_slots(f"{_A}t", f"{_A}p"),
-        _has("[Content_Types].xml", "ppt/presentation.xml"),
+        r"ppt/(?:slides/slide\d+|notesSlides/notesSlide\d+)\.xml",
+        _A,
+        "ppt/presentation.xml",
     ),
-    ".odt": _Kind(
-        "OpenDocument text",
-        _ODF_PARTS,
-        _ODF_PARAGRAPHS,
-        _odf_slots,
-        _mimetype(b"application/vnd.oasis.opendocument.text"),
-    ),
-    ".odp": _Kind(
-        "OpenDocument presentation",
-        _ODF_PARTS,
-        _ODF_PARAGRAPHS,
-        _odf_slots,
-        _mimetype(b"application/vnd.oasis.opendocument.presentation"),
-    ),
+    ".odt": _odf("OpenDocument text", b"application/vnd.oasis.opendocument.text"),
+    ".odp": _odf("OpenDocument presentation", b"application/vnd.oasis.opendocument.presentation"),
 }
 
 
