@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 import langcodes
@@ -219,23 +220,29 @@ async def listed(request: Request) -> Response:
 
 @router.get("/v2/glossaries/{glossary_id}")
 async def read(glossary_id: str, request: Request) -> Response:
-    try:
-        key, _ = await _admitted(request)
-        found = glossary_of(glossary_store(request), key, glossary_id)
-    except SERVING_ERRORS as e:
-        return answer(request, e, deepl_error)
-    return JSONResponse(_info(found))
+    return await _with_glossary(request, glossary_id, lambda found: JSONResponse(_info(found)))
 
 
 @router.get("/v2/glossaries/{glossary_id}/entries")
 async def entries(glossary_id: str, request: Request) -> Response:
     """The entries as TSV, one ``source<TAB>target`` per line (DeepL's only format here)."""
+    return await _with_glossary(
+        request,
+        glossary_id,
+        lambda found: Response(as_tsv(found.entries), media_type="text/tab-separated-values; charset=utf-8"),
+    )
+
+
+async def _with_glossary(
+    request: Request, glossary_id: str, answer_with: Callable[[Glossary], Response]
+) -> Response:
+    """The key's glossary ``glossary_id`` as ``answer_with`` answers it, or DeepL's refusal."""
     try:
         key, _ = await _admitted(request)
         found = glossary_of(glossary_store(request), key, glossary_id)
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
-    return Response(as_tsv(found.entries), media_type="text/tab-separated-values; charset=utf-8")
+    return answer_with(found)
 
 
 @router.delete("/v2/glossaries/{glossary_id}", status_code=204)
