@@ -19,8 +19,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import runtime_of
-from service.api.errors import answer, documented, http_failure, libretranslate_error
-from service.api.libretranslate import DetectedLanguage, LibreTranslateErrorBody, admitted_body, json_or_form
+from service.api.errors import answer, http_failure, libretranslate_error
+from service.api.libretranslate import DetectedLanguage, admitted_body, error_responses, json_or_form
 from service.api.schemas import OneOrManyTexts
 from service.serving import detection
 from service.serving.access import ready
@@ -38,22 +38,10 @@ class DetectRequest(BaseModel):
     api_key: str | None = Field(default=None, max_length=256)
 
 
-_ERRORS = documented(
-    LibreTranslateErrorBody,
-    {
-        400: "Invalid request (LibreTranslate's status for every validation error)",
-        403: "API key missing or wrong",
-        413: "Request body too large",
-        415: "Body neither JSON nor a form",
-        503: "Not ready yet, or shutting down",
-    },
-)
-
-
 @router.post(
     "/detect",
     response_model=list[DetectedLanguage],
-    responses=_ERRORS,
+    responses=error_responses(400, 403, 413, 415, 503),
     openapi_extra=json_or_form(DetectRequest),
 )
 async def detect(request: Request) -> Response:

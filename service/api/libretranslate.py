@@ -98,6 +98,11 @@ _ERRORS = documented(
 )
 
 
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` in LibreTranslate's error shape, for a route answering only ``statuses``."""
+    return {status: _ERRORS[status] for status in statuses}
+
+
 def json_or_form(schema: type[BaseModel]) -> dict[str, Any]:
     """The OpenAPI request body of a route whose body ``parse_body`` reads by hand: ``schema``,
     as JSON or as a form."""
@@ -159,7 +164,7 @@ async def translate(request: Request) -> Response:
 HOT_ROUTES: HotRoutes = {("POST", "/translate"): translate}
 
 
-@router.get("/languages", response_model=list[Language], responses={s: _ERRORS[s] for s in (403, 503)})
+@router.get("/languages", response_model=list[Language], responses=error_responses(403, 503))
 async def languages(request: Request) -> Response:
     """Every language the service reads or writes, with every target some model translates it into."""
     runtime = runtime_of(request)
