@@ -13,9 +13,9 @@ import asyncio
 import inspect
 from collections.abc import Awaitable
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
@@ -37,6 +37,10 @@ async def serving_runtime(request: Request) -> Runtime:
     """``ready`` as a route dependency: async, as FastAPI runs a sync dependency on a worker
     thread (a thread hop per request)."""
     return ready(runtime_of(request))
+
+
+# A route's ``runtime`` parameter: the runtime once the service is ready.
+ServingRuntime = Annotated[Runtime, Depends(serving_runtime)]
 
 
 def bearer_token(request: Request) -> str | None:

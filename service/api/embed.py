@@ -28,12 +28,11 @@ async def embedding_runtime(request: Request) -> Runtime:
     return runtime
 
 
+EmbeddingRuntime = Annotated[Runtime, Depends(embedding_runtime)]
+
+
 @router.post("/v1/embed", response_model=EmbedResponse, responses=ERROR_RESPONSES)
-async def embed(
-    body: EmbedRequest,
-    request: Request,
-    runtime: Annotated[Runtime, Depends(embedding_runtime)],
-) -> Response:
+async def embed(body: EmbedRequest, request: Request, runtime: EmbeddingRuntime) -> Response:
     """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
     asked = embedding.EmbeddingRequest(
         body.texts,

@@ -10,17 +10,16 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from pydantic import Field
 from starlette.responses import Response
 
-from service.api.dependencies import bearer_token, runtime_of, serving_runtime
+from service.api.dependencies import ServingRuntime, bearer_token, runtime_of
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
 from service.api.schemas import Language, RequestBody, ResponseBody, json_response
 from service.glossaries.entries import Entry
 from service.glossaries.requests import UnknownGlossary, create_glossary
 from service.glossaries.store import Glossary, GlossaryNotFound, GlossaryStore
-from service.lifecycle import Runtime
 from service.serving.access import check_api_key
 
 router = APIRouter(tags=["glossaries"])
@@ -92,9 +91,7 @@ def glossary_of(store: GlossaryStore, key: str | None, glossary_id: str) -> Glos
 
 
 @router.post("/v1/glossaries", status_code=201, response_model=GlossaryInfo, responses=ERROR_RESPONSES)
-async def create(
-    body: GlossaryRequest, request: Request, runtime: Annotated[Runtime, Depends(serving_runtime)]
-) -> Response:
+async def create(body: GlossaryRequest, request: Request, runtime: ServingRuntime) -> Response:
     """Create a glossary for a language pair some model serves (422 otherwise)."""
     key = owner_key(request, [bearer_token(request)])
     entries = [Entry(e.source, e.target, e.case_sensitive, e.whole_word) for e in body.entries]

@@ -12,32 +12,26 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
-from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from service.api.dependencies import HttpClient, serving_runtime
-from service.api.embed import embedding_runtime
+from service.api.dependencies import HttpClient, ServingRuntime
+from service.api.embed import EmbeddingRuntime, embedding_runtime
 from service.api.embedding_schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
 from service.api.hot_path import HotRoutes, json_endpoint
 from service.api.schemas import ModelCard, ModelsResponse, json_response
 from service.engine.base import Engine
 from service.languages import ModelLanguages
-from service.lifecycle import Runtime
 from service.serving import embedding
 
 router = APIRouter(tags=["openai"])
 
 
 @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, responses=ERROR_RESPONSES)
-async def embeddings(
-    body: OpenAIEmbeddingRequest,
-    request: Request,
-    runtime: Annotated[Runtime, Depends(embedding_runtime)],
-) -> Response:
+async def embeddings(body: OpenAIEmbeddingRequest, request: Request, runtime: EmbeddingRuntime) -> Response:
     asked = embedding.EmbeddingRequest(
         body.input, "input", model=body.model, dimensions=body.dimensions, prompt_name=body.prompt_name
     )
@@ -70,7 +64,7 @@ def _encode(vector: np.ndarray, as_base64: bool) -> np.ndarray | str:
 
 
 @router.get("/v1/models", response_model=ModelsResponse, responses=GATED_RESPONSES)
-async def models(runtime: Annotated[Runtime, Depends(serving_runtime)]) -> Response:
+async def models(runtime: ServingRuntime) -> Response:
     """The loaded models, OpenAI's shape plus what a client needs (task, languages, limits)."""
     return json_response(ModelsResponse(data=[_card(engine) for engine in runtime.engines]))
 

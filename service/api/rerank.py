@@ -121,13 +121,12 @@ async def rerank_runtime(request: Request) -> Runtime:
     return runtime
 
 
+RerankRuntime = Annotated[Runtime, Depends(rerank_runtime)]
+
+
 @router.post("/v1/rerank", response_model=list[TeiRank] | CohereResponse, responses=ERROR_RESPONSES)
 @router.post("/rerank", response_model=list[TeiRank] | CohereResponse, responses=ERROR_RESPONSES)
-async def rerank(
-    body: RerankRequest,
-    request: Request,
-    runtime: Annotated[Runtime, Depends(rerank_runtime)],
-) -> Response:
+async def rerank(body: RerankRequest, request: Request, runtime: RerankRuntime) -> Response:
     """Rank texts or documents by their relevance to the query (TEI's or Cohere's shape)."""
     tei = body.texts is not None
     texts = body.items

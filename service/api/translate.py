@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from service.api.dependencies import HttpClient, bearer_token, serving_runtime
+from service.api.dependencies import HttpClient, ServingRuntime, bearer_token, serving_runtime
 from service.api.errors import ERROR_RESPONSES
 from service.api.glossaries import glossary_store, owner_key
 from service.api.hot_path import HotRoutes, json_endpoint
@@ -23,7 +21,6 @@ from service.api.schemas import (
 )
 from service.engine.base import TranslationHypothesis
 from service.glossaries.requests import Terminology
-from service.lifecycle import Runtime
 from service.serving import translation
 from service.serving.detection import AUTO, Detection, translate_detected
 from service.text.document import TextHypothesis, TextTranslation
@@ -32,11 +29,7 @@ router = APIRouter(tags=["translate"])
 
 
 @router.post("/v1/translate", response_model=TranslateResponse, responses=ERROR_RESPONSES)
-async def translate(
-    body: TranslateRequest,
-    request: Request,
-    runtime: Annotated[Runtime, Depends(serving_runtime)],
-) -> Response:
+async def translate(body: TranslateRequest, request: Request, runtime: ServingRuntime) -> Response:
     """Translate one text or a list: each text sentence by sentence, in its own layout
     (all-or-nothing: one untranslatable text fails the request). The model is ``model``, else
     the one serving ``source_language`` → ``target_language``, else the default (the first).
