@@ -8,33 +8,28 @@ padding off: the service pads its own batches) and ``manifest.json``.
 The stages: the source (export/sources/bert.py: what the directory holds, read without torch),
 its graph (export/graphs/embedding.py), verification through the service's loader and
 ``OnnxEmbedder`` against sentence-transformers and PyTorch (export/verify/embedding.py) and
-publishing (export/publish/: staged, verified, then moved into place, with the manifest of
-export/publish/embedding.py; an out-of-tolerance variant raises VerificationError and leaves an
-earlier artefact untouched). Every variant also carries the
-reference-set figures (alone vs batched, int8/fp16 vs fp32) in ``Manifest.reference_check``.
+publishing (export/encoder_export.py, as for rerankers, over export/publish/: staged, verified,
+then moved into place; when a variant is up to date: export/publish/embedding.py; an out-of-tolerance
+variant raises VerificationError and leaves an earlier artefact untouched). Every variant also
+carries the reference-set figures (alone vs batched, int8/fp16 vs fp32) in ``Manifest.reference_check``.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-from export.graphs.embedding import EMBEDDING_GRAPH, build_fp32, build_variant
+from export.encoder_export import EncoderArtefact, EncoderExport
+from export.graphs.embedding import EMBEDDING_GRAPH, build_fp32
 from export.progress import progress
-from export.publish.embedding import build_manifest, up_to_date
-from export.publish.variants import Fusions, parse_variants, publish_variants, still_to_export
-from export.sources.bert import TOKENIZER_FILE, EmbeddingSource, inspect_source, served_tokenizer, special_ids
-from export.verify import Parity
+from export.publish.embedding import up_to_date
+from export.publish.provenance import trained_on
+from export.publish.variants import parse_variants, still_to_export
+from export.sources.bert import inspect_source, served_tokenizer, special_ids
 from export.verify.embedding import DEFAULT_TOLERANCES, EmbeddingVerifier, Tolerances, read_sts
-from export.verify.reference_set import REFERENCE_FILE, load_reference
-from service.artefacts import Manifest, ReferenceCheck, SpecialIds, Variant, sha256_of_files
-
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer
+from export.verify.reference_set import REFERENCE_FILE
 
 
 def export_embedding(
@@ -58,21 +53,16 @@ def export_embedding(
     variant is out of tolerance (nothing published for it), ValueError for a source it cannot
     export.
     """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only: never reach a hub
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    source_dir, out_root = Path(source_dir), Path(out_root)
     wanted = parse_variants(variants)
-    source = inspect_source(source_dir)
-    name = name or source_dir.resolve().name
-    sha = sha256_of_files(source.weight_files)
-    root = out_root / name
-    reference_set = load_reference(reference)
+    source = inspect_source(Path(source_dir))
+    run = EncoderExport.start(source_dir, out_root, name, source.weight_files, reference)
     want_sts = sts_csv is not None
     todo = still_to_export(
-        wanted, root, lambda v: up_to_date(root / v, source, name, v, sha, want_sts, reference_set.sha256)
+        wanted,
+        run.root,
+        lambda v: up_to_date(run.root / v, source, run.name, v, run.sha, want_sts, run.reference_set.sha256),
     )
     if todo:
-        root.mkdir(parents=True, exist_ok=True)
         tokenizer = served_tokenizer(source)
         special = special_ids(source, tokenizer)
         verifier = EmbeddingVerifier(
@@ -80,50 +70,24 @@ def export_embedding(
             tokenizer,
             special.pad,
             read_sts(sts_csv) if sts_csv else None,
-            reference_set,
+            run.reference_set,
             tolerances,
             threads or torch.get_num_threads(),
-            name,
+            run.name,
         )
-        with tempfile.TemporaryDirectory(prefix="embedding-export-") as work:
-            _VariantExport(source, name, sha, tokenizer, special, verifier, Path(work)).run(todo, root)
-    return [root / v for v in wanted]
-
-
-class _VariantExport:
-    """The variants of one source: the plain fp32 graph exported once (int8 and fp16 derive from
-    it), then each variant built, given its manifest and verified by export/publish/variants.py's path."""
-
-    def __init__(
-        self,
-        source: EmbeddingSource,
-        name: str,
-        sha: str,
-        tokenizer: Tokenizer,
-        special: SpecialIds,
-        verifier: EmbeddingVerifier,
-        work: Path,
-    ) -> None:
-        self.source, self.name, self.sha, self.work = source, name, sha, work
-        self.tokenizer, self.special, self.verifier = tokenizer, special, verifier
-        self.plain = work / "plain.onnx"
+        artefact = EncoderArtefact(
+            task="embed",
+            encoder=source,
+            tokenizer=tokenizer,
+            special=special,
+            graph="encoder",
+            graph_file=EMBEDDING_GRAPH,
+            export_fp32=partial(build_fp32, source),
+            embedding=source.info(),
+            trained_on=trained_on(source.directory),
+        )
         progress(
-            f"{name}: exporting {source.model_type} (dim {source.dim}, {source.pooling} pooling) to ONNX"
+            f"{run.name}: exporting {source.model_type} (dim {source.dim}, {source.pooling} pooling) to ONNX"
         )
-        build_fp32(source, self.plain)
-
-    def run(self, todo: list[Variant], root: Path) -> None:
-        """fp32 first, always verified (the baseline of the others), published only if asked for."""
-        publish_variants(todo, root, self.build, self.manifest, self.verifier.verify)
-
-    def build(self, variant: Variant, staging: Path) -> Fusions:
-        fusions = build_variant(variant, self.source, self.plain, staging / EMBEDDING_GRAPH, self.work)
-        self.tokenizer.save(str(staging / TOKENIZER_FILE))
-        return fusions
-
-    def manifest(
-        self, variant: Variant, staging: Path, fusions: Fusions, parity: Parity, check: ReferenceCheck | None
-    ) -> Manifest:
-        return build_manifest(
-            self.source, self.name, variant, staging, self.sha, self.special, fusions, parity, check
-        )
+        run.publish(todo, artefact, verifier.verify)
+    return [run.root / v for v in wanted]

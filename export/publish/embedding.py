@@ -1,16 +1,13 @@
-"""The embedding artefact's manifest, and when a published variant is still up to date."""
+"""When a published embedding variant is still up to date (its manifest: export/encoder_export.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from export.graphs.embedding import EMBEDDING_GRAPH
-from export.graphs.onnx_tools import file_entries, graph_spec
 from export.publish.provenance import trained_on
-from export.publish.variants import Fusions, published_manifest, record_trained_on, tool_fields
-from export.sources.bert import TOKENIZER_FILE, EmbeddingSource
-from export.verify import Parity
-from service.artefacts import Manifest, ReferenceCheck, SourceInfo, SpecialIds, Variant
+from export.publish.variants import published_manifest, record_trained_on
+from export.sources.bert import EmbeddingSource
+from service.artefacts import Variant
 
 
 def up_to_date(
@@ -36,33 +33,3 @@ def up_to_date(
         return False
     record_trained_on(target, manifest, trained_on(source.directory))
     return True
-
-
-def build_manifest(
-    source: EmbeddingSource,
-    name: str,
-    variant: Variant,
-    staging: Path,
-    sha: str,
-    special: SpecialIds,
-    fusions: Fusions,
-    parity: Parity,
-    check: ReferenceCheck | None,
-) -> Manifest:
-    return Manifest(
-        name=name,
-        task="embed",
-        variant=variant,
-        source=SourceInfo(kind="bert", path=str(source.directory), sha256=sha),
-        files=file_entries(staging),
-        graphs={"encoder": graph_spec(staging, EMBEDDING_GRAPH)},
-        tokenizer=TOKENIZER_FILE,
-        vocab_size=source.vocab_size,
-        special_ids=special,
-        embedding=source.info(),
-        parity=parity,
-        fusions=fusions,
-        reference_check=check,
-        trained_on=trained_on(source.directory),
-        **tool_fields(staging / EMBEDDING_GRAPH),
-    )
