@@ -249,13 +249,7 @@ def _source(runtime: Runtime, request: TranslationRequest, detection: Detection)
     if not detection.served:
         return None
     try:
-        translator = choose_translator(
-            runtime,
-            request.model,
-            detection.language,
-            request.target,
-            first_of_several=request.first_of_several,
-        )
+        translator = request.translator(runtime, detection.language)
     except UnservedLanguages as refused:
         if refused.reason in ("source", "pair"):
             return None

@@ -53,6 +53,12 @@ class TranslationRequest:
     # The glossary it names and the spans it keeps: what each sentence's output must hold.
     terminology: Terminology = NO_TERMINOLOGY
 
+    def translator(self, runtime: Runtime, source: str | None) -> ServedTranslator:
+        """The model it goes to when translating from ``source``: its own, or one detected."""
+        return choose_translator(
+            runtime, self.model, source, self.target, first_of_several=self.first_of_several
+        )
+
 
 @dataclass(frozen=True)
 class Translated:
@@ -72,13 +78,7 @@ class Translated:
 
 async def translate(runtime: Runtime, client: Client, request: TranslationRequest) -> Translated:
     """``request`` translated, or the first step's refusal (``service.serving.errors``)."""
-    translator = choose_translator(
-        runtime,
-        request.model,
-        request.source,
-        request.target,
-        first_of_several=request.first_of_several,
-    )
+    translator = request.translator(runtime, request.source)
     source = canonical(request.source) if request.source else _first(translator.sources)
     target = canonical(request.target) if request.target else _first(translator.targets)
     options = _options(translator, request, source, target)
