@@ -31,6 +31,7 @@ from export.verify.embedding import Tolerances, read_sts
 from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest, write_manifest
 from service.engine.pooling import l2_normalize, mean_pool
 from service.engine.session import SessionConfig, create_session
+from tests.tiny_bert import TINY_BERT_SIZES, write_wordpiece_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 _WORDS_TEXT = (
@@ -41,8 +42,6 @@ _WORDS_TEXT = (
 )
 WORDS = _WORDS_TEXT.split()
 PIECES = ["##s", "##ing", "##ed", "##y", "##er", *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]]
-CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789.,!?;:'-()%/")
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MAX_SEQ = 24  # sentence-transformers' max_seq_length: the long check sentence is truncated
 STS_ROWS = [
     (4.8, "A man is playing a guitar.", "A man plays the guitar."),
@@ -54,55 +53,18 @@ STS_ROWS = [
 ]
 
 
-def _write_tokenizer(directory: Path) -> int:
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-
-    vocab = {tok: i for i, tok in enumerate(dict.fromkeys([*SPECIALS, *WORDS, *PIECES, *CHARS]))}
-    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-    )
-    tokenizer.decoder = decoders.WordPiece()
-    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]", length=128)  # like MiniLM's file: to be undone
-    tokenizer.enable_truncation(128)
-    tokenizer.save(str(directory / "tokenizer.json"))
-    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    config = {
-        "tokenizer_class": "BertTokenizer",
-        "do_lower_case": True,
-        "model_max_length": 512,
-        **{
-            k: v
-            for k, v in zip(
-                ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token"), SPECIALS, strict=True
-            )
-        },
-    }
-    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
-    return len(vocab)
-
-
 def make_tiny_st_model(directory: Path, *, pooling: str = "mean", normalize: bool = True) -> Path:
     """A random 2-layer BERT (hidden 32, 2 heads) as a sentence-transformers directory."""
     import torch
     from transformers import BertConfig, BertModel
 
     directory.mkdir(parents=True, exist_ok=True)
-    vocab_size = _write_tokenizer(directory)
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        initializer_range=0.3,  # larger than BERT's 0.02: outputs that depend on the input
+    # padded and truncated at 128 in tokenizer.json, like MiniLM's file: the export undoes both
+    vocab_size = write_wordpiece_tokenizer(
+        directory, WORDS, PIECES, model_max_length=512, truncation=128, padding=128
     )
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=vocab_size, **TINY_BERT_SIZES)
     BertModel(config).eval().save_pretrained(str(directory))
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
