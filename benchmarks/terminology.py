@@ -121,14 +121,20 @@ def terminology_set(
     return dictionary, sentences
 
 
+def has_term(output: str, term: str) -> bool:
+    """Whether ``term`` stands in ``output`` exactly as given, as a word: no letter or digit
+    touching it on either side (so "four" stands in "a four-wheeler", as a constrained search
+    allows it, but not in "fourteen")."""
+    return re.search(rf"(?<![^\W_]){re.escape(term)}(?![^\W_])", output) is not None
+
+
 def term_accuracy(outputs: Sequence[str], sentences: Sequence[TermSentence]) -> float:
-    """The share of required target terms present in the outputs, exactly as given (as a word)."""
+    """The share of required target terms present in the outputs (``has_term``)."""
     required = present = 0
     for output, sentence in zip(outputs, sentences, strict=True):
-        found = set(words(output))
         for _, target in sentence.terms:
             required += 1
-            present += target in found
+            present += has_term(output, target)
     return present / required if required else 1.0
 
 

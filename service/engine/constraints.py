@@ -124,6 +124,16 @@ class Constraints:
     def done(self, state: ConstraintState) -> bool:
         return len(state.met) == len(self.phrases)
 
+    def holds(self, tokens: Iterable[int]) -> bool:
+        """Whether ``tokens`` (a result, without ``</s>``) meet every phrase as the constrained
+        search would have them: each one spelled token for token, none glued to the word after it."""
+        state = self.start
+        for token in tokens:
+            if not self.allows(state, token):
+                return False
+            state = self.advance(state, token)
+        return self.done(state)
+
     def progress(self, state: ConstraintState) -> int:
         """Constraint tokens produced: the hypothesis' bank."""
         return state.matched + state.at

@@ -99,14 +99,21 @@ class RunningDecode:
         bos_id, eos_id = special
         self.can_align = can_align
         self.search = Search(bos_id, eos_id)
+        # Sentences with required phrases searching free first: their source, options, constraints
+        self._free_first: dict[SentenceSearch, tuple[Encoded, TranslateOptions, Constraints]] = {}
+        # Constrained searches of sentences whose free results missed a phrase, not yet running
+        # (a decoder that cannot join sentences midway takes them once the running ones are done)
+        self._again: list[tuple[SentenceSearch, Encoded]] = []
 
     @property
     def sentences(self) -> list[SentenceSearch]:
-        return self.search.sentences
+        """The sentences not finished: running, or waiting to start again under constraints."""
+        return self.search.sentences + [s for s, _ in self._again]
 
     @property
     def rows(self) -> int:
-        return self.decoder.rows
+        """The rows the unfinished sentences take: running, or about to (``sentences``)."""
+        return self.decoder.rows + sum(s.k for s, _ in self._again)
 
     def can_admit(self) -> bool:
         return not self.search.sentences or self.decoder.joins_midway
@@ -132,25 +139,42 @@ class RunningDecode:
     def admit(self, entries: Sequence[tuple[Any, Encoded, TranslateOptions]]) -> list[SentenceSearch]:
         """Encode ``entries`` (key, source, options) and append their rows; → those done at once
         (a limit below one token). Required phrases that cannot be met raise
-        ``ConstraintUnsatisfiable`` (``OnnxTranslator.prepare`` turns them away before)."""
-        searches = [
-            SentenceSearch(
-                key,
-                beam_size=options.beam_size,
-                max_len=self.limit(options),
-                n_best=options.n_best,
-                length_penalty=options.length_penalty,
-                with_attention=options.alignments and self.can_align,
-                source_len=source.n_tokens,
-                forced_first=self.forced_first(options),
-                early_stopping=self.early_stopping,
-                constraints=sentence_constraints(
-                    self.speller, options, self.limit(options), self.forced_first(options)
-                ),
+        ``ConstraintUnsatisfiable`` (``OnnxTranslator.prepare`` turns them away before).
+
+        A sentence with required phrases searches free first: if its results hold every phrase,
+        they stand; otherwise it starts again under its constraints (``step``). The free search is
+        the model's own choice, which a constrained search, splitting its beam between hypotheses
+        by the phrases they have met, finds less often (docs/decisions.md)."""
+        searches = []
+        for key, source, options in entries:
+            constraints = sentence_constraints(
+                self.speller, options, self.limit(options), self.forced_first(options)
             )
-            for key, source, options in entries
-        ]
-        starting = [(s, e[1]) for s, e in zip(searches, entries, strict=True) if not s.done]
+            search = self._new_search(key, source, options, None)
+            if constraints is not None:
+                self._free_first[search] = (source, options, constraints)
+            searches.append(search)
+        self._start([(s, e[1]) for s, e in zip(searches, entries, strict=True) if not s.done])
+        return [s for s in searches if s.done]
+
+    def _new_search(
+        self, key: Any, source: Encoded, options: TranslateOptions, constraints: Constraints | None
+    ) -> SentenceSearch:
+        return SentenceSearch(
+            key,
+            beam_size=options.beam_size,
+            max_len=self.limit(options),
+            n_best=options.n_best,
+            length_penalty=options.length_penalty,
+            with_attention=options.alignments and self.can_align,
+            source_len=source.n_tokens,
+            forced_first=self.forced_first(options),
+            early_stopping=self.early_stopping,
+            constraints=constraints,
+        )
+
+    def _start(self, starting: list[tuple[SentenceSearch, Encoded]]) -> None:
+        """The encoder on ``starting``'s sources, their rows after the running ones."""
         starting.sort(key=lambda pair: pair[1].n_tokens)
         lengths = [source.n_tokens for _, source in starting]
         runs = [(0, len(starting))] if starting else []
@@ -168,24 +192,44 @@ class RunningDecode:
             self.decoder.admit(self.backend.encode(ids), mask, repeats, shortlists)
             for s, _ in starting[start:end]:
                 self.search.add(s)
-        return [s for s in searches if s.done]
 
     def step(self) -> list[SentenceSearch]:
-        """One decoder step over every running row; → the sentences that finished."""
-        self.decoder.with_attention = any(s.with_attention for s in self.sentences)
-        width = min(2 * max(s.k for s in self.sentences), self.shape.vocab_size)
+        """One decoder step over every running row (the sentences starting again under their
+        constraints join first, when the decoder can take them); → the sentences that finished."""
+        if self._again and self.can_admit():
+            again, self._again = self._again, []
+            self._start(again)
+        self.decoder.with_attention = any(s.with_attention for s in self.search.sentences)
+        width = min(2 * max(s.k for s in self.search.sentences), self.shape.vocab_size)
         wanted = self.search.wanted_tokens()
         scores, attention = self.decoder.step_candidates(self.search.last_tokens(), width, wanted)
         rows, finished = self.search.advance(scores, attention)
         self.decoder.reorder(rows)
-        return finished
+        return [s for s in finished if self._stands(s)]
+
+    def _stands(self, search: SentenceSearch) -> bool:
+        """Whether a finished search's results are the sentence's: a free-first search's only if
+        each holds every required phrase; else its constrained search is queued in its place."""
+        plan = self._free_first.pop(search, None)
+        if plan is None:
+            return True
+        source, options, constraints = plan
+        results = search.results()
+        if results and all(constraints.holds(h.tokens) for h in results):
+            return True
+        self._again.append((self._new_search(search.key, source, options, constraints), source))
+        return False
 
     def remove(self, gone: Callable[[SentenceSearch], bool]) -> list[SentenceSearch]:
         """Take the sentences ``gone`` flags out of the running decode at once (their rows free)."""
-        removed = [s for s in self.sentences if gone(s)]
+        removed = [s for s in self.search.sentences if gone(s)]
         if removed:
             self.decoder.reorder(self.search.remove(gone))
-        return removed
+        for s in removed:
+            self._free_first.pop(s, None)
+        waiting = [s for s, _ in self._again if gone(s)]
+        self._again = [(s, source) for s, source in self._again if not gone(s)]
+        return removed + waiting
 
 
 def _shortlist(vmap: VocabularyMap, search: SentenceSearch, source: Encoded) -> np.ndarray:

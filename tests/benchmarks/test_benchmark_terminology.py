@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from benchmarks.terminology import learn_dictionary, term_accuracy, term_sentences, terminology_set
+from benchmarks.terminology import has_term, learn_dictionary, term_accuracy, term_sentences, terminology_set
 
 TRAIN = [
     ("a black horse runs", "ein schwarzes Pferd rennt"),
@@ -50,3 +50,9 @@ def test_the_set_is_built_from_train_and_the_test_split_only(tmp_path: Path) -> 
     assert dictionary["horse"] == "pferd"
     assert [s.source for s in sentences] == ["the horse eats grass"]
     assert ("horse", "Pferd") in sentences[0].terms
+
+
+def test_a_term_counts_as_a_word_exactly_as_written() -> None:
+    assert has_term("A man rides a four-wheeler.", "four") and has_term("Four men.", "Four")
+    assert not has_term("fourteen men", "four") and not has_term("Four men.", "four")
+    assert not has_term("the dogs", "dog") and has_term("the dog.", "dog")

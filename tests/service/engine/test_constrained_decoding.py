@@ -188,3 +188,73 @@ def test_a_shortlist_decode_keeps_the_constraint_tokens(shortlist_artefact: Path
     batch = [TranslateItem(text, TranslateOptions(beam_size=2, required=("bike",))) for text in TEXTS[1:4]]
     for result in engine.translate(batch):
         assert all(holds(h, "bike") for h in ok(result).hypotheses)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_free_result_that_holds_every_phrase_is_the_result(translator: OnnxTranslator, beam: int) -> None:
+    """Required words the free search writes anyway change nothing: its result stands (the
+    constrained search, splitting its beam by the phrases met, would often find a worse one);
+    a word it does not write sends the sentence to the constrained search."""
+    free = translator.translate([TranslateItem(text, TranslateOptions(beam_size=beam)) for text in TEXTS])
+    (absent,) = random_phrases(translator, 1, seed=50 + beam)
+    stood = 0
+    for text, result in zip(TEXTS, free, strict=True):
+        best = ok(result).hypotheses[0]
+        ids = [translator.tokenizer.token_to_id(t) for t in best.tokens]
+        for required in (tuple(best.text.split()[:2]), (absent,)):
+            (constrained,) = translator.translate(
+                [TranslateItem(text, TranslateOptions(beam_size=beam, required=required))]
+            )
+            assert all(holds(h, phrase) for h in ok(constrained).hypotheses for phrase in required)
+            constraints = translator.speller.constraints(required, 64)
+            if constraints is not None and constraints.holds(ids):
+                same(constrained, result)
+                stood += 1
+            else:
+                assert ok(constrained).hypotheses[0].tokens != best.tokens
+    assert stood >= len(TEXTS) // 2  # most free results hold their own first words
+
+
+def test_a_result_holds_every_phrase_in_each_of_its_n_best(translator: OnnxTranslator) -> None:
+    """A phrase only the best free hypothesis holds sends the sentence to the constrained search,
+    whose every hypothesis holds it."""
+    items = [TranslateItem(text, TranslateOptions(beam_size=4, n_best=4)) for text in TEXTS]
+    for item, result in zip(items, translator.translate(items), strict=True):
+        best, *others = ok(result).hypotheses
+        only_best = [w for w in best.text.split() if not any(w in h.text.split() for h in others)]
+        if not only_best:
+            continue
+        options = TranslateOptions(beam_size=4, n_best=4, required=(only_best[0],))
+        (constrained,) = translator.translate([TranslateItem(item.text, options)])
+        assert all(holds(h, only_best[0]) for h in ok(constrained).hypotheses)
+        return
+    pytest.fail("no sentence has a word only its best hypothesis writes")
+
+
+def test_a_sentence_waiting_to_search_again_under_its_constraints_can_leave(
+    translation_checkpoint: Path, tmp_path: Path
+) -> None:
+    """On a decoder that admits only into an empty decode (the device backend), a sentence whose
+    free search missed its phrase waits for the running ones; it counts among the decode's
+    sentences and rows, leaves when abandoned, else starts once the decode empties."""
+    positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", POSITIONS_DECODER)
+    engine = OnnxTranslator(positions, SessionConfig("cpu", 1), io_binding=True)
+    (phrase,) = random_phrases(engine, 1, seed=40)
+    long = TranslateItem(TEXTS[0], TranslateOptions(beam_size=2, max_length=40))
+    short = TranslateItem(TEXTS[1], TranslateOptions(beam_size=2, max_length=6, required=(phrase,)))
+    results: list[Translation | Exception | None] = [None, None]
+    encoded = engine.prepare([long, short], results)
+    for abandon in (True, False):
+        decode = engine.new_decode()
+        assert not decode.decoder.joins_midway
+        decode.admit([(0, encoded[0], long.options), (1, encoded[1], short.options)])
+        finished: list[int] = []
+        while 1 in {s.key for s in decode.search.sentences}:  # the short one's free search
+            finished += [s.key for s in decode.step()]
+        assert finished == [] and [s.key for s in decode.sentences] == [0, 1] and decode.rows == 4
+        if abandon:
+            assert [s.key for s in decode.remove(lambda s: s.key == 1)] == [1]
+            assert [s.key for s in decode.sentences] == [0]
+        while decode.sentences:
+            finished += [s.key for s in decode.step()]
+        assert finished == ([0] if abandon else [0, 1])

@@ -223,3 +223,11 @@ def test_no_piece_glues_itself_to_a_phrase_just_met(beam: int) -> None:
     met = c.advance(c.start, 5)
     assert met.just_met and not c.allows(met, 6) and c.allows(met, 4) and c.allows(c.start, 6)
     assert not c.advance(met, 4).just_met and c.done(c.advance(met, 4))
+
+
+def test_a_result_holds_its_phrases_as_the_constrained_search_would_have_them() -> None:
+    c = Constraints([[(5, 6)], [(7,)]], continuing=frozenset({8}))
+    assert c.holds([1, 7, 2, 5, 6, 3]) and c.holds([5, 6, 7])
+    assert not c.holds([5, 2, 6, 7])  # a phrase broken off counts for nothing
+    assert not c.holds([5, 6, 3])  # one phrase missing
+    assert not c.holds([5, 6, 8, 7])  # a piece glued to a phrase just met
