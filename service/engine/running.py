@@ -141,10 +141,11 @@ class RunningDecode:
         (a limit below one token). Required phrases that cannot be met raise
         ``ConstraintUnsatisfiable`` (``OnnxTranslator.prepare`` turns them away before).
 
-        A sentence with required phrases searches free first: if its results hold every phrase,
-        they stand; otherwise it starts again under its constraints (``step``). The free search is
-        the model's own choice, which a constrained search, splitting its beam between hypotheses
-        by the phrases they have met, finds less often (docs/decisions.md)."""
+        A sentence with required phrases searches free first: the best of its finished
+        hypotheses that hold every phrase are its results, if there are ``n_best`` of them;
+        otherwise it starts again under its constraints (``step``). The free search's hypotheses
+        are the model's own choice, which a constrained search, splitting its beam between
+        hypotheses by the phrases they have met, finds less often (docs/decisions.md)."""
         searches = []
         for key, source, options in entries:
             constraints = sentence_constraints(
@@ -208,14 +209,14 @@ class RunningDecode:
         return [s for s in finished if self._stands(s)]
 
     def _stands(self, search: SentenceSearch) -> bool:
-        """Whether a finished search's results are the sentence's: a free-first search's only if
-        each holds every required phrase; else its constrained search is queued in its place."""
+        """Whether a finished search's results are the sentence's: a free-first search's best
+        finished hypotheses that hold every required phrase, if ``n_best`` of them do; else its
+        constrained search is queued in its place."""
         plan = self._free_first.pop(search, None)
         if plan is None:
             return True
         source, options, constraints = plan
-        results = search.results()
-        if results and all(constraints.holds(h.tokens) for h in results):
+        if search.keep_finished(constraints.holds):
             return True
         self._again.append((self._new_search(search.key, source, options, constraints), source))
         return False

@@ -5,7 +5,7 @@ many of them together over one decoder.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Literal
@@ -91,6 +91,11 @@ class SentenceSearch:
 
     def results(self) -> list[TokenHypothesis]:
         return sorted(self.finished, key=lambda h: -h.score)[: self.n_best]
+
+    def keep_finished(self, holds: Callable[[list[int]], bool]) -> bool:
+        """Keep the finished hypotheses whose tokens ``holds``; → whether ``n_best`` are left."""
+        self.finished = [h for h in self.finished if holds(h.tokens)]
+        return len(self.finished) >= self.n_best
 
     def last_tokens(self, bos_id: int) -> np.ndarray:
         return self.history[:, -1] if self.steps else np.full(self.k, bos_id, dtype=np.int64)

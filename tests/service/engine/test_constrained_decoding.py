@@ -215,6 +215,24 @@ def test_a_free_result_that_holds_every_phrase_is_the_result(translator: OnnxTra
     assert stood >= len(TEXTS) // 2  # most free results hold their own first words
 
 
+def test_the_best_free_hypothesis_that_holds_every_phrase_is_the_result(translator: OnnxTranslator) -> None:
+    """A phrase the best free hypothesis misses but another finished one holds: that one is
+    the result, without a constrained search."""
+    items = [TranslateItem(text, TranslateOptions(beam_size=4, n_best=4)) for text in TEXTS]
+    for item, result in zip(items, translator.translate(items), strict=True):
+        best, second, *_ = ok(result).hypotheses
+        ids = [translator.tokenizer.token_to_id(t) for t in best.tokens]
+        for word in second.text.split():
+            constraints = translator.speller.constraints((word,), 64)
+            assert constraints is not None
+            if not constraints.holds(ids):
+                options = TranslateOptions(beam_size=4, required=(word,))
+                (constrained,) = translator.translate([TranslateItem(item.text, options)])
+                assert ok(constrained).hypotheses[0].tokens == second.tokens
+                return
+    pytest.fail("no second hypothesis has a word the best one does not")
+
+
 def test_a_result_holds_every_phrase_in_each_of_its_n_best(translator: OnnxTranslator) -> None:
     """A phrase only the best free hypothesis holds sends the sentence to the constrained search,
     whose every hypothesis holds it."""
