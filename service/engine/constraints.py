@@ -7,7 +7,8 @@ and merge its last piece with the punctuation after it (``PhraseSpeller``) — a
 hypothesis carries a ``ConstraintState``: the phrases it has met and the phrase it is in the
 middle of. The search (``search.SentenceSearch``) asks a sentence's
 ``Constraints`` which tokens move a hypothesis on, how many tokens it still needs at least, and
-ranks hypotheses into banks by their progress (``progress``).
+ranks hypotheses into banks by their progress (``progress``); the running decode
+(``running.RunningDecode``) asks whether a free search's result already ``holds`` them.
 
 Rules: each phrase is met once, in any order; one spelling of it, token for token; a phrase once
 started must be continued or it is abandoned (its tokens so far count for nothing); ``</s>`` only
