@@ -160,9 +160,9 @@ class Settings(BaseSettings):
     api_key_quotas: Annotated[dict[str, KeyQuota], NoDecode] = Field(default_factory=dict)
 
     # Glossaries (service/glossaries): one JSON file each under glossary_dir (created at the first
-    # glossary; a writable volume where the root is read-only), read at start. Bounds: a
-    # glossary's entries, a term's characters, and all glossaries together (their count and the
-    # bytes of their files), whichever API key made them.
+    # glossary; a writable volume where the root is read-only), shared by every process using it.
+    # Bounds: a glossary's entries, a term's characters, and all glossaries together (their count
+    # and the bytes of their files), whichever API key made them.
     glossary_dir: Path = Path(".glossaries")
     glossary_max_entries: int = Field(default=10_000, ge=1, le=1_000_000)
     glossary_max_term_chars: int = Field(default=200, ge=1, le=10_000)
