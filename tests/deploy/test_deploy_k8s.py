@@ -5,6 +5,7 @@ with the service's settings and with each other."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from deploy_helpers import (
     OVERLAYS,
     REPO,
     by_kind,
+    kustomize_build,
     require_tool,
     run,
     yaml,
@@ -369,6 +371,45 @@ def test_gpu_overlay(built: dict[str, list[dict[str, Any]]]) -> None:
     assert config["TSERVE_SHUTDOWN_GRACE_S"] == _configmap(built["base"])["TSERVE_SHUTDOWN_GRACE_S"]
     metrics = [m["type"] for m in by_kind(docs, "HorizontalPodAutoscaler")["spec"]["metrics"]]
     assert metrics == ["Pods"]
+
+
+def test_shared_glossaries_component(
+    built: dict[str, list[dict[str, Any]]], kubectl: str, tmp_path: Path
+) -> None:
+    """k8s/components/shared-glossaries on the cpu overlay: the glossary directory on a
+    ReadWriteMany claim, everything else as the overlay has it."""
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(KUSTOMIZATIONS["cpu"], tmp_path)],
+                "components": [os.path.relpath(K8S / "components" / "shared-glossaries", tmp_path)],
+            }
+        ),
+        encoding="utf-8",
+    )
+    docs = kustomize_build(kubectl, tmp_path)
+    claim = by_kind(docs, "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    config = _configmap(docs)
+    mount = next(
+        m for m in _container(docs)["volumeMounts"] if m["mountPath"] == config["TSERVE_GLOSSARY_DIR"]
+    )
+    volumes = {v["name"]: v for v in by_kind(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mount["name"]]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert "emptyDir" in volumes["tmp"]
+    overlay = _configmap(built["cpu"])
+    assert overlay["TSERVE_GLOSSARY_DIR"].startswith("/tmp/")  # without it: the pod's own emptyDir
+    assert {k: v for k, v in config.items() if k != "TSERVE_GLOSSARY_DIR"} == {
+        k: v for k, v in overlay.items() if k != "TSERVE_GLOSSARY_DIR"
+    }
+    assert sorted(d["kind"] for d in docs) == sorted(
+        [*(d["kind"] for d in built["cpu"]), "PersistentVolumeClaim"]
+    )
+    for version in K8S_VERSIONS:
+        for doc in (d for d in docs if (d["apiVersion"], d["kind"]) not in CRD_KINDS):
+            kubernetes_validate.validate(doc, version, strict=True)
 
 
 def test_prometheus_adapter_rule_exposes_the_hpa_metric() -> None:
