@@ -14,6 +14,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,19 @@ def compose_for_this_machine(
     return compose
 
 
+@dataclass
+class Stack:
+    urls: dict[str, str]  # service name → its address on this machine
+    command: list[str]  # podman-compose with the project and its file
+    env: dict[str, str]
+
+    def run(self, *args: str) -> None:
+        done = run([*self.command, *args], timeout=300, env=self.env)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
-def stack(
-    engine: Engine, cpu_image: Build, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, str]]:
+def stack(engine: Engine, cpu_image: Build, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     compose_cli = shutil.which("podman-compose")
     if engine.name != "podman" or compose_cli is None:
         pytest.skip("needs podman-compose (Debian package, bash .ci/install-tools.sh)")
@@ -91,21 +101,24 @@ def stack(
     (folder / "compose.yaml").write_text(yaml.safe_dump(compose))
     project = f"tservecompose{uuid.uuid4().hex[:6]}"
     command = [compose_cli, "-p", project, "-f", str(folder / "compose.yaml")]
-    up = run([*command, "up", "-d"], timeout=300, env=engine.env)
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    stack = Stack(urls, command, engine.env)
     try:
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        yield {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+        stack.run("up", "-d")
+        yield stack
     finally:
         run([*command, "down"], timeout=180, env=engine.env)
-        engine("volume", "rm", "--force", f"{project}_prometheus-data")
+        for volume in compose["volumes"]:
+            engine("volume", "rm", "--force", f"{project}_{volume}")
 
 
-def test_prometheus_scrapes_the_service_by_its_compose_name(stack: dict[str, str]) -> None:
-    wait_for_status(f"{stack['tserve']}/health/ready", 200, 180)
+def test_prometheus_scrapes_the_service_by_its_compose_name(stack: Stack) -> None:
+    urls = stack.urls
+    wait_for_status(f"{urls['tserve']}/health/ready", 200, 180)
     httpx.post(
-        f"{stack['tserve']}/v1/translate", json={"text": "A dog runs on the beach."}, timeout=60
+        f"{urls['tserve']}/v1/translate", json={"text": "A dog runs on the beach."}, timeout=60
     ).raise_for_status()
-    query = f"{stack['prometheus']}/api/v1/query"
+    query = f"{urls['prometheus']}/api/v1/query"
     deadline = time.monotonic() + 90  # scrape_interval 15 s in prometheus.yml
     found: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
@@ -121,5 +134,25 @@ def test_prometheus_scrapes_the_service_by_its_compose_name(stack: dict[str, str
     assert {series["metric"]["instance"] for series in found} == {"tserve:8000"}
     up = httpx.get(query, params={"query": 'up{job="tserve"}'}, timeout=10).json()["data"]["result"]
     assert [series["value"][1] for series in up] == ["1"]
-    rules = httpx.get(f"{stack['prometheus']}/api/v1/rules", timeout=10).json()["data"]["groups"]
+    rules = httpx.get(f"{urls['prometheus']}/api/v1/rules", timeout=10).json()["data"]["groups"]
     assert rules, "the alert rules of docker/prometheus/alerts.yml were not loaded"
+
+
+def test_glossaries_outlive_the_container_on_their_named_volume(stack: Stack) -> None:
+    """A glossary created through one container is there in the next one (``down``, ``up``:
+    a new container, the named volume kept), under the read-only root and the uid 10001."""
+    tserve = stack.urls["tserve"]
+    wait_for_status(f"{tserve}/health/ready", 200, 180)
+    entries = [{"source": "beach", "target": "Strand"}]
+    body = {"name": "shore", "source_language": "en", "target_language": "de", "entries": entries}
+    created = httpx.post(f"{tserve}/v1/glossaries", json=body, timeout=30)
+    assert created.status_code == 201, created.text
+    stack.run("down")
+    stack.run("up", "-d")
+    wait_for_status(f"{tserve}/health/ready", 200, 180)
+    kept = httpx.get(f"{tserve}/v1/glossaries/{created.json()['id']}", timeout=30)
+    assert kept.status_code == 200, kept.text
+    assert kept.json()["entries"][0]["target"] == "Strand"
+    asked = {"text": "A dog runs on the beach.", "glossary": "shore"}
+    translated = httpx.post(f"{tserve}/v1/translate", json=asked, timeout=60)
+    assert translated.status_code == 200 and "Strand" in translated.text, translated.text
