@@ -111,14 +111,23 @@ class SessionConfig:
     """How an engine's onnxruntime sessions run; one value from the settings to every graph.
 
     intra_op_threads 0 is onnxruntime's default (one per core); ``provider`` as in
-    ``resolve_providers``; ``device_id`` the CUDA device.
+    ``resolve_providers``; ``device_id`` the CUDA device; ``allow_spinning`` None: as
+    ``spinning`` chooses for the provider the session gets.
     """
 
     provider: ProviderPref | str = "auto"
     intra_op_threads: int = 0
     inter_op_threads: int = 1
-    allow_spinning: bool = True
+    allow_spinning: bool | None = None
     device_id: int = 0
+
+
+def spinning(config: SessionConfig, providers: list[Any]) -> bool:
+    """Whether the session's threads spin between calls: as configured, else on the CPU only.
+    A CUDA session's CPU threads run only the shape ops onnxruntime keeps on the host; spinning
+    there keeps cores busy that the serving threads (HTTP, tokenizing, the search) need, the
+    high CPU use with GPU providers reported in onnxruntime#26847 and #17268."""
+    return config.allow_spinning if config.allow_spinning is not None else providers == [CPU]
 
 
 DEFAULT_SESSION = SessionConfig()
@@ -137,7 +146,7 @@ def create_session(path: Path, config: SessionConfig = DEFAULT_SESSION) -> ort.I
     """Load one graph; an unloadable file is an ``ArtefactError`` naming it."""
     providers = resolve_providers(config.provider, config.device_id)
     so = session_options(
-        config.intra_op_threads, config.inter_op_threads, allow_spinning=config.allow_spinning
+        config.intra_op_threads, config.inter_op_threads, allow_spinning=spinning(config, providers)
     )
     try:
         session = ort.InferenceSession(

@@ -22,6 +22,7 @@ from service.engine.session import (
     gather_model_bytes,
     resolve_providers,
     session_options,
+    spinning,
 )
 
 
@@ -71,6 +72,34 @@ def test_session_options_follow_the_thread_settings() -> None:
     assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     assert not so.enable_mem_pattern
     assert session_options(1, 2).execution_mode == ort.ExecutionMode.ORT_PARALLEL
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider'")
+def test_threads_spin_on_the_cpu_only_unless_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CUDA session's CPU threads block between calls (they run only shape ops); a CPU
+    session's spin; a configured value wins either way."""
+    assert spinning(SessionConfig(), [CPU]) and not spinning(SessionConfig(), [(CUDA, {}), CPU])
+    assert not spinning(SessionConfig(allow_spinning=False), [CPU])
+    assert spinning(SessionConfig(allow_spinning=True), [(CUDA, {}), CPU])
+    off = session_options(1, 1, allow_spinning=False)
+    assert off.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    asked: list[bool] = []
+    real = sess.session_options
+
+    def recorded(*args: int, allow_spinning: bool) -> ort.SessionOptions:
+        asked.append(allow_spinning)
+        return real(*args, allow_spinning=allow_spinning)
+
+    monkeypatch.setattr(sess, "session_options", recorded)
+    path = tmp_path / "gather.onnx"
+    path.write_bytes(gather_model_bytes("float32", 0, 2))
+    monkeypatch.setattr(sess, "resolve_providers", lambda *_: [(CUDA, {}), CPU])
+    create_session(path)  # onnxruntime without CUDA runs it on the CPU, as asked second
+    monkeypatch.setattr(sess, "resolve_providers", lambda *_: [CPU])
+    create_session(path)
+    assert asked == [False, True]
 
 
 def test_an_unloadable_graph_is_an_artefact_error_naming_it(tmp_path: Path) -> None:
