@@ -45,6 +45,12 @@ DROPPED = Counter(
     ["model", "reason"],
 )
 ITEM_ERRORS = Counter(f"{PREFIX}_item_errors", "Items that failed inside a batch", ["model"])
+CONSTRAINED_SENTENCES = Counter(
+    f"{PREFIX}_constrained_sentences",
+    "Sentences with required phrases (glossary terms, kept spans) by the search whose result they "
+    "got: free (its best hypotheses held every phrase) or constrained (searched again under them)",
+    ["model", "search"],
+)
 MODEL_INFO = Gauge(
     f"{PREFIX}_model_info", "Loaded models (value 1)", ["model", "task", "variant", "provider"]
 )

@@ -25,6 +25,7 @@ from service.engine.search import Search
 from service.engine.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
 from service.engine.shortlist import VocabularyMap
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
+from service.metrics import CONSTRAINED_SENTENCES, labelled
 
 ENCODER_ROWS = 64  # sentences per encoder run at most: more gain nothing, and it bounds the cut's search
 
@@ -85,6 +86,7 @@ class RunningDecode:
         default_forced_first: int | None = None,  # for options that force none
         early_stopping: EarlyStopping = True,  # when beam searches stop: the artefact's rule
         speller: PhraseSpeller | None = None,  # required phrases → constraints (the target vocabulary's)
+        model: str = "",  # the engine's name, for the metrics
     ) -> None:
         if vocabulary_map is not None and not decoder.steps_over_shortlists:
             raise ValueError(f"{type(decoder).__name__} does not step over vocabulary shortlists")
@@ -96,6 +98,7 @@ class RunningDecode:
         self.default_forced_first = default_forced_first
         self.early_stopping = early_stopping
         self.speller = speller
+        self.model = model
         bos_id, eos_id = special
         self.can_align = can_align
         self.search = Search(bos_id, eos_id)
@@ -216,10 +219,11 @@ class RunningDecode:
         if plan is None:
             return True
         source, options, constraints = plan
-        if search.keep_finished(constraints.holds):
-            return True
-        self._again.append((self._new_search(search.key, source, options, constraints), source))
-        return False
+        held = search.keep_finished(constraints.holds)
+        labelled(CONSTRAINED_SENTENCES, self.model, "free" if held else "constrained").inc()
+        if not held:
+            self._again.append((self._new_search(search.key, source, options, constraints), source))
+        return held
 
     def remove(self, gone: Callable[[SentenceSearch], bool]) -> list[SentenceSearch]:
         """Take the sentences ``gone`` flags out of the running decode at once (their rows free)."""

@@ -270,6 +270,7 @@ class OnnxTranslator:
             self.default_forced_first,
             self.info.early_stopping,
             self.speller,
+            self.name,
         )
 
     def _decode(

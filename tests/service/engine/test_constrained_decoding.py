@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import TranslateItem, TranslateOptions, Translation, TranslationHypothesis
@@ -197,6 +198,7 @@ def test_a_free_result_that_holds_every_phrase_is_the_result(translator: OnnxTra
     a word it does not write sends the sentence to the constrained search."""
     free = translator.translate([TranslateItem(text, TranslateOptions(beam_size=beam)) for text in TEXTS])
     (absent,) = random_phrases(translator, 1, seed=50 + beam)
+    counted = {search: searches(translator, search) for search in ("free", "constrained")}
     stood = 0
     for text, result in zip(TEXTS, free, strict=True):
         best = ok(result).hypotheses[0]
@@ -213,6 +215,14 @@ def test_a_free_result_that_holds_every_phrase_is_the_result(translator: OnnxTra
             else:
                 assert ok(constrained).hypotheses[0].tokens != best.tokens
     assert stood >= len(TEXTS) // 2  # most free results hold their own first words
+    assert searches(translator, "free") - counted["free"] == stood
+    assert searches(translator, "constrained") - counted["constrained"] == 2 * len(TEXTS) - stood
+
+
+def searches(engine: OnnxTranslator, search: str) -> float:
+    """The metrics' count of constrained sentences that got their result from ``search``."""
+    labels = {"model": engine.name, "search": search}
+    return REGISTRY.get_sample_value("tserve_constrained_sentences_total", labels) or 0.0
 
 
 def test_the_best_free_hypothesis_that_holds_every_phrase_is_the_result(translator: OnnxTranslator) -> None:
