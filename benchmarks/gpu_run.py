@@ -40,10 +40,14 @@ class Sizes:
     embed_seconds: float  # each in-process embedding run lasts at least this long
     http_seconds: float  # each HTTP load level
     rounds: int  # runs per system, best kept (Hugging Face generate: one, each lasting seconds)
+    # the embedding shape rows (benchmarks/gpu_shapes.py): a sample of STS-dev sentences, small
+    # enough that one pass stays short even where new shapes are slow, and each run's least seconds
+    shape_sentences: int
+    shape_seconds: float
 
 
-FULL = Sizes(None, None, 512, (32, 64, 128), 10, None, 128, 3.0, 4.0, 2)
-QUICK = Sizes(40, 100, 12, (4, 8), 3, 192, 32, 0.3, 1.0, 1)
+FULL = Sizes(None, None, 512, (32, 64, 128), 10, None, 128, 3.0, 4.0, 2, 512, 1.5)
+QUICK = Sizes(40, 100, 12, (4, 8), 3, 192, 32, 0.3, 1.0, 1, 96, 0.2)
 
 
 @dataclass

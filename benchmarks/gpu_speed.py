@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from benchmarks import gpu_shapes
 from benchmarks.common import Service, percentiles_ms, sts_sentences
 from benchmarks.embedding import InProcessRun, in_process
 from benchmarks.gpu_baselines import (
@@ -391,5 +392,6 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
 def run(gpu: GpuRun, device_service: Service | None) -> None:
     gpu.guard("speed: translation", translation, gpu, device_service)
     gpu.guard("speed: embeddings", embeddings, gpu, device_service)
+    gpu.guard("speed: embedding shapes", gpu_shapes.run, gpu, ENGINE_THREADS)
     if device_service is not None:
         gpu.guard("speed: dynamic batching vs batch size 1", batching, gpu, device_service)
