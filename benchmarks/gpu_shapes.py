@@ -5,7 +5,7 @@ distinct input shapes), but 693/s over HTTP, where the service cuts requests int
 most max_batch_size sentences and max_batch_tokens, so that the input shape (rows, length)
 changes from batch to batch; the CPU provider shows no such gap. These rows measure the engine
 in-process, loaded as the service loads it (its default max_batch_size and max_batch_tokens),
-on one seeded sample of STS-dev sentences cut five ways, each row on an engine of its own (its
+on one seeded sample of STS-dev sentences cut six ways, each row on an engine of its own (its
 own CUDA arena and kernel choices):
 
 * fixed shapes (the baseline): batches of ``max_batch_size`` in length order, the same every pass,
@@ -19,7 +19,10 @@ own CUDA arena and kernel choices):
   (onnxruntime's default) instead of as requested (``resolve_providers``'s kSameAsRequested);
   CUDA only;
 * shape churn, 2 threads: as churn, two threads calling ``embed`` at once on one session (the
-  service's two worker threads), each its share of every pass's batches.
+  service's two worker threads), each its share of every pass's batches;
+* shape churn, the CPU's run cost: as churn, its batches cut where their padding would cost more
+  than ``RUN_COST_TOKENS`` (the CPU's cut, many runs) instead of only where the limits force
+  (``DEVICE_RUN_COST_TOKENS``, what an engine on CUDA does); CUDA only.
 
 Each row is ``embedding.in_process``'s sustained rate, best of the check's rounds, with the number
 of distinct shapes its session ran and its mean rows per run.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from service.artefacts import EMBEDDING_INPUT_IDS
 from service.engine import session as engine_session
 from service.engine.cuda import CUDA
 from service.engine.session import SessionConfig
+from service.engine.tokenizer import RUN_COST_TOKENS
 from service.settings import DEFAULT_EMBED_MODEL, Settings
 
 SEED = 41  # the issue's number: the sample and every row's draws
@@ -50,15 +55,18 @@ CHURN = "shape churn"
 POWER_OF_TWO = "kNextPowerOfTwo"
 CHURN_ARENA = f"shape churn, arena {POWER_OF_TWO}"
 CHURN_THREADS = "shape churn, 2 threads"
+CHURN_CPU_CUTS = "shape churn, the CPU's run cost"
 READING = (
     "embed shapes, how to read the rows: 'random sizes, shapes repeating' against 'fixed shapes' is "
     "what smaller, unsorted batches cost; 'shape churn' well below 'shapes repeating' is a cost paid "
     f"per new input shape; 'arena {POWER_OF_TWO}' well above 'shape churn' puts that cost on the "
     "CUDA arena's growth (kSameAsRequested); '2 threads' against 'shape churn' is what two worker "
-    "threads on one session gain or lose. shapes: distinct (rows, length) inputs the row's session "
-    "ran; rows_per_run: its mean rows per run (the engine cuts each batch where padding would cost "
-    "more than a run, RUN_COST_TOKENS in service/engine/tokenizer.py): a rate that falls with "
-    "rows_per_run, shapes repeating, is a cost per run rather than per shape."
+    "threads on one session gain or lose; 'the CPU's run cost' against 'shape churn' is what cutting "
+    "batches where padding would cost more than a CPU run (RUN_COST_TOKENS) costs on the device, "
+    "whose engines cut only where the limits force (DEVICE_RUN_COST_TOKENS, "
+    "service/engine/tokenizer.py). shapes: distinct (rows, length) inputs the row's session ran; "
+    "rows_per_run: its mean rows per run: a rate that falls with rows_per_run, shapes repeating, "
+    "is a cost per run rather than per shape."
 )
 
 Plan = Callable[[Sequence[str]], list[Sequence[str]]]
@@ -196,6 +204,12 @@ def run(gpu: GpuRun, threads: int) -> None:
     else:
         gpu.results.note(f"{CHURN_ARENA}: not measured, arena_extend_strategy is a CUDA option")
     systems.append(ShapeRun(CHURN_THREADS, engine(), RandomBatches(SEED, largest), lanes=2))
+    if gpu.provider == "cuda":
+        cpu_cuts = engine()
+        cpu_cuts.sub_batches = replace(cpu_cuts.sub_batches, run_cost_tokens=RUN_COST_TOKENS)
+        systems.append(ShapeRun(CHURN_CPU_CUTS, cpu_cuts, RandomBatches(SEED, largest)))
+    else:
+        gpu.results.note(f"{CHURN_CPU_CUTS}: not measured, the CPU's engines cut so already")
     for repeating in systems[:2]:
         repeating.embed(sentences)  # their shapes warm before the runs
     measured = in_process(systems, sentences, gpu.sizes.rounds, gpu.sizes.shape_seconds)

@@ -27,6 +27,7 @@ from service.artefacts import (
     load_and_verify,
 )
 from service.engine.base import Embedding, EmbedItem, Encoded
+from service.engine.cuda import CUDA
 from service.engine.pooling import l2_normalize, pool
 from service.engine.session import DEFAULT_SESSION, SessionConfig, open_graph, used_provider, warmup
 from service.engine.tokenizer import DEFAULT_SUB_BATCHES, SubBatches, TextTokenizer
@@ -52,6 +53,8 @@ class OnnxEmbedder:
         )
         self.session, self._inputs = open_graph(directory, self.manifest, "encoder", session)
         self.provider: str = used_provider(self.session)
+        if self.provider == CUDA:  # a run costs its launches there, not its padding
+            self.sub_batches = sub_batches.on_device()
         self._output = EMBEDDING_OUTPUT
 
     # -- Engine protocol --

@@ -11,7 +11,7 @@ its longest member only, and decides per item what an over-long text means — t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,16 +23,22 @@ from service.engine.base import Encoded, TextTooLong
 __all__ = ["Encoded", "SubBatches", "TextTokenizer", "padded_partition"]
 
 RUN_COST_TOKENS = 8
-"""What one more encoder run costs, in padded tokens: a run's fixed overhead against its
-per-token cost, which decides where a batch is cut (docs/decisions.md, "Batches are cut where
+"""What one more encoder run costs on the CPU, in padded tokens: a run's fixed overhead against
+its per-token cost, which decides where a batch is cut (docs/decisions.md, "Batches are cut where
 their padding costs least")."""
+DEVICE_RUN_COST_TOKENS = 1 << 20
+"""The same on CUDA: there a run costs its kernel launches (on the H100, a decoder step of our
+3-layer model took about 3 ms whatever its batch), and the padding a batch within its limits
+holds is computed in parallel at almost no cost, so a batch is cut only where its limits force."""
 
 
-def padded_partition(lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[tuple[int, int]]:
+def padded_partition(
+    lengths: Sequence[int], max_rows: int, max_tokens: int, run_cost: int = RUN_COST_TOKENS
+) -> list[tuple[int, int]]:
     """Cut ascending ``lengths`` into runs [start, end) of at most ``max_rows`` rows and
     ``max_tokens`` padded tokens (rows × longest; a single row may exceed it) that minimise
-    Σ (RUN_COST_TOKENS + rows × longest): a batch of sentences of 5 to 50 tokens is mostly
-    padding when run as one, and one run per sentence pays the run cost each time.
+    Σ (run_cost + rows × longest): a batch of sentences of 5 to 50 tokens is mostly padding
+    when run as one, and one run per sentence pays the run cost each time.
 
     Dynamic programming over the cut points: ``best[j]`` is the least cost of the first j.
     """
@@ -45,7 +51,7 @@ def padded_partition(lengths: Sequence[int], max_rows: int, max_tokens: int) -> 
             rows = end - start
             if rows > 1 and rows * longest > max_tokens:
                 break  # more rows only pad more
-            cost = best[start] + RUN_COST_TOKENS + rows * longest
+            cost = best[start] + run_cost + rows * longest
             if cost < best[end]:
                 best[end], start_of[end] = cost, start
     cuts: list[tuple[int, int]] = []
@@ -63,11 +69,17 @@ class SubBatches:
 
     max_rows: int = 64
     max_tokens: int = 16384
+    run_cost_tokens: int = RUN_COST_TOKENS
+
+    def on_device(self) -> SubBatches:
+        """The same limits for an engine on CUDA (``DEVICE_RUN_COST_TOKENS``)."""
+        return replace(self, run_cost_tokens=DEVICE_RUN_COST_TOKENS)
 
     def cut(self, lengths: Mapping[int, int]) -> list[list[int]]:
         """Item → token count in; the items, shortest first, in their runs out."""
         order = sorted(lengths, key=lengths.__getitem__)
-        runs = padded_partition([lengths[i] for i in order], self.max_rows, self.max_tokens)
+        lengths_in_order = [lengths[i] for i in order]
+        runs = padded_partition(lengths_in_order, self.max_rows, self.max_tokens, self.run_cost_tokens)
         return [order[start:end] for start, end in runs]
 
 

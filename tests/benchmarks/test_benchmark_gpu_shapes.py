@@ -17,6 +17,7 @@ from benchmarks.gpu_run import DEVICE_VARIANT, QUICK, GpuRun
 from benchmarks.gpu_shapes import (
     CHURN,
     CHURN_ARENA,
+    CHURN_CPU_CUTS,
     CHURN_THREADS,
     FIXED,
     REPEATING,
@@ -65,6 +66,7 @@ def test_the_rows_measure_fixed_shapes_against_churn_and_skip_the_arena_on_the_c
     assert rows[FIXED].extra["rows_per_run"] > rows[CHURN].extra["rows_per_run"]
     assert "arena" not in rows[CHURN].extra  # no CUDA options on a CPU session
     assert f"{CHURN_ARENA}: not measured, arena_extend_strategy is a CUDA option" in gpu.results.notes
+    assert f"{CHURN_CPU_CUTS}: not measured, the CPU's engines cut so already" in gpu.results.notes
     assert gpu.results.notes[-1] == gpu_shapes.READING
     assert engine_session.resolve_providers is resolve
 

@@ -176,3 +176,17 @@ async def test_served_from_its_artefact_by_the_setting(artefact: Path) -> None:
             r = await client.post("/rerank", json={"query": QUERY, "texts": TEXTS[:2]})
             assert r.status_code == 200 and len(r.json()) == 2
             assert (await client.post("/v1/embed", json={"texts": ["a"]})).status_code == 404
+
+
+def test_a_reranker_on_cuda_cuts_its_batches_as_a_device_does(
+    artefact: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the embedder (tests/service/engine/test_embedder.py): the device's run cost on CUDA."""
+    from service.engine import reranker as reranker_module
+    from service.engine.cuda import CUDA
+    from service.engine.tokenizer import SubBatches
+
+    limits = SubBatches(8, 512)
+    assert OnnxReranker(artefact, SessionConfig("cpu", 1), limits).sub_batches == limits
+    monkeypatch.setattr(reranker_module, "used_provider", lambda _: CUDA)
+    assert OnnxReranker(artefact, SessionConfig("cpu", 1), limits).sub_batches == limits.on_device()

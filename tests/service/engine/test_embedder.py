@@ -136,6 +136,21 @@ def test_mixed_lengths_and_sub_batches_do_not_change_results(embedding_artefact:
         assert ok(result).n_tokens == ok(alone).n_tokens == min(engine.count_tokens(text), 16)
 
 
+def test_an_engine_on_cuda_cuts_its_batches_as_a_device_does(
+    embedding_artefact: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its session on CUDA, the engine's sub-batches take the device's run cost; on the CPU, the
+    CPU's (the provider onnxruntime reports, as a CUDA session would)."""
+    from service.engine import embedder as embedder_module
+    from service.engine.cuda import CUDA
+
+    limits = SubBatches(8, 512)
+    assert OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), limits).sub_batches == limits
+    monkeypatch.setattr(embedder_module, "used_provider", lambda _: CUDA)
+    on_cuda = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), limits)
+    assert on_cuda.sub_batches == limits.on_device() != limits
+
+
 def test_too_long_fails_alone_unless_truncation_is_on(embedder: OnnxEmbedder) -> None:
     long_text = " ".join(["red dogs"] * 20)
     assert embedder.count_tokens(long_text) > embedder.info.max_len

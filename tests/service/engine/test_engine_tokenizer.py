@@ -14,7 +14,7 @@ from tokenizers.processors import TemplateProcessing
 
 from service.artefacts import ArtefactError
 from service.engine.base import TextTooLong
-from service.engine.tokenizer import RUN_COST_TOKENS, Encoded, TextTokenizer, padded_partition
+from service.engine.tokenizer import RUN_COST_TOKENS, Encoded, SubBatches, TextTokenizer, padded_partition
 
 WORDS = ["<pad>", "<s>", "</s>", "<unk>", "a", "b", "c", "d", "e"]
 
@@ -87,6 +87,17 @@ def test_padded_partition_splits_off_what_would_be_mostly_padding() -> None:
     assert padded_partition([3, 4, 5, 6], 64, 10) == [(0, 2), (2, 3), (3, 4)]  # max_tokens
     assert padded_partition([100], 64, 10) == [(0, 1)]  # one row may exceed the budget
     assert padded_partition([], 64, 10) == []
+
+
+def test_on_a_device_a_batch_is_cut_only_where_its_limits_force() -> None:
+    """On CUDA a run costs its launches, not its padding: short and long sentences share a run
+    while the rows and tokens allow, where the CPU's run cost splits them."""
+    lengths = dict(enumerate([5] * 20 + [50]))
+    cpu, device = SubBatches(64, 16384), SubBatches(64, 16384).on_device()
+    assert cpu.cut(lengths) == [list(range(20)), [20]]
+    assert device.cut(lengths) == [list(range(21))]
+    assert SubBatches(8, 16384).on_device().cut(lengths) == [list(range(i, min(i + 8, 21))) for i in (0, 8, 16)]
+    assert SubBatches(64, 500).on_device().cut(lengths) == [list(range(20)), [20]]  # 21 × 50 > 500
 
 
 def test_padded_partition_is_the_cheapest_partition() -> None:
