@@ -8,6 +8,9 @@
 * one short sentence at a time (beam 4): latency of each;
 * embeddings, batches of 128: sentences/s of sentence-transformers in fp16 (the baseline) and our
   engine in-process, and our service over HTTP with 4 clients sending 128 sentences a request;
+* embedding shapes (``gpu_shapes``): our engine in-process on sorted batches against batches
+  whose input shapes keep changing, as the service's do, with the CUDA arena's growth and the
+  CPU's cut of batches as variants;
 * dynamic batching against the same service with a batch size of 1, over HTTP: many clients, one
   sentence per request, so only the batcher can put requests together; for embeddings also the
   device service running one batch at a time (one worker thread and no express worker: by default
