@@ -96,7 +96,8 @@ def test_on_a_device_a_batch_is_cut_only_where_its_limits_force() -> None:
     cpu, device = SubBatches(64, 16384), SubBatches(64, 16384).on_device()
     assert cpu.cut(lengths) == [list(range(20)), [20]]
     assert device.cut(lengths) == [list(range(21))]
-    assert SubBatches(8, 16384).on_device().cut(lengths) == [list(range(i, min(i + 8, 21))) for i in (0, 8, 16)]
+    by_eights = [list(range(i, min(i + 8, 21))) for i in (0, 8, 16)]
+    assert SubBatches(8, 16384).on_device().cut(lengths) == by_eights
     assert SubBatches(64, 500).on_device().cut(lengths) == [list(range(20)), [20]]  # 21 × 50 > 500
 
 
