@@ -27,7 +27,6 @@ from service.artefacts import (
     load_and_verify,
 )
 from service.engine.base import Embedding, EmbedItem, Encoded
-from service.engine.cuda import CUDA
 from service.engine.pooling import l2_normalize, pool
 from service.engine.session import DEFAULT_SESSION, SessionConfig, open_graph, used_provider, warmup
 from service.engine.tokenizer import DEFAULT_SUB_BATCHES, SubBatches, TextTokenizer
@@ -47,14 +46,12 @@ class OnnxEmbedder:
         self.manifest: Manifest = load_and_verify(directory)
         self.info = _embedding_info(self.manifest, directory)
         self.name = self.manifest.name
-        self.sub_batches = sub_batches
         self.tokenizer = TextTokenizer.from_file(
             directory / self.manifest.tokenizer, self.info.max_len, self.manifest.special_ids.pad
         )
         self.session, self._inputs = open_graph(directory, self.manifest, "encoder", session)
         self.provider: str = used_provider(self.session)
-        if self.provider == CUDA:  # a run costs its launches there, not its padding
-            self.sub_batches = sub_batches.on_device()
+        self.sub_batches = sub_batches.for_provider(self.provider)
         self._output = EMBEDDING_OUTPUT
 
     # -- Engine protocol --

@@ -32,7 +32,6 @@ from service.artefacts import (
     load_and_verify,
 )
 from service.engine.base import Encoded, Engine, TextTooLong
-from service.engine.cuda import CUDA
 from service.engine.session import DEFAULT_SESSION, SessionConfig, open_graph, used_provider, warmup
 from service.engine.tokenizer import DEFAULT_SUB_BATCHES, SubBatches
 from service.metrics import INPUT_TOKENS, labelled, observe_stage, timed
@@ -100,12 +99,10 @@ class OnnxReranker:
         self.info: RerankInfo = _rerank_info(self.manifest, directory)
         self.name = self.manifest.name
         self.pad_id = self.manifest.special_ids.pad
-        self.sub_batches = sub_batches
         self._whole, self._cut = _tokenizers(directory / self.manifest.tokenizer, self.info.max_len)
         self.session, self._inputs = open_graph(directory, self.manifest, RERANK_GRAPH, session)
         self.provider: str = used_provider(self.session)
-        if self.provider == CUDA:  # a run costs its launches there, not its padding
-            self.sub_batches = sub_batches.on_device()
+        self.sub_batches = sub_batches.for_provider(self.provider)
 
     # -- Engine protocol (one text: what a query or a document alone costs) --
 

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from service.artefacts import ArtefactError
 from service.engine.base import Encoded, TextTooLong
+from service.engine.cuda import CUDA
 
 __all__ = ["Encoded", "SubBatches", "TextTokenizer", "padded_partition"]
 
@@ -74,6 +75,11 @@ class SubBatches:
     def on_device(self) -> SubBatches:
         """The same limits for an engine on CUDA (``DEVICE_RUN_COST_TOKENS``)."""
         return replace(self, run_cost_tokens=DEVICE_RUN_COST_TOKENS)
+
+    def for_provider(self, provider: str) -> SubBatches:
+        """These limits for an engine whose session runs on ``provider``: a run on CUDA costs
+        its launches, not its padding."""
+        return self.on_device() if provider == CUDA else self
 
     def cut(self, lengths: Mapping[int, int]) -> list[list[int]]:
         """Item → token count in; the items, shortest first, in their runs out."""
