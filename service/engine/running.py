@@ -232,9 +232,12 @@ class RunningDecode:
             self.decoder.reorder(self.search.remove(gone))
         for s in removed:
             self._free_first.pop(s, None)
-        waiting = [s for s, _ in self._again if gone(s)]
-        self._again = [(s, source) for s, source in self._again if not gone(s)]
-        return removed + waiting
+        kept: list[tuple[SentenceSearch, Encoded]] = []
+        left: list[tuple[SentenceSearch, Encoded]] = []
+        for entry in self._again:  # not running yet: nothing to reorder
+            (left if gone(entry[0]) else kept).append(entry)
+        self._again = kept
+        return removed + [s for s, _ in left]
 
 
 def _shortlist(vmap: VocabularyMap, search: SentenceSearch, source: Encoded) -> np.ndarray:
