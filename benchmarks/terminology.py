@@ -153,25 +153,29 @@ class Pass:
     unsatisfiable: int  # sentences refused (ConstraintUnsatisfiable): their output counts as empty
 
 
-def translate_pass(system: Any, sentences: Sequence[TermSentence], required: bool) -> Pass:
-    """One pass in batches of ``BATCH`` (sentence order), beam 4, each sentence's output limit
-    as the translation stage's natural runs; with ``required``, each sentence's target terms."""
-    from service.engine.base import TranslateItem, TranslateOptions, Translation
+def batches(system: Any, sentences: Sequence[TermSentence], required: bool) -> list[list[Any]]:
+    """The pass's batches of ``BATCH`` items (sentence order), beam 4, each batch's output limit
+    as the translation stage's natural runs; with ``required``, each sentence's target terms.
+    Made once, before any pass is timed."""
+    from service.engine.base import TranslateItem, TranslateOptions
 
-    outputs: list[str] = []
-    unsatisfiable, start = 0, time.perf_counter()
+    out = []
     for at in range(0, len(sentences), BATCH):
         chunk = sentences[at : at + BATCH]
         max_len = min(256, 2 * max(len(e.ids) for e in system.engine.encode([s.source for s in chunk])) + 10)
-        items = [
-            TranslateItem(
-                s.source,
-                TranslateOptions(
-                    beam_size=4, max_length=max_len, required=tuple(t for _, t in s.terms) if required else ()
-                ),
-            )
-            for s in chunk
-        ]
+        terms = [tuple(t for _, t in s.terms) if required else () for s in chunk]
+        options = [TranslateOptions(beam_size=4, max_length=max_len, required=t) for t in terms]
+        out.append([TranslateItem(s.source, o) for s, o in zip(chunk, options, strict=True)])
+    return out
+
+
+def translate_pass(system: Any, batched: Sequence[Sequence[Any]]) -> Pass:
+    """One timed pass over ``batches``' batches."""
+    from service.engine.base import Translation
+
+    outputs: list[str] = []
+    unsatisfiable, start = 0, time.perf_counter()
+    for items in batched:
         for result in system.dealt_out(items):
             if isinstance(result, Translation):
                 outputs.append(result.hypotheses[0].text)
@@ -205,9 +209,10 @@ def run(bench: Bench) -> None:
         section = SECTION.format(pair="→".join(pair))
         references = [[s.reference for s in sentences]]
         for system_name, required in ((UNCONSTRAINED, False), (CONSTRAINED, True)):
-            translate_pass(systems[0], sentences[:BATCH], required)  # warm-up
+            batched = batches(systems[0], sentences, required)
+            translate_pass(systems[0], batched[:1])  # warm-up
             best = min(
-                (translate_pass(systems[0], sentences, required) for _ in range(bench.rounds)),
+                (translate_pass(systems[0], batched) for _ in range(bench.rounds)),
                 key=lambda p: p.seconds,
             )
             extra = {
