@@ -1,11 +1,11 @@
 """``python -m benchmarks.bare_service``: the floor of a Python HTTP path, for issue 13.
 
 The service as ``python -m service`` starts it (settings, uvicorn and its protocol, the models,
-the batchers and their worker threads), except that ``POST /v1/embeddings`` is answered by a
+the queues and their worker threads), except that ``POST /v1/embeddings`` is answered by a
 bare ASGI handler in front of the app: the body parsed with orjson, the texts tokenized,
-submitted to the embedding batcher, the vectors written with orjson. No validation, API key,
+submitted to the embedding queue, the vectors written with orjson. No validation, API key,
 limits, metrics, request id, Server-Timing or disconnect handling: what the same engine and
-batcher reach over HTTP with nothing else in the way. A measuring instrument, not a way to
+queue reach over HTTP with nothing else in the way. A measuring instrument, not a way to
 serve (every other path, and every error, goes to the app as usual).
 """
 
@@ -18,15 +18,15 @@ import orjson
 from fastapi import FastAPI
 
 from service.__main__ import prepare_process, serve
-from service.app import create_app
 from service.engine.base import EmbedItem
+from service.http.app import create_app
 from service.settings import Settings
 
 _JSON = (b"content-type", b"application/json")
 
 
 class BareEmbeddings:
-    """``POST /v1/embeddings`` on the embedding batcher directly; everything else to ``app``."""
+    """``POST /v1/embeddings`` on the embedding queue directly; everything else to ``app``."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
@@ -47,7 +47,7 @@ class BareEmbeddings:
         encodings = model.engine.encode(texts)
         items = [EmbedItem(t, True, e, True) for t, e in zip(texts, encodings, strict=True)]
         timeout_s = self.state.runtime.settings.request_timeout_s
-        results = await model.batcher.submit(items, timeout_s, [e.n_tokens for e in encodings])
+        results = await model.queue.submit(items, timeout_s, [e.n_tokens for e in encodings])
         data = [{"object": "embedding", "index": i, "embedding": r.vector} for i, r in enumerate(results)]
         usage = {"total_tokens": sum(e.n_tokens for e in encodings)}
         name = model.engine.manifest.name

@@ -3,7 +3,7 @@ and a document sent twice to a service with the translation cache.
 
 The same 200 test-set sentences go to ``POST /v1/translate`` twice: once as one document
 (paragraphs of five sentences separated by blank lines), once as 200 one-sentence requests all
-in flight together. Both are sentences in the same dynamic batcher; the document saves the
+in flight together. Both are sentences in the same dynamic queue; the document saves the
 per-request HTTP, validation and JSON cost. Sentences/s of each, and the document's latency.
 The benchmark's services run without the translation cache (benchmarks/common.py), as these
 rows send the same sentences again; ``cached_document_rows`` starts one with it, sends the

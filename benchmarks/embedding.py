@@ -31,7 +31,7 @@ BASELINE = "sentence-transformers (in-process)"
 SECTION = "embed: sentences/s"
 OURS_HTTP = "ours HTTP (int8)"
 INFINITY = "Infinity (torch)"
-FLOOR = "bare handler, same batcher and engine (benchmarks/bare_service.py)"  # issue 13's floor
+FLOOR = "bare handler, same queue and engine (benchmarks/bare_service.py)"  # issue 13's floor
 
 T = TypeVar("T")
 

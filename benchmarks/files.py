@@ -3,7 +3,7 @@
 The first 200 Multi30k test sentences in paragraphs of five (``documents.as_document``'s layout)
 go to our service three ways: as one document text to ``POST /v1/translate``, and as a Markdown
 file and a .docx file (each paragraph's first sentence in a bold run), both built here, to
-``POST /v1/translate/file``. All three are the same sentences through the same batcher at the
+``POST /v1/translate/file``. All three are the same sentences through the same queue at the
 same beam (4, both routes' default); a file adds its upload, its parsing into texts and its
 rebuilding around the translations. Sentences/s of each (the best of ``--rounds`` turns, the
 systems in turn) and its latency. The benchmark's service has no translation cache

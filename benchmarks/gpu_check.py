@@ -183,7 +183,7 @@ def cuda_unavailable() -> str | None:
     since onnxruntime-gpu lists the CUDA provider even where no GPU or CUDA library is)."""
     import onnxruntime as ort
 
-    from service.engine.cuda import CUDA
+    from service.cuda import CUDA
     from service.engine.session import gather_model_bytes, resolve_providers
 
     if CUDA not in ort.get_available_providers():

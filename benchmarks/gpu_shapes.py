@@ -42,8 +42,8 @@ from benchmarks.embedding import Lanes, in_process
 from benchmarks.gpu_run import DEVICE_VARIANT, GpuRun
 from benchmarks.results import Row
 from service.artefacts import EMBEDDING_INPUT_IDS
+from service.cuda import CUDA
 from service.engine import session as engine_session
-from service.engine.cuda import CUDA
 from service.engine.session import SessionConfig
 from service.engine.tokenizer import RUN_COST_TOKENS
 from service.settings import DEFAULT_EMBED_MODEL, Settings

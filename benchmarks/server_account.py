@@ -4,11 +4,11 @@ moved by between a reading before the run and one after it.
 Columns it adds to a row (each only where the run moved the metrics it comes from; every model's
 series summed, as a run loads one model):
 
-* ``batches``: engine batches run (``tserve_batch_size``; where no batcher counts them, an
+* ``batches``: engine batches run (``tserve_batch_size``; where no queue counts them, an
   engine called directly, its calls: the ``tokenize`` stage's count), ``items_per_batch``;
 * ``<stage>_ms_per_batch``: milliseconds per batch in each engine stage (tokenize, encoder, pool,
   decoder, detokenize of ``tserve_stage_duration_seconds``);
-* ``queue_ms_per_item``: how long an item waited in the batcher's queue, on average;
+* ``queue_ms_per_item``: how long an item waited in the model's request queue, on average;
 * ``decode_steps``, ``ms_per_step``, ``sentences_per_admission``: continuous decoding's steps
   (``tserve_decode_step_seconds``) and admissions (``tserve_decode_admitted_sentences``);
 * ``engine_busy``: the engine stages' seconds over the window's wall seconds, i.e. how many engine

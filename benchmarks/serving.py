@@ -30,7 +30,7 @@ TRANSLATE_CLIENTS = 16
 
 @dataclass(frozen=True)
 class Task:
-    """One item per request from many clients, so that only the batcher can combine them."""
+    """One item per request from many clients, so that only the queue can combine them."""
 
     path: str
     section: str

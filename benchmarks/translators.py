@@ -180,7 +180,7 @@ class CTranslate2:
 
 
 class OursInProcess:
-    """Our ``OnnxTranslator`` called directly (no batcher, no HTTP), on ``threads`` lanes of one
+    """Our ``OnnxTranslator`` called directly (no queue, no HTTP), on ``threads`` lanes of one
     intra-op thread each: a batch's sentences, in length order, dealt out to ``threads``
     ``translate`` calls side by side (``embedding.Lanes``; onnxruntime releases the GIL while it
     runs), so that every lane gets short and long sentences alike and each is one running decode.

@@ -1,9 +1,9 @@
 """``python -m service``: one uvicorn worker serving ``create_app(Settings())``.
 
-uvicorn with httptools, bounded against hostile clients by ``service.http_limits`` (head
+uvicorn with httptools, bounded against hostile clients by ``service.http.limits`` (head
 deadline and size, connection cap) and ``BodyLimitMiddleware`` (body size, deadline, format).
 
-One process, one event loop: the batchers' worker threads and onnxruntime's own threads do
+One process, one event loop: the queues' worker threads and onnxruntime's own threads do
 the parallel work, so several workers would only multiply the model memory. Scale with
 replicas instead.
 
@@ -24,10 +24,10 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from service.app import create_app
-from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
-from service.lifecycle import Runtime
+from service.http.app import create_app
+from service.http.limits import ConnectionLimits, LimitedHttpToolsProtocol
 from service.memory import limit_heaps, map_large_blocks
+from service.serving.runtime import Runtime
 from service.settings import Settings
 
 log = logging.getLogger("service")

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class Quiet(Protocol):
-    """What the trimmer reads of a batcher."""
+    """What the trimmer reads of a queue."""
 
     @property
     def submitted(self) -> int: ...  # requests ever submitted
@@ -60,8 +60,8 @@ def limit_heaps(heaps: int) -> bool:
     what ``MALLOC_ARENA_MAX`` sets); whether it was applied. 0 leaves glibc's default.
 
     glibc gives each new thread a heap of its own, up to 8 per core, and each keeps the free
-    memory of its own peak. The service's threads (event loop, a decode thread per lane and
-    model, the embedder's, onnxruntime's and the tokenizer's) then hold the sum of their peaks:
+    memory of its own peak. The service's threads (event loop, each model's worker threads,
+    the embedder's, onnxruntime's and the tokenizer's) then hold the sum of their peaks:
     the three default models peaked at 641–649 MB resident while translating test2016 with both
     translators and embedding the STS sentences, 514–545 MB with 2 heaps, as fast. Call it
     before the threads start: one that has a heap keeps it.
@@ -93,15 +93,15 @@ def release_free_memory() -> bool:
     return bool(_MALLOC_TRIM(0)) if _MALLOC_TRIM is not None else False
 
 
-async def trim_when_idle(batchers: Callable[[], Sequence[Quiet]], interval_s: float) -> None:
+async def trim_when_idle(queues: Callable[[], Sequence[Quiet]], interval_s: float) -> None:
     """Every ``interval_s``: if requests came since the last trim (or none was made yet) and
-    every batcher is idle now, release the free memory (on a thread: it walks the heaps, and
+    every queue is idle now, release the free memory (on a thread: it walks the heaps, and
     holds each heap's lock only while it does). A steady load is never interrupted; the
     resident size falls back within ``interval_s`` of the load's end."""
     trimmed_at: int | None = None
     while True:
         await asyncio.sleep(interval_s)
-        current = batchers()
+        current = queues()
         submitted = sum(b.submitted for b in current)
         if submitted != trimmed_at and all(b.idle for b in current):
             trimmed_at = submitted

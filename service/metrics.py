@@ -34,7 +34,7 @@ BATCH_SIZE = Histogram(f"{PREFIX}_batch_size", "Items per engine batch", ["model
 BATCH_TOKENS = Histogram(
     f"{PREFIX}_batch_tokens", "Input tokens per engine batch", ["model"], buckets=_TOKEN_BUCKETS
 )
-QUEUE_DEPTH = Gauge(f"{PREFIX}_queue_depth", "Items waiting in the batcher queue", ["model"])
+QUEUE_DEPTH = Gauge(f"{PREFIX}_queue_depth", "Items waiting in the request queue", ["model"])
 INPUT_TOKENS = Counter(f"{PREFIX}_input_tokens", "Input tokens processed", ["model"])
 OUTPUT_TOKENS = Counter(f"{PREFIX}_output_tokens", "Output tokens generated", ["model"])
 REJECTED = Counter(f"{PREFIX}_rejected", "Items refused before queueing", ["model", "reason"])

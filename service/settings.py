@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     host: str = "0.0.0.0"
     port: int = Field(default=8000, ge=1, le=65535)
 
-    # Connections and headers (hostile clients): enforced by the HTTP server (service/http_limits.py)
+    # Connections and headers (hostile clients): enforced by the HTTP server (service/http/limits.py)
     header_timeout_s: float = Field(default=10.0, gt=0)  # request line + headers must arrive → 408, closed
     body_timeout_s: float = Field(default=15.0, gt=0)  # the whole body, from the end of the headers → 408
     # How long an idle keep-alive connection is kept: longer than clients' and proxies' own idle
@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     max_items_per_request: int = Field(default=64, ge=1, le=HARD_MAX_ITEMS)
     max_chars_per_text: int = Field(default=50_000, ge=1, le=HARD_MAX_CHARS)
     # Translation takes documents: all texts of one request together, and the sentences they
-    # make (each one batcher item; at most max_queue of them fit in the queue at once).
+    # make (each one queue item; at most max_queue of them fit in the queue at once).
     max_translate_chars_per_request: int = Field(default=50_000, ge=1, le=HARD_MAX_REQUEST_CHARS)
     max_sentences_per_request: int = Field(default=2048, ge=1)
     # The most decoding one translation request may ask for: sentences × beam_size × max_length
@@ -255,7 +255,7 @@ class Settings(BaseSettings):
         sees a GPU, else CPU."""
         if self.provider != "auto":
             return self.provider
-        from service.engine.cuda import cuda_usable  # onnxruntime, imported late: settings load fast
+        from service.cuda import cuda_usable  # onnxruntime, imported late: settings load fast
 
         return "cuda" if cuda_usable() else "cpu"
 

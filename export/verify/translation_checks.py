@@ -81,7 +81,7 @@ def translate_ids(
     limits: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """Best hypothesis ids per text through ``engine.translate``, in length-sorted batches (as the
-    service's batcher sends them), each sentence stopped at ``limits`` (default: its
+    service's queue sends them), each sentence stopped at ``limits`` (default: its
     ``output_limits``), with the source's length penalty (what requests get by default)."""
     src_ids = encode_sources(source, texts)
     limits = limits or output_limits(src_ids, source.max_target_len)

@@ -1,1 +1,1 @@
-"""The HTTP layer: schemas, routes, error mapping and middleware over the batchers."""
+"""The HTTP layer: schemas, routes, error mapping and middleware over the queues."""

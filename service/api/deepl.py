@@ -37,13 +37,13 @@ from service.api.errors import answer, http_failure
 from service.api.glossaries import glossary_of, glossary_store
 from service.api.schemas import OneOrManyTexts
 from service.glossaries.entries import GlossaryProblem, as_tsv, parse_entries
-from service.glossaries.requests import Terminology, UnknownGlossary, create_glossary, refused
 from service.glossaries.store import Glossary, GlossaryNotFound
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.detection import AUTO, translate_detected
 from service.serving.errors import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import translators
+from service.serving.terminology import Terminology, UnknownGlossary, create_glossary, refused
 
 # DeepL's own reference documents these routes (docs/api.md says what differs): they stay out of
 # /openapi.json, whose contract is this service's shapes.

@@ -1,4 +1,4 @@
-"""What the routes share: the runtime (``service/lifecycle.py``), what admits a request (the API
+"""What the routes share: the runtime (``service/serving/runtime.py``), what admits a request (the API
 key, readiness), the client's disconnect, and ``HttpClient``, what the serving layer
 (``service/serving/``) is handed of an HTTP request. HTTP only: the checks themselves are the
 serving layer's.
@@ -20,10 +20,9 @@ from fastapi.security import HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
 from service.api.errors import ClientDisconnected
-from service.api.extensions import DISCONNECT_EXTENSION
-from service.api.middleware import timed_stage
-from service.lifecycle import Runtime
+from service.api.extensions import DISCONNECT_EXTENSION, timed_stage
 from service.serving.access import check_api_key, ready
+from service.serving.runtime import Runtime
 
 T = TypeVar("T")
 
@@ -85,7 +84,7 @@ class HttpClient:
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await ``work`` unless the client disconnects first: then cancel it (its queued items are
-    dropped by the batcher) and raise ``ClientDisconnected``. Starlette does not cancel a
+    dropped by the queue) and raise ``ClientDisconnected``. Starlette does not cancel a
     handler when its client leaves, so without this the work would be computed for nobody.
 
     Under the service's own server the connection says when it is lost (``DISCONNECT_EXTENSION``):

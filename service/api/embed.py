@@ -12,10 +12,10 @@ from service.api.embedding_schemas import EmbedRequest, EmbedResponse
 from service.api.errors import ERROR_RESPONSES
 from service.api.hot_path import HotRoutes, json_endpoint
 from service.api.schemas import json_response
-from service.lifecycle import Runtime
 from service.serving import embedding
 from service.serving.access import ready
 from service.serving.routing import choose_embedder
+from service.serving.runtime import Runtime
 
 router = APIRouter(tags=["embed"])
 

@@ -18,9 +18,9 @@ from service.api.dependencies import ServingRuntime, bearer_token, runtime_of
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
 from service.api.schemas import Language, RequestBody, ResponseBody, json_response
 from service.glossaries.entries import Entry
-from service.glossaries.requests import UnknownGlossary, create_glossary
 from service.glossaries.store import Glossary, GlossaryNotFound, GlossaryStore
 from service.serving.access import check_api_key
+from service.serving.terminology import UnknownGlossary, create_glossary
 
 router = APIRouter(tags=["glossaries"])
 _BY_ID_RESPONSES = {**GATED_RESPONSES, 404: {**ERROR_RESPONSES[404], "description": "No such glossary"}}

@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.dependencies import check_bearer_key
 from service.api.errors import REQUEST_ERROR_HANDLERS, is_json
-from service.lifecycle import Runtime
+from service.serving.runtime import Runtime
 
 M = TypeVar("M", bound=BaseModel)
 

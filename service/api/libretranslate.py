@@ -31,12 +31,12 @@ from service.api.glossaries import glossary_store
 from service.api.hot_path import HotRoutes
 from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.files.registry import FORMATS
-from service.glossaries.requests import Terminology
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.detection import AUTO, translate_detected
 from service.serving.errors import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import UnservedLanguages, translators
+from service.serving.terminology import Terminology
 
 router = APIRouter(tags=["libretranslate"])
 Body = TypeVar("Body", bound=BaseModel)

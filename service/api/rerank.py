@@ -28,9 +28,9 @@ from starlette.responses import Response
 from service.api.dependencies import HttpClient, runtime_of
 from service.api.errors import ERROR_RESPONSES, request_id
 from service.api.schemas import Text, TextList, json_response
-from service.lifecycle import Runtime
 from service.serving import rerank as serving
 from service.serving.access import ready
+from service.serving.runtime import Runtime
 from service.settings import HARD_MAX_ITEMS
 
 router = APIRouter(tags=["rerank"])

@@ -20,9 +20,9 @@ from service.api.schemas import (
     json_response,
 )
 from service.engine.base import TranslationHypothesis
-from service.glossaries.requests import Terminology
 from service.serving import translation
 from service.serving.detection import AUTO, Detection, translate_detected
+from service.serving.terminology import Terminology
 from service.text.document import TextHypothesis, TextTranslation
 
 router = APIRouter(tags=["translate"])

@@ -1,8 +1,8 @@
-"""What the batcher and the API see of an engine: items in, per-item results out.
+"""What the queue and the API see of an engine: items in, per-item results out.
 
 An engine runs one batch at a time in a worker thread. It returns one result per item, in
 order; an item that fails yields its exception in its slot, so one bad item never fails the
-others (the batcher turns it into that request's error).
+others (the queue turns it into that request's error).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class EmbedItem:
     text: str
     truncate: bool = True  # False: a text over the model's max length is an error
     # The text's whole encoding (``Engine.encode``) when the caller has it, so that a text is
-    # tokenized once, for the batcher's cost and the engine alike; None: the engine tokenizes.
+    # tokenized once, for the queue's cost and the engine alike; None: the engine tokenizes.
     encoded: Encoded | None = field(default=None, compare=False, repr=False)
     normalize: bool = False  # True: the vector comes back L2-normalised (on the engine's worker)
     dimensions: int | None = None  # its first N dimensions only (Matryoshka), normalised after the cut

@@ -20,9 +20,9 @@ from typing import Any, Literal
 import numpy as np
 import onnxruntime as ort
 
+from service import cuda
 from service.artefacts import ArtefactError, GraphSpec, Manifest
-from service.engine import cuda
-from service.engine.cuda import CUDA
+from service.cuda import CUDA
 
 ProviderPref = Literal["auto", "cuda", "cpu"]
 CPU = "CPUExecutionProvider"

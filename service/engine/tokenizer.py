@@ -18,8 +18,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from service.artefacts import ArtefactError
+from service.cuda import CUDA
 from service.engine.base import Encoded, TextTooLong
-from service.engine.cuda import CUDA
 
 __all__ = ["Encoded", "SubBatches", "TextTokenizer", "padded_partition"]
 

@@ -29,6 +29,7 @@ from service.artefacts import (
     TranslationInfo,
     load_and_verify,
 )
+from service.cuda import CUDA
 from service.engine.base import (
     Abandoned,
     TextTooLong,
@@ -37,7 +38,6 @@ from service.engine.base import (
     Translation,
 )
 from service.engine.constraints import PhraseSpeller
-from service.engine.cuda import CUDA
 from service.engine.decoding import Backend, Decoder, DeviceBackend, HostBackend
 from service.engine.layouts import decoder_class
 from service.engine.running import DecodeShape, RunningDecode, output_limit, sentence_constraints

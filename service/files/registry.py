@@ -3,7 +3,7 @@ layer.
 
 All the translatable texts of a file go to the model as one translation request: one text of
 one line per file text (its whitespace runs collapsed to one space), so the sentence
-segmentation, the request limits, the batcher, the queue and the deadline are those of any
+segmentation, the request limits, the queue and the deadline are those of any
 ``/v1/translate`` request, and line ``i`` of the answer is file text ``i``'s translation (the
 segmenter keeps line breaks where they were and a translation holds none). A file is refused
 before any of it is read when it is over ``max_file_bytes`` (413), and before any is translated
@@ -23,10 +23,10 @@ from service.files.office import office_reader
 from service.files.pieces import Extracted, translatable, with_edges
 from service.files.safe_zip import ZipLimits
 from service.files.text_formats import read_html, read_markdown, read_srt, read_txt
-from service.lifecycle import Runtime
 from service.metrics import FILE_BYTES, FILES, labelled
 from service.serving.detection import AUTO, translate_detected
 from service.serving.errors import SERVING_ERRORS, InternalError, failure_of
+from service.serving.runtime import Runtime
 from service.serving.submit import Client
 from service.serving.translation import TranslationRequest, translate
 from service.settings import Settings

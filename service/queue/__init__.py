@@ -10,14 +10,13 @@ and leave a running decode between steps). Batches are formed by pure functions
 
 from service.queue.admission import DecodeBudget
 from service.queue.continuous import ContinuousExecutor, DecodeTooLarge
-from service.queue.errors import BatcherClosed, DeadlineExceeded, EngineFailure, QueueFull
+from service.queue.errors import DeadlineExceeded, EngineFailure, QueueClosed, QueueFull
 from service.queue.forming import BatchPolicy, Pending
 from service.queue.requests import Executor, RequestQueue, off_the_loop_if_large
 from service.queue.whole_batch import WholeBatchExecutor
 
 __all__ = [
     "BatchPolicy",
-    "BatcherClosed",
     "ContinuousExecutor",
     "DeadlineExceeded",
     "DecodeBudget",
@@ -25,6 +24,7 @@ __all__ = [
     "EngineFailure",
     "Executor",
     "Pending",
+    "QueueClosed",
     "QueueFull",
     "RequestQueue",
     "WholeBatchExecutor",

@@ -54,7 +54,7 @@ from service.queue.admission import (
     fair,
     left_to_others,
 )
-from service.queue.errors import BatcherClosed, EngineFailure
+from service.queue.errors import EngineFailure, QueueClosed
 from service.queue.express import workers
 from service.queue.requests import RequestQueue
 
@@ -201,7 +201,7 @@ class ContinuousExecutor:
                 self._post(self._admitted_from_inbox, len(held))
                 self._reset(worker)
         with self._work:
-            closed = BatcherClosed(f"{self._model}: shutting down")
+            closed = QueueClosed(f"{self._model}: shutting down")
             self._fail(closed, [*worker.running.values(), *self._waiting])
             for pending in self._inbox:
                 self._post(self._deliver, pending, closed)

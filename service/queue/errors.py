@@ -20,7 +20,7 @@ class DeadlineExceeded(TimeoutError):
         self.timeout_s = timeout_s
 
 
-class BatcherClosed(RuntimeError):
+class QueueClosed(RuntimeError):
     """The queue is draining or closed: the service is shutting down (→ 503)."""
 
 

@@ -3,7 +3,7 @@
 Requests ``submit`` items and await their results. The queue admits a request's items all at
 once or not at all: over ``max_queue`` items it refuses with ``QueueFull`` (its ``Retry-After``
 is the queued and running work over the measured throughput), and while draining with
-``BatcherClosed``. Items whose request is cancelled (client gone) or past its deadline are
+``QueueClosed``. Items whose request is cancelled (client gone) or past its deadline are
 dropped before they run, and the executor is told about those already running (``abandon``),
 so that the engine can stop them early.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from service.metrics import DROPPED, QUEUE_DEPTH, REJECTED, labelled, observe_stage
-from service.queue.errors import BatcherClosed, DeadlineExceeded, QueueFull
+from service.queue.errors import DeadlineExceeded, QueueClosed, QueueFull
 from service.queue.express import choose_small, is_small
 from service.queue.forming import BatchPolicy, ItemT, Pending, ResultT, choose_batch, is_full
 
@@ -53,7 +53,7 @@ class Executor(Protocol[ItemT, ResultT]):
         """Nobody waits for this running item any more: tell the engine (whether it can)."""
 
     async def close(self) -> None:
-        """Stop the threads; what they still hold fails with ``BatcherClosed``."""
+        """Stop the threads; what they still hold fails with ``QueueClosed``."""
 
 
 @dataclass
@@ -97,7 +97,7 @@ class RequestQueue(Generic[ItemT, ResultT]):
     def start(self) -> None:
         if self._serving is None:
             self._serving = asyncio.get_running_loop().create_task(
-                self._executor.run(self), name=f"batcher-{self.model}"
+                self._executor.run(self), name=f"queue-{self.model}"
             )
 
     @property
@@ -110,7 +110,7 @@ class RequestQueue(Generic[ItemT, ResultT]):
         return not (self._queued or self._in_flight.items)
 
     def stop_accepting(self) -> None:
-        """New submits raise ``BatcherClosed``; queued and running items still complete."""
+        """New submits raise ``QueueClosed``; queued and running items still complete."""
         self._accepting = False
         self._wakeup.set()
 
@@ -127,7 +127,7 @@ class RequestQueue(Generic[ItemT, ResultT]):
         return True
 
     async def close(self) -> None:
-        """Stop the executor; fail whatever is still queued with ``BatcherClosed``."""
+        """Stop the executor; fail whatever is still queued with ``QueueClosed``."""
         self.stop_accepting()
         if self._serving is not None:
             self._serving.cancel()
@@ -135,7 +135,7 @@ class RequestQueue(Generic[ItemT, ResultT]):
         await self._executor.close()
         for pending in self._items:
             if pending.state == "queued" and not pending.future.done():
-                pending.future.set_exception(BatcherClosed(f"{self.model}: shutting down"))
+                pending.future.set_exception(QueueClosed(f"{self.model}: shutting down"))
         self._items.clear()
         self._set_queued(0)
 
@@ -148,7 +148,7 @@ class RequestQueue(Generic[ItemT, ResultT]):
 
         ``costs``: the items' token counts when the caller has them (else ``cost`` counts them).
 
-        Raises ``QueueFull`` (nothing queued), ``BatcherClosed``, ``DeadlineExceeded`` (items
+        Raises ``QueueFull`` (nothing queued), ``QueueClosed``, ``DeadlineExceeded`` (items
         still queued are dropped). If the awaiting task is cancelled (client disconnected),
         the request's queued items are dropped before inference and counted.
         """
@@ -207,7 +207,7 @@ class RequestQueue(Generic[ItemT, ResultT]):
     def _admit(self, n: int) -> None:
         if not self._accepting:
             labelled(REJECTED, self.model, "shutting_down").inc(n)
-            raise BatcherClosed(f"{self.model}: shutting down")
+            raise QueueClosed(f"{self.model}: shutting down")
         if self._queued + n > self.policy.max_queue:
             labelled(REJECTED, self.model, "queue_full").inc(n)
             raise QueueFull(self.model, self.policy.max_queue, self._retry_after_s())

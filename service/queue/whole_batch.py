@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Generic
 
 from service.metrics import BATCH_SIZE, BATCH_TOKENS, ITEM_ERRORS, labelled
-from service.queue.errors import BatcherClosed, EngineFailure
+from service.queue.errors import EngineFailure, QueueClosed
 from service.queue.express import Worker, workers
 from service.queue.forming import ItemT, Pending, ResultT
 from service.queue.requests import RequestQueue
@@ -110,7 +110,7 @@ class WholeBatchExecutor(Generic[ItemT, ResultT]):
                 )
             except asyncio.CancelledError:  # close() while running: nobody will wait for these
                 for pending in batch:
-                    queue.fail(pending, BatcherClosed(f"{model}: shutting down"))
+                    queue.fail(pending, QueueClosed(f"{model}: shutting down"))
                 raise
             except Exception as e:
                 log.exception("%s: engine call failed for a batch of %d items", model, len(batch))

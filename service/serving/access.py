@@ -9,8 +9,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Sequence
 
-from service.lifecycle import Runtime
 from service.serving.errors import Forbidden, NotReady, ShuttingDown, Unauthorized
+from service.serving.runtime import Runtime
 
 
 def check_api_key(keys: Sequence[str], offered: Iterable[str | None]) -> str | None:

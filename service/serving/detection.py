@@ -30,12 +30,12 @@ from typing import Any, TypeVar
 import langcodes
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-from service.lifecycle import Runtime
 from service.metrics import LANGUAGE_DETECTIONS, labelled
 from service.serving import translation
 from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import translation_text_problems
 from service.serving.routing import UnservedLanguages, choose_translator, translators
+from service.serving.runtime import Runtime
 from service.serving.sentences import Format
 from service.serving.submit import Client
 from service.serving.translation import Translated, TranslationRequest

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from service.artefacts import EmbeddingInfo, Manifest
 from service.engine.base import Embedding, EmbedItem, Encoded
-from service.lifecycle import Runtime, ServedEmbedder
 from service.queue import off_the_loop_if_large
 from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import text_problems
 from service.serving.routing import choose_embedder
+from service.serving.runtime import Runtime, ServedEmbedder
 from service.serving.submit import Client, all_or_nothing, submit
 
 _EMBED = ("embed", "queue wait and encoding (batched with other requests)")
@@ -80,7 +80,7 @@ async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> 
         for x, e in zip(inputs, encodings, strict=True)
     ]
     costs = [_cost(e, request.truncate, embedder) for e in encodings]
-    results = await submit(client, embedder.batcher, items, costs, runtime.settings.request_timeout_s, _EMBED)
+    results = await submit(client, embedder.queue, items, costs, runtime.settings.request_timeout_s, _EMBED)
     return Embedded(manifest.name, all_or_nothing(results, field))
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.queue import BatcherClosed, DeadlineExceeded, QueueFull
+from service.queue import DeadlineExceeded, QueueClosed, QueueFull
 
 # A validation problem as pydantic reports one, so the checks that need the loaded model or the
 # settings read like the schema's own: {"type", "loc": ("body", field, ...), "msg", "ctx"?}.
@@ -86,7 +86,7 @@ def problem(kind: str, loc: tuple[str | int, ...], message: str, limit: float | 
 
 
 # What a request may end in besides its result: each maps to a Failure.
-SERVING_ERRORS = (ServiceError, QueueFull, DeadlineExceeded, BatcherClosed)
+SERVING_ERRORS = (ServiceError, QueueFull, DeadlineExceeded, QueueClosed)
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Failure:
         return self.status >= 500
 
 
-def failure_of(error: ServiceError | QueueFull | DeadlineExceeded | BatcherClosed) -> Failure:
+def failure_of(error: ServiceError | QueueFull | DeadlineExceeded | QueueClosed) -> Failure:
     if isinstance(error, InvalidRequest):
         return Failure(422, error.type, error.message, headers=error.headers, problems=error.problems)
     if isinstance(error, ServiceError):

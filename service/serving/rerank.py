@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.engine.reranker import PairEncoded, Relevance, RerankItem, sigmoid
-from service.lifecycle import Runtime, ServedReranker
 from service.queue import off_the_loop_if_large
 from service.serving.errors import InvalidRequest, ModelNotFound, problem
 from service.serving.limits import text_problems
+from service.serving.runtime import Runtime, ServedReranker
 from service.serving.submit import Client, all_or_nothing, submit
 
 _RERANK = ("rerank", "queue wait and scoring (batched with other requests)")
@@ -86,9 +86,7 @@ async def rerank(runtime: Runtime, client: Client, request: RerankRequest) -> Re
         for d, e in zip(request.documents, encodings, strict=True)
     ]
     costs = [_cost(e, request.truncate, reranker) for e in encodings]
-    results = await submit(
-        client, reranker.batcher, items, costs, runtime.settings.request_timeout_s, _RERANK
-    )
+    results = await submit(client, reranker.queue, items, costs, runtime.settings.request_timeout_s, _RERANK)
     relevances: list[Relevance] = all_or_nothing(results, request.field)
     logits = np.array([r.logit for r in relevances], dtype=np.float64)
     scores = logits if request.raw_scores else sigmoid(logits)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from service.lifecycle import Runtime, ServedEmbedder, ServedTranslator
 from service.serving.errors import InvalidRequest, ModelNotFound, problem
+from service.serving.runtime import Runtime, ServedEmbedder, ServedTranslator
 
 # Why no one model serves the languages asked for.
 Unserved = Literal["source", "target", "pair", "several"]

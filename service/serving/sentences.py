@@ -18,9 +18,9 @@ from typing import Literal
 
 from service.engine.base import Encoded, TranslateEngine, TranslateItem, TranslateOptions, Translation
 from service.glossaries.placeholders import Masked, PlaceholderLost
-from service.glossaries.requests import SentenceTerms
 from service.queue import off_the_loop_if_large
 from service.serving.errors import Problem, problem
+from service.serving.terminology import SentenceTerms
 from service.text.document import Document, TextTranslation, assemble, html_document, plain_document
 from service.text.html import HtmlError
 

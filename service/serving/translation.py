@@ -14,14 +14,14 @@ from typing import TypeVar
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.constraints import ConstraintUnsatisfiable
-from service.glossaries.requests import Terminology
 from service.languages import canonical
-from service.lifecycle import Runtime, ServedTranslator
 from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import sentence_problems, translation_text_problems
 from service.serving.routing import choose_translator
+from service.serving.runtime import Runtime, ServedTranslator
 from service.serving.sentences import Format, split
 from service.serving.submit import Client, all_or_nothing, submit
+from service.serving.terminology import Terminology
 from service.text.document import TextTranslation
 
 T = TypeVar("T")
@@ -125,7 +125,7 @@ async def _cached_or_submitted(
     timeout_s = runtime.settings.request_timeout_s
     computed = await submit(
         client,
-        translator.batcher,
+        translator.queue,
         [items[i] for i in missing],
         [costs[i] for i in missing],
         timeout_s,

@@ -2,7 +2,7 @@
 
 ``plain_document`` and ``html_document`` cut a text into sentences (and an over-long sentence
 into pieces that fit the model's input); ``units`` are the strings the engine translates, one
-batcher item each. ``assemble`` puts the engine's per-unit translations back together: pieces
+queue item each. ``assemble`` puts the engine's per-unit translations back together: pieces
 into their sentence, sentences into the text's own layout (whitespace, line breaks, list
 markers, HTML markup), for each of the n best hypotheses.
 

@@ -1,4 +1,4 @@
-"""The floor's bare handler (benchmarks/bare_service.py) does the route's work on the same batcher
+"""The floor's bare handler (benchmarks/bare_service.py) does the route's work on the same queue
 and engine, and leaves every other request to the app."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ async def test_the_bare_handler_answers_what_the_route_answers() -> None:
             batches = len(s.embedder.hooks.batches)
             answered = await client.post("/v1/embeddings", json={"input": texts})
             assert routed.status_code == answered.status_code == 200
-            assert len(s.embedder.hooks.batches) > batches  # through the engine's batcher
+            assert len(s.embedder.hooks.batches) > batches  # through the engine's queue
             for a, b in zip(routed.json()["data"], answered.json()["data"], strict=True):
                 assert a["index"] == b["index"]
                 np.testing.assert_allclose(a["embedding"], b["embedding"], rtol=1e-6)

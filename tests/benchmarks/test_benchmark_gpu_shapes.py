@@ -25,8 +25,8 @@ from benchmarks.gpu_shapes import (
     ShapeRun,
     arena_extend_strategy,
 )
+from service.cuda import CUDA
 from service.engine import session as engine_session
-from service.engine.cuda import CUDA
 from service.engine.session import CPU
 from service.settings import DEFAULT_EMBED_MODEL
 from tests.service.engine.conftest import embedding_artefact, embedding_source  # noqa: F401 (fixtures)

@@ -269,7 +269,7 @@ def test_dockerignore_keeps_what_the_builds_need() -> None:
     ]
     for needed in (
         "pyproject.toml",
-        "service/app.py",
+        "service/http/app.py",
         "service/metrics.py",
         "export/__init__.py",
         "docker/gpu_requirements.py",

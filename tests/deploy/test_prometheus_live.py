@@ -2,7 +2,7 @@
 Grafana dashboard and of the alert rules must return data.
 
 The service is tests/service/run_small_server.py's server — the real entry point (uvicorn,
-middleware, batchers, metrics) over the small NumPy engines, no model files — through
+middleware, queues, metrics) over the small NumPy engines, no model files — through
 tests/deploy/metered_server.py, which adds the engines' own metrics (token counters, stages).
 Prometheus (the Debian `prometheus` binary) gets docker/prometheus/prometheus.yml with the
 target, the scrape/evaluation intervals (1 s) and the rules path adapted, and loads the real

@@ -1,5 +1,5 @@
 """The playground in a real browser: Debian's chromium driven by Playwright, against the real server
-process (``python -m tests.service.run_small_server``: uvicorn, middleware, routes, batchers) over
+process (``python -m tests.service.run_small_server``: uvicorn, middleware, routes, queues) over
 the small NumPy engines, whose alignments are as large as their token counts.
 
 Screenshots go to pytest's temporary folder, ``<basetemp>/playground-screenshots0/`` (printed

@@ -21,7 +21,7 @@ from playwright.sync_api import Page, Request, expect, sync_playwright
 
 from service.glossaries.entries import Entry
 from service.glossaries.matching import TermMatcher
-from service.glossaries.requests import SentenceTerms
+from service.serving.terminology import SentenceTerms
 from tests.e2e.real_models import served_env, start_service
 from tests.servers import ServerProcess, server_process, small_server_command
 

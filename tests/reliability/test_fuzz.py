@@ -29,7 +29,7 @@ from schemathesis.core.result import Ok
 from schemathesis.python import asgi
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS
 from tests.service.api.conftest import engines, small_settings
 

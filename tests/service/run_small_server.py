@@ -12,8 +12,8 @@ import logging
 import sys
 
 from service.__main__ import serve
-from service.app import create_app
 from service.engine.base import Engine
+from service.http.app import create_app
 from service.settings import Settings
 from tests.service.small_engines import HashEmbedder, ReverseTranslator
 

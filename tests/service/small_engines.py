@@ -1,4 +1,4 @@
-"""Small, real, deterministic engines for the API and batcher tests (NumPy, no model files).
+"""Small, real, deterministic engines for the API and queue tests (NumPy, no model files).
 
 They implement the engine protocols exactly as the ONNX engines do (per-item results,
 ``TextTooLong`` for over-long texts without truncation), plus test hooks: a per-batch delay,

@@ -17,7 +17,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from service.api.extensions import BODY_RECEIVED_EXTENSION
-from service.http_limits import ConnectionLimits, LimitedHttpToolsProtocol
+from service.http.limits import ConnectionLimits, LimitedHttpToolsProtocol
 
 pytestmark = pytest.mark.anyio
 

@@ -123,14 +123,14 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 
 @dataclass
-class FakeBatcher:
+class FakeQueue:
     submitted: int = 0
     idle: bool = True
 
 
-async def test_trims_once_after_requests_when_every_batcher_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_trims_once_after_requests_when_every_queue_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
-    main, other = FakeBatcher(), FakeBatcher()
+    main, other = FakeQueue(), FakeQueue()
 
     def release() -> bool:
         trims.append(main.submitted)
@@ -147,7 +147,7 @@ async def test_trims_once_after_requests_when_every_batcher_is_idle(monkeypatch:
         assert trims == [0]  # once after start-up (loading leaves garbage too), not again
         main.submitted, main.idle = 1, False
         await settle()
-        assert trims == [0]  # never while a batcher works
+        assert trims == [0]  # never while a queue works
         main.idle, other.idle = True, False
         await settle()
         assert trims == [0]  # nor while another does

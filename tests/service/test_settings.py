@@ -103,7 +103,7 @@ def test_auto_provider_is_cuda_exactly_when_onnxruntime_offers_it(
     """The providers of the installed onnxruntime build decide ``auto``; an explicit setting wins."""
     import onnxruntime
 
-    from service.engine import cuda
+    from service import cuda
 
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: available)
     monkeypatch.setattr(cuda, "cuda_devices", lambda: 1)
@@ -117,7 +117,7 @@ def test_auto_provider_is_the_cpu_where_the_driver_sees_no_gpu(monkeypatch: pyte
     variant), instead of choosing fp16 for a provider that cannot start."""
     import onnxruntime
 
-    from service.engine import cuda
+    from service import cuda
 
     monkeypatch.setattr(
         onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]

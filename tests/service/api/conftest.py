@@ -19,8 +19,8 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client import REGISTRY
 
-from service.app import create_app
 from service.engine.base import Engine
+from service.http.app import create_app
 from service.settings import Settings
 from tests.service.small_engines import HashEmbedder, ReverseTranslator
 

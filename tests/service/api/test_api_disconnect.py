@@ -19,7 +19,7 @@ async def test_a_disconnected_client_s_queued_work_is_dropped_and_counted() -> N
     gate = threading.Event()
     async with serving(gate=gate) as s:
         name = s.embedder.manifest.name
-        batcher = s.app.state.runtime.embedder.batcher
+        queue = s.app.state.runtime.embedder.queue
         before = metric("tserve_dropped_total", model=name, reason="disconnected")
         answered_499 = metric("tserve_requests_total", endpoint="/v1/embed", status="499")
         try:
@@ -59,11 +59,11 @@ async def test_a_disconnected_client_s_queued_work_is_dropped_and_counted() -> N
                 "server": ("test", 80),
             }
             call = asyncio.ensure_future(s.app(scope, receive, send))
-            await eventually(lambda: batcher.queued == 3)
+            await eventually(lambda: queue.queued == 3)
             leave.set()
             await asyncio.wait_for(call, 5)
 
-            assert batcher.queued == 0
+            assert queue.queued == 0
             assert metric("tserve_dropped_total", model=name, reason="disconnected") - before == 3
             assert sent[0]["status"] == 499  # only the metrics see it
             assert metric("tserve_requests_total", endpoint="/v1/embed", status="499") - answered_499 == 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.app import create_app
+from service.http.app import create_app
 from tests.service.api.conftest import error_of, eventually, metric, serving, small_settings, until_ready
 from tests.service.small_engines import HashEmbedder
 

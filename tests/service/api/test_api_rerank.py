@@ -16,9 +16,9 @@ pytest.importorskip("transformers")
 
 from export.sources.cross_encoder import inspect_cross_encoder
 from export.verify.rerank import hugging_face_logits
-from service.app import create_app
 from service.engine.reranker import OnnxReranker, sigmoid
 from service.engine.session import SessionConfig
+from service.http.app import create_app
 from tests.service.api.conftest import Served, engines, error_of, metric, serving, small_settings, until_ready
 from tests.tiny_cross_encoder import tiny_rerank_artefact
 
@@ -182,8 +182,8 @@ def test_a_reranker_on_cuda_cuts_its_batches_as_a_device_does(
     artefact: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As the embedder (tests/service/engine/test_embedder.py): the device's run cost on CUDA."""
+    from service.cuda import CUDA
     from service.engine import reranker as reranker_module
-    from service.engine.cuda import CUDA
     from service.engine.tokenizer import SubBatches
 
     limits = SubBatches(8, 512)

@@ -1,5 +1,5 @@
 """Several translation models in one app: routing by language pair or ``model``, the 422/400 for
-a pair nobody serves, a batcher, metrics and readiness per model, every pair listed."""
+a pair nobody serves, a queue, metrics and readiness per model, every pair listed."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from service.app import create_app
 from service.engine.base import Engine
+from service.http.app import create_app
 from tests.service.api.conftest import Served, error_of, eventually, metric, serving, small_settings
 from tests.service.small_engines import HashEmbedder, ReverseTranslator
 
@@ -139,7 +139,7 @@ async def test_two_models_for_one_pair_need_a_model_name() -> None:
         assert r.json()["model"] == first.manifest.name
 
 
-async def test_each_model_has_its_own_batcher() -> None:
+async def test_each_model_has_its_own_queue() -> None:
     """A model busy with a held batch does not delay another model's requests."""
     gate = threading.Event()
     held, free = translator("en-de", gate=gate), translator("de-en")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.artefacts import ArtefactError
-from service.loading import run_export
+from service.serving.startup import run_export
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +54,7 @@ def test_the_service_process_never_imports_torch() -> None:
 
     code = "\n".join(
         [
-            "import sys, service.__main__, service.app",
+            "import sys, service.__main__, service.http.app",
             "try:",
             "    import service.engine.loader  # what the app imports to serve real models",
             "except ModuleNotFoundError as e:",  # a half-written engine is not this test's concern

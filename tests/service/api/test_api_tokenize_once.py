@@ -1,4 +1,4 @@
-"""Each text is tokenized once per request: the route's encodings are the batcher's cost and
+"""Each text is tokenized once per request: the route's encodings are the queue's cost and
 what the engine computes on (the engines below refuse to count tokens on their own)."""
 
 from __future__ import annotations

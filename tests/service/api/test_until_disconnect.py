@@ -1,5 +1,5 @@
 """``until_disconnect`` with the server's disconnect signal (the ``DISCONNECT_EXTENSION`` future that
-``service.http_limits`` puts in every request's scope): the work is cancelled when the connection
+``service.http.limits`` puts in every request's scope): the work is cancelled when the connection
 goes, and nothing else is. The watcher path (other ASGI servers) is test_api_disconnect.py's."""
 
 from __future__ import annotations

@@ -141,8 +141,8 @@ def test_an_engine_on_cuda_cuts_its_batches_as_a_device_does(
 ) -> None:
     """Its session on CUDA, the engine's sub-batches take the device's run cost; on the CPU, the
     CPU's (the provider onnxruntime reports, as a CUDA session would)."""
+    from service.cuda import CUDA
     from service.engine import embedder as embedder_module
-    from service.engine.cuda import CUDA
 
     limits = SubBatches(8, 512)
     assert OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), limits).sub_batches == limits

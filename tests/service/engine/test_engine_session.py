@@ -9,8 +9,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from service import cuda
 from service.artefacts import ArtefactError
-from service.engine import cuda
 from service.engine import session as sess
 from service.engine.session import (
     CPU,

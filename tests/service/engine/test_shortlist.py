@@ -129,7 +129,7 @@ def test_shortlists_need_an_artefact_exported_with_a_map(
 
 @pytest.mark.parametrize("on", [True, False])
 def test_the_setting_turns_shortlists_on_for_the_translators(shortlist_artefact: Path, on: bool) -> None:
-    from service.loading import load_engines
+    from service.serving.startup import load_engines
     from service.settings import Settings
 
     settings = Settings(

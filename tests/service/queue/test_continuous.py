@@ -82,7 +82,7 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield rows
 
 
-def batcher_for(
+def queue_for(
     engine: OnnxTranslator,
     memory_bytes: int = 64 << 20,
     max_rows: int = 512,
@@ -97,8 +97,8 @@ def batcher_for(
 
 
 @pytest.fixture
-async def batcher(engine: OnnxTranslator) -> AsyncIterator[ContinuousQueue]:
-    b = batcher_for(engine)
+async def queue(engine: OnnxTranslator) -> AsyncIterator[ContinuousQueue]:
+    b = queue_for(engine)
     b.start()
     yield b
     await b.close()
@@ -123,12 +123,12 @@ def same(got: Translation | Exception, alone: Translation | Exception) -> None:
 
 @pytest.mark.usefixtures("endless")
 async def test_a_sentence_sent_while_a_long_batch_decodes_finishes_before_it(
-    batcher: ContinuousQueue, steps: list[int]
+    queue: ContinuousQueue, steps: list[int]
 ) -> None:
     done: list[str] = []
 
     async def send(name: str, batch: list[TranslateItem]) -> None:
-        await batcher.submit(batch, 30)
+        await queue.submit(batch, 30)
         done.append(name)
 
     long = asyncio.create_task(send("long", items(LONG, beam_size=4, max_length=ENDLESS)))
@@ -142,7 +142,7 @@ async def test_a_sentence_sent_while_a_long_batch_decodes_finishes_before_it(
 
 @pytest.mark.usefixtures("endless")
 async def test_sentences_that_join_a_running_decode_get_the_same_result_as_alone(
-    engine: OnnxTranslator, batcher: ContinuousQueue, steps: list[int]
+    engine: OnnxTranslator, queue: ContinuousQueue, steps: list[int]
 ) -> None:
     """Different beams, n-best, length penalties and limits, sent at different steps."""
     requests = [
@@ -154,7 +154,7 @@ async def test_sentences_that_join_a_running_decode_get_the_same_result_as_alone
     ]
     tasks = []
     for request in requests:
-        tasks.append(asyncio.create_task(batcher.submit(request, 30)))
+        tasks.append(asyncio.create_task(queue.submit(request, 30)))
         start = len(steps)
         while len(steps) < start + 2:  # join two steps later
             await asyncio.sleep(0.001)
@@ -168,9 +168,9 @@ async def test_sentences_that_join_a_running_decode_get_the_same_result_as_alone
 
 @pytest.mark.usefixtures("endless")
 async def test_a_cancelled_request_frees_its_rows_at_the_next_step(
-    batcher: ContinuousQueue, steps: list[int]
+    queue: ContinuousQueue, steps: list[int]
 ) -> None:
-    task = asyncio.create_task(batcher.submit(items(LONG, beam_size=4, max_length=ENDLESS), 30))
+    task = asyncio.create_task(queue.submit(items(LONG, beam_size=4, max_length=ENDLESS), 30))
     while len(steps) < 3:
         await asyncio.sleep(0.001)
     task.cancel()
@@ -179,7 +179,7 @@ async def test_a_cancelled_request_frees_its_rows_at_the_next_step(
     cancelled_at = len(steps)
     await asyncio.sleep(0.1)
     assert len(steps) <= cancelled_at + 1  # at most the step already running
-    assert batcher.queued == 0 and await batcher.drain(1)
+    assert queue.queued == 0 and await queue.drain(1)
 
 
 def fail_once(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
@@ -195,19 +195,19 @@ def fail_once(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
     monkeypatch.setattr(owner, name, once)
 
 
-async def assert_fails_once_then_serves(batcher: ContinuousQueue) -> None:
-    failed = await batcher.submit(items(SHORT[:2]), 30)
+async def assert_fails_once_then_serves(queue: ContinuousQueue) -> None:
+    failed = await queue.submit(items(SHORT[:2]), 30)
     assert all(isinstance(r, EngineFailure) for r in failed)
-    after = await batcher.submit(items(SHORT[:2]), 30)
+    after = await queue.submit(items(SHORT[:2]), 30)
     assert all(isinstance(r, Translation) for r in after)
-    assert await batcher.drain(1)
+    assert await queue.drain(1)
 
 
 async def test_a_failing_step_fails_its_sentences_and_the_decode_goes_on(
-    batcher: ContinuousQueue, monkeypatch: pytest.MonkeyPatch
+    queue: ContinuousQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fail_once(monkeypatch, RunningDecode, "step")  # onnxruntime raising in one step
-    await assert_fails_once_then_serves(batcher)
+    await assert_fails_once_then_serves(queue)
 
 
 async def test_the_decode_stays_within_its_memory_budget(
@@ -228,7 +228,7 @@ async def test_the_decode_stays_within_its_memory_budget(
         return real(self)
 
     monkeypatch.setattr(RunningDecode, "step", step)
-    b = batcher_for(engine, memory_bytes=budget)
+    b = queue_for(engine, memory_bytes=budget)
     b.start()
     try:
         results = await b.submit(items(LONG, beam_size=4, max_length=ENDLESS), 30)
@@ -249,7 +249,7 @@ async def test_a_small_request_passes_a_full_decode_through_the_express_share(
     request still starts at once, in the express decode, and ends long before them."""
     one = engine.new_decode().shape.footprint(4, 1, ENDLESS, max(engine.count_tokens(t) for t in LONG))
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
-    b = batcher_for(engine, memory_bytes=4 * one, policy=policy)  # the worker's share: three long sentences
+    b = queue_for(engine, memory_bytes=4 * one, policy=policy)  # the worker's share: three long sentences
     b.start()
     try:
         long = asyncio.create_task(b.submit(items(LONG * 3, beam_size=4, max_length=ENDLESS), 60))
@@ -288,7 +288,7 @@ async def test_a_small_request_goes_to_the_express_decode_while_the_worker_threa
 
     monkeypatch.setattr(RunningDecode, "step", step)
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8)
-    b = batcher_for(engine, policy=policy)
+    b = queue_for(engine, policy=policy)
     b.start()
     try:
         long = asyncio.create_task(b.submit(items(LONG, beam_size=4, max_length=ENDLESS), 60))
@@ -310,7 +310,7 @@ async def test_the_queue_stays_bounded_while_sentences_wait_for_room(
     request is refused with 429 (QueueFull) and nothing is allocated for it."""
     one = engine.new_decode().shape.footprint(4, 1, ENDLESS, max(engine.count_tokens(t) for t in LONG))
     policy = BatchPolicy(max_batch_size=1, max_queue=1)
-    b = batcher_for(engine, memory_bytes=one, policy=policy)
+    b = queue_for(engine, memory_bytes=one, policy=policy)
     b.start()
     try:
         running = []
@@ -328,12 +328,12 @@ async def test_the_queue_stays_bounded_while_sentences_wait_for_room(
 
 
 async def test_an_unexpected_error_in_the_decode_loop_fails_only_what_is_in_flight(
-    batcher: ContinuousQueue, monkeypatch: pytest.MonkeyPatch
+    queue: ContinuousQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import service.queue.continuous as continuous
 
     fail_once(monkeypatch, continuous, "fair")  # a bug in the loop itself
-    await assert_fails_once_then_serves(batcher)
+    await assert_fails_once_then_serves(queue)
 
 
 @pytest.mark.usefixtures("endless")
@@ -357,7 +357,7 @@ async def test_small_sentences_spread_over_the_worker_threads_and_leave_the_expr
 
     monkeypatch.setattr(RunningDecode, "step", step)
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, express_max_tokens=8, worker_threads=2)
-    b = batcher_for(engine, policy=policy)
+    b = queue_for(engine, policy=policy)
     b.start()
     try:
         batch = items(SHORT, beam_size=2, max_length=ENDLESS)
@@ -396,7 +396,7 @@ async def test_a_many_sentence_request_is_dealt_out_to_every_worker_thread(
 
     monkeypatch.setattr(RunningDecode, "step", step)
     policy = BatchPolicy(max_batch_size=32, max_queue=1024, worker_threads=2)
-    b = batcher_for(engine, policy=policy)
+    b = queue_for(engine, policy=policy)
     b.start()
     batch = items([*SHORT, *LONG, *SHORT, *LONG], beam_size=2, max_length=ENDLESS)
     try:

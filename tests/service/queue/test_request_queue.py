@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import REGISTRY
 
-from service.queue import BatcherClosed, BatchPolicy, QueueFull, RequestQueue
+from service.queue import BatchPolicy, QueueClosed, QueueFull, RequestQueue
 
 pytestmark = pytest.mark.anyio
 _names = itertools.count()
@@ -101,7 +101,7 @@ async def test_drain_waits_for_work_in_flight_and_refuses_new_requests(
     drained = asyncio.ensure_future(queue.drain(5))
     await asyncio.sleep(0.02)
     assert not drained.done()  # nothing queued, but an item still runs
-    with pytest.raises(BatcherClosed):
+    with pytest.raises(QueueClosed):
         await queue.submit(["late"], 5)
     queue.deliver(taken, "A")
     assert await drained is True and await request == ["A"]
@@ -115,8 +115,8 @@ async def test_fail_makes_the_whole_request_raise(
     await queued(queue, 2)
     batch = queue.take_batch()
     for pending in batch:
-        queue.fail(pending, BatcherClosed("shutting down"))
-    with pytest.raises(BatcherClosed):
+        queue.fail(pending, QueueClosed("shutting down"))
+    with pytest.raises(QueueClosed):
         await request
     assert queue.idle
 
@@ -209,7 +209,7 @@ async def test_close_stops_the_executor_and_fails_what_is_queued(
     await queued(queue, 1)
     await queue.close()
     assert executor.closed and queue.queued == 0
-    with pytest.raises(BatcherClosed):
+    with pytest.raises(QueueClosed):
         await request
-    with pytest.raises(BatcherClosed):
+    with pytest.raises(QueueClosed):
         await queue.submit(["b"], 5)

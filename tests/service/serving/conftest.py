@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 import pytest
 
 from service.engine.base import Engine
-from service.lifecycle import Runtime, start
+from service.serving.runtime import Runtime
+from service.serving.startup import start
 from tests.service.api.conftest import small_settings
 from tests.service.small_engines import ReverseTranslator
 

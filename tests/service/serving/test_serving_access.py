@@ -6,9 +6,9 @@ import secrets
 
 import pytest
 
-from service.lifecycle import Runtime
 from service.serving.access import check_api_key, ready
 from service.serving.errors import Forbidden, NotReady, ShuttingDown, Unauthorized
+from service.serving.runtime import Runtime
 from tests.service.api.conftest import small_settings
 
 KEYS = ["key-one", "key-two", "key-three"]

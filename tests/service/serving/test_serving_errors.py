@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.engine.base import TextTooLong
-from service.queue import BatcherClosed, DeadlineExceeded, DecodeTooLarge, EngineFailure, QueueFull
+from service.queue import DeadlineExceeded, DecodeTooLarge, EngineFailure, QueueClosed, QueueFull
 from service.serving.errors import (
     SERVING_ERRORS,
     Failure,
@@ -37,7 +37,7 @@ from service.serving.submit import all_or_nothing
             Failure(504, "deadline_exceeded", "m: no result within the request deadline of 0.5 s", 0.5),
         ),
         (
-            BatcherClosed("m: closed"),
+            QueueClosed("m: closed"),
             Failure(503, "shutting_down", "m: closed", headers={"Connection": "close"}),
         ),
         (

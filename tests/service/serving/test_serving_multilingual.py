@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from service.engine.base import TranslateItem, Translation
-from service.lifecycle import Runtime
 from service.serving.detection import translate_detected
 from service.serving.routing import UnservedLanguages, choose_translator
+from service.serving.runtime import Runtime
 from service.serving.translation import TranslationRequest, translate
 from tests.service.serving.conftest import InProcessClient, started, translator
 from tests.service.small_engines import ReverseTranslator

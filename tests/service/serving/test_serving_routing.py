@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from service.lifecycle import Runtime
 from service.serving.errors import ModelNotFound
 from service.serving.routing import UnservedLanguages, choose_embedder, choose_translator, translators
+from service.serving.runtime import Runtime
 from tests.service.serving.conftest import started, translator
 from tests.service.small_engines import HashEmbedder
 

@@ -11,9 +11,9 @@ import httpx
 import numpy as np
 import pytest
 
-from service.app import create_app
 from service.engine.embedder import OnnxEmbedder
 from service.engine.session import SessionConfig
+from service.http.app import create_app
 from service.serving.embedding import EmbeddingRequest, embed
 from service.serving.errors import InvalidRequest
 from tests.service.api.conftest import error_of, small_settings, until_ready

@@ -1,6 +1,11 @@
-"""Load the configured models from ``artefact_root``, exporting the default ones first when
-they are missing or stale and the settings allow it: ``python -m export default`` in a
-subprocess, so that torch stays out of the service's process.
+"""The service's start, outside HTTP: load the configured models from ``artefact_root``
+(exporting the default ones first when they are missing or stale and the settings allow it:
+``python -m export default`` in a subprocess, so that torch stays out of the service's process),
+warm them up and hand them to the ``Runtime``, which gives each its queue and declares the
+service ready.
+
+The server listens at once and the models load in the background, so liveness probes pass during
+a long first start while readiness gates traffic.
 """
 
 from __future__ import annotations
@@ -9,13 +14,17 @@ import asyncio
 import logging
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest, served_decoder_layout
 from service.engine.base import Engine
+from service.serving.runtime import Runtime
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
 
 log = logging.getLogger(__name__)
+
+GivenEngines = Mapping[str, Engine] | Sequence[Engine]
 
 _TAIL_LINES = 20  # of the export's output, quoted when it fails
 _EXPORTED_BY_DEFAULT = {*DEFAULT_TRANSLATE_MODELS, DEFAULT_EMBED_MODEL}  # `python -m export default`
@@ -117,3 +126,37 @@ async def run_export(out: Path, variant: str, timeout_s: float) -> None:
             else ""
         )
         raise ArtefactError(f"export failed with exit code {code}{hint}:\n" + "\n".join(tail))
+
+
+async def start(runtime: Runtime, given: GivenEngines | None) -> None:
+    """Load (or take), warm up, then attach queues; any failure is fatal and explained."""
+    try:
+        engines = _check_given(given) if given is not None else await load_engines(runtime.settings)
+        names = [e.manifest.name for e in engines]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:  # names are the routes' `model` and the metrics' `model` label
+            raise ArtefactError(f"more than one engine named {', '.join(repeated)}")
+        for engine in engines:
+            await asyncio.to_thread(engine.warmup)
+        runtime.attach(engines)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        runtime.fail(e)
+
+
+def _check_given(given: GivenEngines) -> list[Engine]:
+    """The engines in order; a task key must match its engine, and one embedder and one
+    reranker at most."""
+    if isinstance(given, Mapping):
+        for key, engine in given.items():
+            if key != engine.manifest.task:
+                raise ArtefactError(
+                    f"engine {engine.manifest.name!r} given as {key!r} is a {engine.manifest.task}"
+                )
+        given = list(given.values())
+    if sum(e.manifest.task == "embed" for e in given) > 1:
+        raise ArtefactError("at most one embedding engine is served")
+    if sum(e.manifest.task == "rerank" for e in given) > 1:
+        raise ArtefactError("at most one rerank engine is served")
+    return list(given)

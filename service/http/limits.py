@@ -26,7 +26,7 @@ after they have held a descriptor for as long as they liked. This protocol adds,
   connection is lost before the response completes, and when its whole body has arrived.
 
 The body deadline (``body_timeout_s`` → 408) is enforced where the body is read, in
-``service.api.middleware.BodyLimitMiddleware``, so it passes through the app's error handling;
+``service.http.middleware.BodyLimitMiddleware``, so it passes through the app's error handling;
 it arms no timer for a body that has already arrived.
 """
 
@@ -46,8 +46,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from service.api.extensions import BODY_RECEIVED_EXTENSION, DISCONNECT_EXTENSION
-from service.api.middleware import request_id_from
 from service.api.schemas import ErrorBody, ErrorResponse
+from service.http.middleware import request_id_from
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -1,12 +1,6 @@
-"""The model lifecycle, outside HTTP: load the configured models (service/loading.py: exporting
-the default ones first in a subprocess when allowed), verify and warm them up, give each a
-batcher, declare the service ready, drain and close. ``service/app.py`` runs it from the
-FastAPI lifespan; the serving layer (``service/serving/``) serves requests with the ``Runtime``'s
-models.
-
-The server listens at once and the models load in the background, so liveness probes pass during
-a long first start while readiness gates traffic. The service never imports torch: the export
-step is another process.
+"""The served models and their state: each loaded engine with its request queue, the service's
+readiness, its drain and close. ``service/serving/startup.py`` loads the engines and attaches
+them here; the serving layer (``service/serving/``) serves requests with the ``Runtime``'s models.
 """
 
 from __future__ import annotations
@@ -14,16 +8,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from service.artefacts import ArtefactError
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.reranker import RerankEngine, RerankItem
 from service.engine.running import ContinuousEngine
 from service.languages import ModelLanguages, canonical
-from service.loading import load_engines
 from service.memory import FrozenHeap, trim_when_idle
 from service.metrics import MODEL_INFO, READY
 from service.queue import (
@@ -42,13 +34,12 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 State = Literal["loading", "ready", "draining", "failed"]
-GivenEngines = Mapping[str, Engine] | Sequence[Engine]
 
 
 @dataclass
 class ServedTranslator:
     engine: TranslateEngine
-    batcher: RequestQueue[TranslateItem, Any]
+    queue: RequestQueue[TranslateItem, Any]
 
     @property
     def name(self) -> str:
@@ -86,13 +77,13 @@ class ServedTranslator:
 @dataclass
 class ServedEmbedder:
     engine: EmbedEngine
-    batcher: RequestQueue[EmbedItem, Any]
+    queue: RequestQueue[EmbedItem, Any]
 
 
 @dataclass
 class ServedReranker:
     engine: RerankEngine
-    batcher: RequestQueue[RerankItem, Any]
+    queue: RequestQueue[RerankItem, Any]
 
 
 @dataclass
@@ -127,8 +118,8 @@ class Runtime:
         return [m.engine for m in self.models]
 
     @property
-    def batchers(self) -> list[RequestQueue[Any, Any]]:
-        return [m.batcher for m in self.models]
+    def queues(self) -> list[RequestQueue[Any, Any]]:
+        return [m.queue for m in self.models]
 
     @property
     def default_translator(self) -> ServedTranslator | None:
@@ -148,7 +139,7 @@ class Runtime:
         return list(dict.fromkeys(p for entries in described for p in entries))
 
     def attach(self, engines: list[Engine]) -> None:
-        """Start a batcher per warmed-up engine and declare the service ready (in the event loop)."""
+        """Start a queue per warmed-up engine and declare the service ready (in the event loop)."""
         s = self.settings
         policy = BatchPolicy(
             max_batch_size=s.max_batch_size,
@@ -163,22 +154,22 @@ class Runtime:
             if engine.manifest.task == "translate":
                 translate: TranslateEngine = engine  # type: ignore[assignment]
                 translator = self.translators[name] = ServedTranslator(
-                    translate, self._translate_batcher(translate, policy)
+                    translate, self._translate_queue(translate, policy)
                 )
-                translator.batcher.start()
+                translator.queue.start()
             elif engine.manifest.task == "rerank":
                 rerank: RerankEngine = engine  # type: ignore[assignment]
                 self.reranker = ServedReranker(
                     rerank,
                     RequestQueue(name, _rerank_cost(rerank), policy, WholeBatchExecutor(rerank.rerank)),
                 )
-                self.reranker.batcher.start()
+                self.reranker.queue.start()
             else:
                 embed: EmbedEngine = engine  # type: ignore[assignment]
                 self.embedder = ServedEmbedder(
                     embed, RequestQueue(name, _embed_cost(embed), policy, WholeBatchExecutor(embed.embed))
                 )
-                self.embedder.batcher.start()
+                self.embedder.queue.start()
             MODEL_INFO.labels(
                 model=name,
                 task=engine.manifest.task,
@@ -187,7 +178,7 @@ class Runtime:
             ).set(1)
         if s.memory_trim_interval_s and self._trimmer is None:
             self._trimmer = asyncio.get_running_loop().create_task(
-                trim_when_idle(lambda: self.batchers, s.memory_trim_interval_s), name="memory-trim"
+                trim_when_idle(lambda: self.queues, s.memory_trim_interval_s), name="memory-trim"
             )
         self._heap.freeze()
         if self.state == "loading":
@@ -195,7 +186,7 @@ class Runtime:
             READY.set(1)
             log.info("ready: %s", ", ".join(e.manifest.name for e in engines))
 
-    def _translate_batcher(
+    def _translate_queue(
         self, engine: TranslateEngine, policy: BatchPolicy
     ) -> RequestQueue[TranslateItem, Any]:
         """Iteration-level batching where the setting asks for it and the engine can admit
@@ -224,17 +215,17 @@ class Runtime:
             return
         self.state = "draining"
         READY.set(0)
-        for batcher in self.batchers:
-            batcher.stop_accepting()
+        for queue in self.queues:
+            queue.stop_accepting()
         log.info("draining: refusing new requests, finishing in-flight ones")
 
     async def close(self, timeout_s: float) -> None:
         self.begin_drain()
-        await asyncio.gather(*(b.drain(timeout_s) for b in self.batchers))
+        await asyncio.gather(*(b.drain(timeout_s) for b in self.queues))
         if self._trimmer is not None:
             self._trimmer.cancel()
             await asyncio.gather(self._trimmer, return_exceptions=True)
-        await asyncio.gather(*(b.close() for b in self.batchers))
+        await asyncio.gather(*(b.close() for b in self.queues))
         self._heap.thaw()
 
 
@@ -264,37 +255,3 @@ def _rerank_cost(engine: RerankEngine) -> Callable[[RerankItem], int]:
         return min(n, max_len) if item.truncate and max_len else n
 
     return cost
-
-
-async def start(runtime: Runtime, given: GivenEngines | None) -> None:
-    """Load (or take), warm up, then attach batchers; any failure is fatal and explained."""
-    try:
-        engines = _check_given(given) if given is not None else await load_engines(runtime.settings)
-        names = [e.manifest.name for e in engines]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:  # names are the routes' `model` and the metrics' `model` label
-            raise ArtefactError(f"more than one engine named {', '.join(repeated)}")
-        for engine in engines:
-            await asyncio.to_thread(engine.warmup)
-        runtime.attach(engines)
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
-        runtime.fail(e)
-
-
-def _check_given(given: GivenEngines) -> list[Engine]:
-    """The engines in order; a task key must match its engine, and one embedder and one
-    reranker at most."""
-    if isinstance(given, Mapping):
-        for key, engine in given.items():
-            if key != engine.manifest.task:
-                raise ArtefactError(
-                    f"engine {engine.manifest.name!r} given as {key!r} is a {engine.manifest.task}"
-                )
-        given = list(given.values())
-    if sum(e.manifest.task == "embed" for e in given) > 1:
-        raise ArtefactError("at most one embedding engine is served")
-    if sum(e.manifest.task == "rerank" for e in given) > 1:
-        raise ArtefactError("at most one rerank engine is served")
-    return list(given)

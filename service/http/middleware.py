@@ -4,11 +4,10 @@ disconnects from the routes, and copies every response body)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,7 +20,7 @@ from service.api.errors import (
     is_json,
     libretranslate_error,
 )
-from service.api.extensions import BODY_RECEIVED_EXTENSION
+from service.api.extensions import BODY_RECEIVED_EXTENSION, SERVER_TIMING_STAGES
 from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS, labelled
 from service.serving.errors import Failure
 
@@ -172,20 +171,6 @@ def _parameter(parameters: str, name: str) -> str | None:
 
 # ---- Server-Timing ---------------------------------------------------------------------------
 
-_STAGES = "server_timing"  # key in the request's state: the route's own stages, in order
-
-
-@contextlib.contextmanager
-def timed_stage(scope: Scope, name: str, description: str) -> Iterator[None]:
-    """Time a stage of this request's route into its ``Server-Timing`` header (also when it fails:
-    an error's timings show where the time went)."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        stages = scope.setdefault("state", {}).setdefault(_STAGES, [])
-        stages.append((name, time.perf_counter() - start, description))
-
 
 class ServerTimingMiddleware:
     """A W3C ``Server-Timing`` header on the model routes with this request's own stages: the body's
@@ -213,7 +198,7 @@ class ServerTimingMiddleware:
         async def send_with_timing(message: Message) -> None:
             if message["type"] == "http.response.start":
                 stages = [] if body_s is None else [("body", body_s, "request body received")]
-                stages += scope.get("state", {}).get(_STAGES, [])
+                stages += scope.get("state", {}).get(SERVER_TIMING_STAGES, [])
                 stages.append(("total", time.perf_counter() - start, "until the response starts"))
                 MutableHeaders(scope=message)["Server-Timing"] = ", ".join(
                     f'{name};dur={seconds * 1000:.2f};desc="{description}"'

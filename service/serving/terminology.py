@@ -13,8 +13,8 @@ from service.glossaries.matching import TermMatcher
 from service.glossaries.placeholders import Masked, mask
 from service.glossaries.store import Glossary, GlossaryExists, GlossaryFull, GlossaryNotFound, GlossaryStore
 from service.languages import canonical
-from service.lifecycle import Runtime
 from service.serving.errors import InvalidRequest, ServiceError, problem
+from service.serving.runtime import Runtime
 
 
 class UnknownGlossary(ServiceError, status=404, kind="glossary_not_found"):

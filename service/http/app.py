@@ -1,6 +1,7 @@
-"""The FastAPI application: routes and middleware around the model lifecycle
-(``service/lifecycle.py``), which loads, warms up and batches the models in the background while
-the server already listens; ``/health/ready`` turns 200 once they are ready.
+"""The FastAPI application: routes and middleware around the served models
+(``service/serving/runtime.py``), which ``service/serving/startup.py`` loads, warms up and queues
+in the background while the server already listens; ``/health/ready`` turns 200 once they are
+ready.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from service.api import (
 from service.api.dependencies import require_api_key
 from service.api.errors import install_error_handlers
 from service.api.hot_path import HotPath
-from service.api.middleware import BodyLimitMiddleware, RequestContextMiddleware, ServerTimingMiddleware
 from service.api.playground import install_playground
 from service.glossaries.store import GlossaryStore, glossary_limits
-from service.lifecycle import GivenEngines, Runtime, start
+from service.http.middleware import BodyLimitMiddleware, RequestContextMiddleware, ServerTimingMiddleware
+from service.serving.runtime import Runtime
+from service.serving.startup import GivenEngines, start
 from service.settings import Settings
 
 
