@@ -35,6 +35,7 @@ test-long: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check service export tests benchmarks
 	$(VENV)/bin/ruff format --check service export tests benchmarks
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
 ## Container images (docker where an engine answers, else podman/buildah): docker/build.sh.
