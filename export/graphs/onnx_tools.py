@@ -23,7 +23,6 @@ fp32/int8 (CPU) and use the fused graph as the base of fp16 (GPU).
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import warnings
@@ -31,11 +30,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import onnx
 
 from export.graphs.external_data import copy_graph, needs_external_data, save_checked, save_fused, save_graph
-from service.artefacts import MANIFEST_NAME, FileEntry, GraphSpec, TensorSpec, file_entry, per_layer
+from service.artefacts import MANIFEST_NAME, FileEntry, GraphSpec, TensorSpec, file_entry
 
 if TYPE_CHECKING:  # torch is imported where used: the CLI starts fast
     import torch
@@ -145,103 +143,6 @@ def append_top_k(
         ]
     )
     save_checked(model, path)
-
-
-def unstack_layers(path: Path, inputs: Sequence[str], outputs: Sequence[str]) -> int:
-    """Turn stacked (n_layers, …) graph inputs and outputs into one per layer, in place: input
-    ``x`` becomes ``x_0`` … ``x_{n-1}`` and output ``y`` (a ``Concat`` of ``Unsqueeze``d layer
-    tensors, as ``torch.stack`` exports) becomes ``y_0`` …, so a step no longer copies every
-    layer's slice out of a stacked input (onnxruntime's Gather → Split) nor stacks the outputs.
-
-    A stacked input may only be indexed by constant layer (``Gather`` axis 0) or read by
-    ``Shape`` (fed from a rank-preserving view of layer 0: every axis but the first keeps its
-    size). Returns the number of layers; raises ``ValueError`` on any other structure."""
-    model = onnx.load(str(path))
-    graph = model.graph
-    constants = {  # the layer indices among them; a large graph's weights are not copied
-        t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer if math.prod(t.dims) <= 1
-    }
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            constants[node.output[0]] = onnx.numpy_helper.to_array(node.attribute[0].t)
-    renamed: dict[str, str] = {}
-    dropped: list[onnx.NodeProto] = []
-    shape_readers: list[onnx.NodeProto] = []
-    layers: dict[str, set[int]] = {name: set() for name in inputs}
-    for node in graph.node:
-        for name in set(node.input) & set(inputs):
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            by_layer = node.op_type == "Gather" and node.input[0] == name and axis == 0
-            if by_layer and node.input[1] in constants:
-                index = constants[node.input[1]]
-                if index.ndim != 0:
-                    raise ValueError(f"{path}: {node.name} indexes {name} with a non-scalar")
-                renamed[node.output[0]] = per_layer(name, int(index))
-                layers[name].add(int(index))
-                dropped.append(node)
-            elif node.op_type == "Shape":
-                shape_readers.append(node)
-            else:
-                raise ValueError(f"{path}: {node.op_type} {node.name} reads stacked {name} as a whole")
-    n_layers = len(layers[inputs[0]])
-    if any(found != set(range(n_layers)) for found in layers.values()):
-        raise ValueError(f"{path}: stacked inputs are not indexed by every layer: {layers}")
-    producers = {out: node for node in graph.node for out in node.output}
-    declared = {v.name: v for v in graph.output}
-    new_outputs = []
-    for name in outputs:
-        stack = producers[name]
-        if stack.op_type != "Concat" or len(stack.input) != n_layers:
-            raise ValueError(f"{path}: output {name} is not a Concat of {n_layers} layers")
-        elem = declared[name].type.tensor_type.elem_type
-        dims = [d.dim_param or d.dim_value for d in declared[name].type.tensor_type.shape.dim][1:]
-        for i, unsqueezed in enumerate(stack.input):
-            unsqueeze = producers[unsqueezed]
-            if unsqueeze.op_type != "Unsqueeze":
-                raise ValueError(f"{path}: output {name} stacks a {unsqueeze.op_type}, not an Unsqueeze")
-            renamed[unsqueeze.input[0]] = per_layer(name, i)
-            dropped.append(unsqueeze)
-            new_outputs.append(onnx.helper.make_tensor_value_info(f"{name}_{i}", elem, dims))
-        dropped.append(stack)
-    for node in dropped:
-        graph.node.remove(node)
-    for node in graph.node:
-        for j, x in enumerate(node.input):
-            node.input[j] = renamed.get(x, x)
-        for j, x in enumerate(node.output):
-            node.output[j] = renamed.get(x, x)
-    for name in outputs:
-        graph.output.remove(declared[name])
-    graph.output.extend(new_outputs)
-    stacked = {v.name: v for v in graph.input if v.name in inputs}
-    for name in inputs:
-        elem = stacked[name].type.tensor_type.elem_type
-        dims = [d.dim_param or d.dim_value for d in stacked[name].type.tensor_type.shape.dim][1:]
-        graph.input.remove(stacked[name])
-        graph.input.extend(
-            onnx.helper.make_tensor_value_info(f"{name}_{i}", elem, dims) for i in range(n_layers)
-        )
-    axis_zero = "unstack_layers_axis0"
-    graph.initializer.append(onnx.numpy_helper.from_array(np.array([0], dtype=np.int64), axis_zero))
-    for node in shape_readers:
-        for j, x in enumerate(node.input):
-            if x in inputs:
-                view = f"{x}_view"
-                if not any(n.output[0] == view for n in graph.node):
-                    graph.node.insert(0, onnx.helper.make_node("Unsqueeze", [f"{x}_0", axis_zero], [view]))
-                node.input[j] = view
-    _drop_unused_constants(graph)
-    save_checked(model, path)
-    return n_layers
-
-
-def _drop_unused_constants(graph: onnx.GraphProto) -> None:
-    """Remove the layer-index constants and initializers nothing reads any more."""
-    used = {x for node in graph.node for x in node.input} | {v.name for v in graph.output}
-    for node in [n for n in graph.node if n.op_type == "Constant" and n.output[0] not in used]:
-        graph.node.remove(node)
-    for tensor in [t for t in graph.initializer if t.name not in used]:
-        graph.initializer.remove(tensor)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from export.graphs.int8_rowwise import quantize_int8
-from export.graphs.onnx_tools import append_top_k, export_onnx, graph_spec, optimize, unstack_layers
+from export.graphs.onnx_tools import append_top_k, export_onnx, graph_spec, optimize
 from export.graphs.translation_layout import (
     DECODER_OUTPUTS,
     ENCODER_AXES,
@@ -30,6 +30,7 @@ from export.graphs.translation_layout import (
     TOP_K_OUTPUTS,
     DecoderIO,
 )
+from export.graphs.unstack import unstack_layers
 from export.progress import progress
 from export.sources import TranslationSource
 from service.artefacts import LOG_PROBS, TOP_K, DecoderLayout, Variant, decoder_layout_of

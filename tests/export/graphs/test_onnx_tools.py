@@ -19,8 +19,8 @@ from export.graphs.onnx_tools import (
     opset_and_ir,
     optimize,
     to_fp16,
-    unstack_layers,
 )
+from export.graphs.unstack import unstack_layers
 from service.engine.session import SessionConfig, create_session
 
 
