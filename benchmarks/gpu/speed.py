@@ -8,7 +8,7 @@
 * one short sentence at a time (beam 4): latency of each;
 * embeddings, batches of 128: sentences/s of sentence-transformers in fp16 (the baseline) and our
   engine in-process, and our service over HTTP with 4 clients sending 128 sentences a request;
-* embedding shapes (``gpu_shapes``): our engine in-process on sorted batches against batches
+* embedding shapes (``shapes``): our engine in-process on sorted batches against batches
   whose input shapes keep changing, as the service's do, with the CUDA arena's growth and the
   CPU's cut of batches as variants;
 * dynamic batching against the same service with a batch size of 1, over HTTP: many clients, one
@@ -38,18 +38,18 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from benchmarks import gpu_shapes
 from benchmarks.common import Service, percentiles_ms, sts_sentences
 from benchmarks.embedding import InProcessRun, in_process
-from benchmarks.gpu_baselines import (
+from benchmarks.gpu import shapes
+from benchmarks.gpu.baselines import (
     HFGenerateOnDevice,
     SentenceTransformersOnDevice,
     ctranslate2_on_cuda,
     embedding_model_dir,
     translation_checkpoint,
 )
-from benchmarks.gpu_quality import split_sentences
-from benchmarks.gpu_run import DEVICE_VARIANT, GpuRun
+from benchmarks.gpu.quality import split_sentences
+from benchmarks.gpu.run import DEVICE_VARIANT, GpuRun
 from benchmarks.loadgen import BodyFactory
 from benchmarks.results import Row
 from benchmarks.server_account import RoundObserver, accounted, local, scrape
@@ -395,6 +395,6 @@ def batching(gpu: GpuRun, device_service: Service) -> None:
 def run(gpu: GpuRun, device_service: Service | None) -> None:
     gpu.guard("speed: translation", translation, gpu, device_service)
     gpu.guard("speed: embeddings", embeddings, gpu, device_service)
-    gpu.guard("speed: embedding shapes", gpu_shapes.run, gpu, ENGINE_THREADS)
+    gpu.guard("speed: embedding shapes", shapes.run, gpu, ENGINE_THREADS)
     if device_service is not None:
         gpu.guard("speed: dynamic batching vs batch size 1", batching, gpu, device_service)
