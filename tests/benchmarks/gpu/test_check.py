@@ -133,3 +133,17 @@ def test_the_translation_goals_take_the_faster_of_our_two_ways_at_the_largest_ba
     assert not failed(run)  # goals are reported, never required
     speed.translation_goals(run, best | {("continuous", batch): 1_000.0}, None, "whole", "continuous")
     assert run.verdicts[2].passed is False and len(run.verdicts) == 3  # no HF: no ratio
+
+
+def test_the_batching_goal_is_the_gain_over_batch_size_1_or_not_measured(tmp_path: Path) -> None:
+    run = a_run(tmp_path)
+    section = "serving: embed"
+    one = Row(section, "batch size 1", 100.0, "sent/s", True)
+    speed.batching_goal(run, "embed", Row(section, "dynamic batching", 1_500.0, "sent/s"), one)
+    speed.batching_goal(run, "embed", Row(section, "dynamic batching", 150.0, "sent/s"), one)
+    speed.batching_goal(run, "embed", None, one)
+    speed.batching_goal(run, "embed", Row(section, "dynamic batching", 900.0, "sent/s"), None)
+    assert [v.passed for v in run.verdicts] == [True, False, None, None]
+    assert run.verdicts[0].detail == "15.0× (1,500 against 100 sentences/s)"
+    assert run.verdicts[2].detail == "not measured"
+    assert not failed(run)  # goals are reported, never required
