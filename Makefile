@@ -65,5 +65,5 @@ wheelhouse:
 ## wheelhouse (default: .wheelhouse/py<its version>, or its parts), exports, tests, serves and measures
 ## on CUDA; results in OUT. GPU_CHECK_ARGS: e.g. `--provider cpu --quick` (the same run on the CPU, small).
 gpu-check:
-	$(PYTHON) -m benchmarks.gpu_check --data-dir $(or $(DATA),$(error set DATA=DIR holding multi30k/ and stsb/)) \
+	$(PYTHON) -m benchmarks.gpu.check --data-dir $(or $(DATA),$(error set DATA=DIR holding multi30k/ and stsb/)) \
 		--out $(or $(OUT),.gpu-check/results) $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(GPU_CHECK_ARGS)

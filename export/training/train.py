@@ -35,9 +35,8 @@ import json
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import sacrebleu
@@ -57,6 +56,7 @@ from export.sources.ours.data import (
 )
 from export.sources.ours.model import Transformer, TransformerConfig
 from export.sources.ours.translate import translate_ids
+from export.training.state import Run, keep_epoch, resume
 
 
 def seed_everything(seed: int) -> None:
@@ -145,7 +145,7 @@ def evaluate(
     return {"loss": total / n_tokens, "bleu": bleu.score}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m export.training.train",
         description=__doc__,
@@ -199,53 +199,82 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="stop after the last epoch predicted to end within M minutes of this run (state.pt "
         "resumes it); 0: no limit",
     )
-    args = p.parse_args(argv)
-    deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
+    return p.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    seed_everything(args.seed)
-    work: Path = args.work_dir
-    work.mkdir(parents=True, exist_ok=True)
-    device = torch.device(args.device)
 
-    train_src, train_tgt = read_parallel(args.data_dir, "train", args.src_lang, args.tgt_lang)
-    val_src, val_tgt = read_parallel(args.data_dir, "val", args.src_lang, args.tgt_lang)
-    if args.limit:
-        train_src, train_tgt = train_src[: args.limit], train_tgt[: args.limit]
+@dataclass(frozen=True)
+class Corpus:
+    """The pairs as token ids, with the tokenizer and the validation targets' text (sacreBLEU's
+    references) that validation needs."""
+
+    tokenizer: Tokenizer
+    train_src: list[list[int]]
+    train_tgt: list[list[int]]
+    val_src: list[list[int]]
+    val_tgt: list[list[int]]
+    references: list[str]
+
+
+def vocabulary(args: argparse.Namespace, work: Path, texts: list[str]) -> Tokenizer:
+    """The run's tokenizer, kept in ``work``: the one already there (a resumed run), the one beside
+    --init-from's checkpoint, else one trained on ``texts``."""
     tok_path = work / "tokenizer.json"
     if tok_path.exists():
-        tokenizer = Tokenizer.from_file(str(tok_path))
-    elif args.init_from:
+        return Tokenizer.from_file(str(tok_path))
+    if args.init_from:
         tokenizer = Tokenizer.from_file(str(args.init_from.parent / "tokenizer.json"))
-        tokenizer.save(str(tok_path))
     else:
-        tokenizer = train_tokenizer(train_src + train_tgt, args.vocab_size)
-        tokenizer.save(str(tok_path))
+        tokenizer = train_tokenizer(texts, args.vocab_size)
+    tokenizer.save(str(tok_path))
+    return tokenizer
 
+
+def model_config(args: argparse.Namespace, tokenizer: Tokenizer) -> TransformerConfig:
+    """--init-from's architecture with this run's dropouts, else the one the options describe."""
     dropouts = {
         "dropout": args.dropout,
         "attention_dropout": args.attention_dropout,
         "activation_dropout": args.activation_dropout,
     }
     if args.init_from:
-        cfg = replace(read_config(args.init_from), **dropouts)
-    else:
-        cfg = TransformerConfig(
-            vocab_size=tokenizer.get_vocab_size(),
-            d_model=args.d_model,
-            n_heads=args.heads,
-            d_ff=args.d_ff,
-            n_encoder_layers=args.encoder_layers or args.layers,
-            n_decoder_layers=args.decoder_layers or args.layers,
-            max_len=args.max_len,
-            norm_first=args.norm_first,
-            **dropouts,
-        )
-    limit = cfg.max_len - 1
-    tr_s, tr_t = encode_source(tokenizer, train_src, limit), encode_target(tokenizer, train_tgt, limit)
-    va_s, va_t = encode_source(tokenizer, val_src, limit), encode_target(tokenizer, val_tgt, limit)
+        return replace(read_config(args.init_from), **dropouts)
+    return TransformerConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        d_model=args.d_model,
+        n_heads=args.heads,
+        d_ff=args.d_ff,
+        n_encoder_layers=args.encoder_layers or args.layers,
+        n_decoder_layers=args.decoder_layers or args.layers,
+        max_len=args.max_len,
+        norm_first=args.norm_first,
+        **dropouts,
+    )
 
+
+def prepare_data(args: argparse.Namespace, work: Path) -> tuple[Corpus, TransformerConfig]:
+    """The pairs read (the first --limit of training's), their vocabulary, the model's
+    configuration, and the pairs encoded to fit its ``max_len``."""
+    train_src, train_tgt = read_parallel(args.data_dir, "train", args.src_lang, args.tgt_lang)
+    val_src, val_tgt = read_parallel(args.data_dir, "val", args.src_lang, args.tgt_lang)
+    if args.limit:
+        train_src, train_tgt = train_src[: args.limit], train_tgt[: args.limit]
+    tokenizer = vocabulary(args, work, train_src + train_tgt)
+    cfg = model_config(args, tokenizer)
+    limit = cfg.max_len - 1
+    corpus = Corpus(
+        tokenizer,
+        encode_source(tokenizer, train_src, limit),
+        encode_target(tokenizer, train_tgt, limit),
+        encode_source(tokenizer, val_src, limit),
+        encode_target(tokenizer, val_tgt, limit),
+        val_tgt,
+    )
+    return corpus, cfg
+
+
+def build(args: argparse.Namespace, cfg: TransformerConfig, device: torch.device) -> Run:
+    """The model (--init-from's weights, else fresh ones), Adam and the inverse-square-root
+    schedule, shifted to start at --schedule-from."""
     model = Transformer(cfg).to(device)
     if args.init_from:
         model.load_state_dict(load_state(args.init_from))
@@ -253,26 +282,44 @@ def main(argv: Sequence[str] | None = None) -> None:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: inverse_sqrt(s + args.schedule_from, args.warmup)
     )
-    state_path = work / "state.pt"
-    epoch0, best_bleu, history = 0, -1.0, []
-    if state_path.exists():
-        state: dict[str, Any] = torch.load(state_path, map_location=device, weights_only=False)
-        if TransformerConfig.from_dict(state["config"]) != cfg:
-            raise SystemExit(f"{state_path} was trained with another config; use a new --work-dir")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        epoch0, best_bleu, history = state["epoch"], state["best_bleu"], state["history"]
-        random.setstate(state["py_rng"])
-        torch.set_rng_state(state["torch_rng"])
-        if device.type == "cuda" and "cuda_rng" in state:
-            torch.cuda.set_rng_state(state["cuda_rng"], device)
-        print(f"resumed after epoch {epoch0} (best val BLEU {best_bleu:.2f})")
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"{n_params / 1e6:.1f}M parameters, vocab {cfg.vocab_size}, {len(tr_s)} pairs, device {device}")
+    return Run(cfg, model, optimizer, scheduler, device)
 
-    longest_epoch = max((h.get("epoch_seconds", 0.0) for h in history), default=0.0)
-    for epoch in range(epoch0 + 1, args.epochs + 1):
+
+def train_epoch(run: Run, args: argparse.Namespace, corpus: Corpus, epoch: int) -> tuple[float, int]:
+    """One pass over the training pairs in batches shuffled anew each epoch: (the summed
+    label-smoothed loss, the target tokens it is over)."""
+    run.model.train()
+    seed = args.seed * 1000 + epoch
+    batches = list(
+        token_batches(corpus.train_src, corpus.train_tgt, args.max_tokens, run.cfg.pad_id, seed=seed)
+    )
+    train_loss, train_tokens = 0.0, 0
+    bar = tqdm(batches, desc=f"epoch {epoch}", unit="batch", mininterval=10)
+    for batch in bar:
+        batch = batch.to(run.device)
+        objective, loss = training_loss(run.model, batch, args.label_smoothing, args.rdrop, args.bf16)
+        run.optimizer.zero_grad(set_to_none=True)
+        torch.autograd.backward(objective)
+        run.optimizer.step()
+        run.scheduler.step()
+        train_loss += loss
+        train_tokens += batch.n_tokens
+        bar.set_postfix(loss=f"{train_loss / train_tokens:.3f}", lr=f"{run.scheduler.get_last_lr()[0]:.2e}")
+    return train_loss, train_tokens
+
+
+def validate(run: Run, args: argparse.Namespace, corpus: Corpus) -> dict[str, float]:
+    """The model's validation loss and greedy sacreBLEU as it stands."""
+    return evaluate(
+        run.model, corpus.tokenizer, corpus.val_src, corpus.val_tgt, corpus.references, args.max_tokens
+    )
+
+
+def train(run: Run, args: argparse.Namespace, corpus: Corpus, work: Path, deadline: float | None) -> None:
+    """The epochs after the last one done up to --epochs, each kept as it ends; with a ``deadline``
+    (on time.monotonic()), none that the longest epoch so far would carry past it."""
+    longest_epoch = max((h.get("epoch_seconds", 0.0) for h in run.history), default=0.0)
+    for epoch in range(run.epoch + 1, args.epochs + 1):
         if deadline is not None and time.monotonic() + longest_epoch > deadline:
             print(
                 f"stopped before epoch {epoch}: the longest epoch so far ({longest_epoch:.0f} s) would end "
@@ -280,23 +327,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 flush=True,
             )
             break
-        model.train()
         t0 = time.time()
-        batches = list(token_batches(tr_s, tr_t, args.max_tokens, cfg.pad_id, seed=args.seed * 1000 + epoch))
-        train_loss, train_tokens = 0.0, 0
-        bar = tqdm(batches, desc=f"epoch {epoch}", unit="batch", mininterval=10)
-        for batch in bar:
-            batch = batch.to(device)
-            objective, loss = training_loss(model, batch, args.label_smoothing, args.rdrop, args.bf16)
-            optimizer.zero_grad(set_to_none=True)
-            torch.autograd.backward(objective)
-            optimizer.step()
-            scheduler.step()
-            train_loss += loss
-            train_tokens += batch.n_tokens
-            bar.set_postfix(loss=f"{train_loss / train_tokens:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+        train_loss, train_tokens = train_epoch(run, args, corpus, epoch)
         train_time = time.time() - t0
-        metrics = evaluate(model, tokenizer, va_s, va_t, val_tgt, args.max_tokens)
+        metrics = validate(run, args, corpus)
         epoch_time = time.time() - t0
         longest_epoch = max(longest_epoch, epoch_time)
         record = {
@@ -307,51 +341,49 @@ def main(argv: Sequence[str] | None = None) -> None:
             "train_seconds": round(train_time, 1),
             "epoch_seconds": round(epoch_time, 1),
             "tokens_per_second": round(train_tokens / train_time),
-            "step": scheduler.last_epoch,
-            "lr": scheduler.get_last_lr()[0],
+            "step": run.scheduler.last_epoch,
+            "lr": run.scheduler.get_last_lr()[0],
         }
-        history.append(record)
+        run.history.append(record)
         print(json.dumps(record), flush=True)
+        keep_epoch(run, work, epoch, metrics["bleu"], args.keep_last)
 
-        save_checkpoint(model, work / f"epoch{epoch:03d}.safetensors")
-        stale = work / f"epoch{epoch - args.keep_last:03d}.safetensors"
-        stale.unlink(missing_ok=True)
-        if metrics["bleu"] > best_bleu:
-            best_bleu = metrics["bleu"]
-            save_checkpoint(model, work / "best.safetensors")
-        tmp = state_path.with_suffix(".tmp")
-        torch.save(
-            {
-                "config": cfg.to_dict(),
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "epoch": epoch,
-                "best_bleu": best_bleu,
-                "history": history,
-                "py_rng": random.getstate(),
-                "torch_rng": torch.get_rng_state(),
-                **({"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
-            },
-            tmp,
-        )
-        tmp.replace(state_path)
-        (work / "history.json").write_text(json.dumps(history, indent=1))
 
-    # Also when --max-minutes stopped the run: the last epochs of a bounded run average as well,
-    # and a resumed run overwrites the average when it stops again or ends.
+def average_last(run: Run, args: argparse.Namespace, corpus: Corpus, work: Path) -> None:
+    """averaged.safetensors of the last --average-last epoch checkpoints, its validation scores in
+    averaged.json. Also when --max-minutes stopped the run: the last epochs of a bounded run
+    average as well, and a resumed run overwrites the average when it stops again or ends."""
     last = sorted(work.glob("epoch*.safetensors"))[-args.average_last :] if args.average_last else []
-    if last:
-        model.load_state_dict(average_checkpoints(last))
-        save_checkpoint(model, work / "averaged.safetensors")
-        metrics = evaluate(model, tokenizer, va_s, va_t, val_tgt, args.max_tokens)
-        averaged = {
-            "averaged": [p.name for p in last],
-            "val_loss": metrics["loss"],
-            "val_bleu_greedy": metrics["bleu"],
-        }
-        (work / "averaged.json").write_text(json.dumps(averaged, indent=1))
-        print(json.dumps(averaged), flush=True)
+    if not last:
+        return
+    run.model.load_state_dict(average_checkpoints(last))
+    save_checkpoint(run.model, work / "averaged.safetensors")
+    metrics = validate(run, args, corpus)
+    averaged = {
+        "averaged": [p.name for p in last],
+        "val_loss": metrics["loss"],
+        "val_bleu_greedy": metrics["bleu"],
+    }
+    (work / "averaged.json").write_text(json.dumps(averaged, indent=1))
+    print(json.dumps(averaged), flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    work: Path = args.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    corpus, cfg = prepare_data(args, work)
+    run = build(args, cfg, torch.device(args.device))
+    resume(run, work / "state.pt")
+    n_params = sum(p.numel() for p in run.model.parameters()) / 1e6
+    pairs = len(corpus.train_src)
+    print(f"{n_params:.1f}M parameters, vocab {cfg.vocab_size}, {pairs} pairs, device {run.device}")
+    train(run, args, corpus, work, deadline)
+    average_last(run, args, corpus, work)
 
 
 if __name__ == "__main__":

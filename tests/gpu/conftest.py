@@ -25,7 +25,7 @@ PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"
 
 @functools.cache
 def cuda_unavailable() -> str | None:
-    from benchmarks.gpu_check import cuda_unavailable as probe
+    from benchmarks.gpu.check import cuda_unavailable as probe
 
     return probe()
 

@@ -1,11 +1,11 @@
-"""The systems the GPU check's speed stage times (benchmarks/gpu_speed.py), on the tiny models: what
+"""The systems the GPU check's speed stage times (benchmarks/gpu/speed.py), on the tiny models: what
 they compute must be the engine's answers, whichever way the sentences are fed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.gpu_speed import BEAM, EmbedOnDevice, OursOnDevice
+from benchmarks.gpu.speed import BEAM, EmbedOnDevice, OursOnDevice
 from benchmarks.translators import TextCodec, Workload
 from service.artefacts import read_manifest
 from service.engine.base import TranslateItem, TranslateOptions

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import gpu_setup
-from benchmarks.gpu_setup import Wheel
+from benchmarks.gpu import setup
+from benchmarks.gpu.setup import Wheel
 
-SCRIPT = gpu_setup.REPO / "scripts" / "wheelhouse.sh"
+SCRIPT = setup.REPO / "scripts" / "wheelhouse.sh"
 
 
 def make_wheel(directory: Path, name: str, version: str, module_text: str = "VALUE = 1\n") -> Path:
@@ -53,8 +53,8 @@ def tiny_pyproject(directory: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def tiny_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """$PYPROJECT, read by gpu_setup and scripts/wheelhouse.sh: the tiny project; and what the
-    check needs beside it, for scripts/wheelhouse.sh: the tiny wheelhouse's check.txt."""
+    """$PYPROJECT, read by benchmarks/gpu/setup.py and scripts/wheelhouse.sh: the tiny project; and
+    what the check needs beside it, for scripts/wheelhouse.sh: the tiny wheelhouse's check.txt."""
     pyproject = tiny_pyproject(tmp_path)
     monkeypatch.setenv("PYPROJECT", str(pyproject))
     monkeypatch.setenv("WHEELHOUSE_CHECK_NEEDS", "tserve-probe-two")
@@ -89,7 +89,7 @@ def test_only_what_the_host_lacks_or_has_too_old_is_installed() -> None:
         Wheel.from_path(Path(f"{n}-{v}-py3-none-any.whl")) for n, v in (("a", "1"), ("b", "2"), ("c", "3"))
     ]
     host = {"b": "1.0", "c": "0.1"}  # c is older, but nothing asks for a newer one
-    chosen = gpu_setup.to_install(wheels, {"b": "b>=2"}, host.get)
+    chosen = setup.to_install(wheels, {"b": "b>=2"}, host.get)
     assert [w.name for w in chosen] == ["a", "b"]
 
 
@@ -98,37 +98,35 @@ def test_the_cuda_libraries_of_the_nvidia_wheels_are_found(tmp_path: Path) -> No
     (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
     (site / "nvidia" / "cu13" / "lib" / "libcudart.so.13").touch()
     (site / "nvidia" / "headers_only" / "lib").mkdir(parents=True)
-    assert gpu_setup.nvidia_library_dirs([str(tmp_path / "elsewhere"), str(site)]) == [
-        site / "nvidia/cu13/lib"
-    ]
+    assert setup.nvidia_library_dirs([str(tmp_path / "elsewhere"), str(site)]) == [site / "nvidia/cu13/lib"]
 
 
 def test_the_check_environment_puts_the_install_and_the_libraries_first(tmp_path: Path) -> None:
-    env = gpu_setup.check_environment(
+    env = setup.check_environment(
         tmp_path, {"PYTHONPATH": f"/x{os.pathsep}{tmp_path}", "HOME": "/root"}, [Path("/cuda/lib")]
     )
     assert env["PYTHONPATH"] == f"{tmp_path.resolve()}{os.pathsep}/x"
     assert env["LD_LIBRARY_PATH"] == "/cuda/lib" and env["HOME"] == "/root"
-    assert "LD_LIBRARY_PATH" not in gpu_setup.check_environment(None, {}, [])
+    assert "LD_LIBRARY_PATH" not in setup.check_environment(None, {}, [])
 
 
 def test_prepare_installs_into_the_target_once(tmp_path: Path, tiny_project: Path) -> None:
     wheelhouse = tiny_wheelhouse(tmp_path / "wheelhouse")
     target = tmp_path / "site"
-    env, lines = gpu_setup.prepare(wheelhouse, target)
+    env, lines = setup.prepare(wheelhouse, target)
     assert lines[0].startswith("installed") and "tserve-probe-one 1.0" in lines[0]
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(target.resolve())
     probe = [sys.executable, "-c", "import tserve_probe_one, tserve_probe_two; print(tserve_probe_one.VALUE)"]
     assert subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout == "1\n"
-    _, again = gpu_setup.prepare(wheelhouse, target)
+    _, again = setup.prepare(wheelhouse, target)
     assert again[0].startswith("already in")
 
 
 def test_a_wheelhouse_for_another_python_is_refused(tmp_path: Path, tiny_project: Path) -> None:
     wheelhouse = tiny_wheelhouse(tmp_path / "wheelhouse")
     (wheelhouse / "numpy-9.0-cp39-cp39-manylinux_2_28_x86_64.whl").touch()
-    with pytest.raises(gpu_setup.SetupError, match="not for this Python"):
-        gpu_setup.prepare(wheelhouse, tmp_path / "site")
+    with pytest.raises(setup.SetupError, match="not for this Python"):
+        setup.prepare(wheelhouse, tmp_path / "site")
 
 
 def test_the_parts_make_the_wheelhouse_again_and_a_damaged_part_is_refused(tmp_path: Path) -> None:
@@ -139,15 +137,15 @@ def test_the_parts_make_the_wheelhouse_again_and_a_damaged_part_is_refused(tmp_p
     assert sorted(p.name for p in parts.glob("part-*")) == ["part-01", "part-02", "part-03", "part-04"]
     assert max(p.stat().st_size for p in parts.glob("part-*")) == 1 << 20
     again = parts.parent / "py3.12"
-    gpu_setup.reassemble(again)  # only the parts are here: checked and unpacked
+    setup.reassemble(again)  # only the parts are here: checked and unpacked
     assert {p.name: p.read_bytes() for p in again.iterdir()} == {
         p.name: p.read_bytes() for p in wheelhouse.iterdir()
     }
     shutil.rmtree(again)
     with (parts / "part-02").open("r+b") as part:
         part.write(b"x")
-    with pytest.raises(gpu_setup.SetupError, match="do not make the wheelhouse"):
-        gpu_setup.reassemble(again)
+    with pytest.raises(setup.SetupError, match="do not make the wheelhouse"):
+        setup.reassemble(again)
     assert not any(again.glob("*.whl"))
 
 
@@ -162,17 +160,17 @@ def test_the_wheels_of_what_the_host_has_can_stay_behind(tmp_path: Path, tiny_pr
         ["bash", str(SCRIPT), "split", str(wheelhouse), str(parts), "28", str(leave_out)], check=True
     )
     carried = parts.parent / "py3.12"
-    gpu_setup.reassemble(carried)
+    setup.reassemble(carried)
     assert sorted(p.name for p in carried.glob("*.whl")) == ["tserve_probe_one-1.0-py3-none-any.whl"]
-    with pytest.raises(gpu_setup.SetupError, match=r"tserve-probe-two \(the host has none\)"):
-        gpu_setup.prepare(carried, tmp_path / "site")
+    with pytest.raises(setup.SetupError, match=r"tserve-probe-two \(the host has none\)"):
+        setup.prepare(carried, tmp_path / "site")
 
 
 def test_a_requirement_is_unmet_only_without_a_wheel_and_a_good_enough_host_version() -> None:
     wheels = [Wheel.from_path(Path("a-1.0-py3-none-any.whl"))]
     requirements = {"a": "a>=1", "b": "b>=2", "c": "c[extra]>=3", "d": "d"}
     host = {"a": "0.1", "b": "2.5", "c": "1.0"}
-    assert gpu_setup.unmet(wheels, requirements, host.get) == [
+    assert setup.unmet(wheels, requirements, host.get) == [
         "c[extra]>=3 (the host has 1.0)",
         "d (the host has none)",
     ]
@@ -194,8 +192,8 @@ def test_a_wheelhouse_older_than_the_project_is_refused_before_it_is_split_or_in
     )
     assert split.returncode == 1 and "defusedxml>=0.7" in split.stderr
     assert not (tmp_path / "parts").exists()
-    with pytest.raises(gpu_setup.SetupError, match=r"built before pyproject.toml asked for defusedxml>=0.7"):
-        gpu_setup.prepare(wheelhouse, tmp_path / "site")
+    with pytest.raises(setup.SetupError, match=r"built before pyproject.toml asked for defusedxml>=0.7"):
+        setup.prepare(wheelhouse, tmp_path / "site")
 
 
 def test_a_wheelhouse_built_before_the_check_needed_more_is_refused_before_it_is_split(
@@ -217,8 +215,8 @@ def test_a_wheelhouse_built_before_the_check_needed_more_is_refused_before_it_is
 
 def test_the_wheelhouse_is_built_for_the_services_own_dependencies() -> None:
     """service.txt: pyproject.toml's dependencies, onnxruntime swapped for the [gpu] pin."""
-    requirements = gpu_setup.service_requirements(gpu_setup.REPO / "pyproject.toml")
-    names = [gpu_setup.requirement_name(r) for r in requirements]
+    requirements = setup.service_requirements(setup.REPO / "pyproject.toml")
+    names = [setup.requirement_name(r) for r in requirements]
     assert "onnxruntime" not in names and "onnxruntime-gpu" in names
     assert {"fastapi", "py3langid", "defusedxml"} <= set(names)
     assert not any("[cuda" in r for r in requirements)

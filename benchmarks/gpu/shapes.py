@@ -39,7 +39,7 @@ from typing import Any
 
 from benchmarks.common import sts_sentences
 from benchmarks.embedding import Lanes, in_process
-from benchmarks.gpu_run import DEVICE_VARIANT, GpuRun
+from benchmarks.gpu.run import DEVICE_VARIANT, GpuRun
 from benchmarks.results import Row
 from service.artefacts import EMBEDDING_INPUT_IDS
 from service.cuda import CUDA

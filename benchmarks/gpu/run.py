@@ -40,7 +40,7 @@ class Sizes:
     embed_seconds: float  # each in-process embedding run lasts at least this long
     http_seconds: float  # each HTTP load level
     rounds: int  # runs per system, best kept (Hugging Face generate: one, each lasting seconds)
-    # the embedding shape rows (benchmarks/gpu_shapes.py): a sample of STS-dev sentences, small
+    # the embedding shape rows (benchmarks/gpu/shapes.py): a sample of STS-dev sentences, small
     # enough that one pass stays short even where new shapes are slow, and each run's least seconds
     shape_sentences: int
     shape_seconds: float

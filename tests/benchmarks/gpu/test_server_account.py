@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import gpu_speed, server_profile
+from benchmarks import server_profile
 from benchmarks.common import Service, free_port
-from benchmarks.gpu_run import QUICK, GpuRun
-from benchmarks.gpu_speed import EmbedOnDevice
+from benchmarks.gpu import speed
+from benchmarks.gpu.run import QUICK, GpuRun
+from benchmarks.gpu.speed import EmbedOnDevice
 from benchmarks.results import Results
 from benchmarks.server_account import Snapshot, account, accounted, local, of_service, scrape
 from benchmarks.server_profile import PySpy, py_spy_binary, summarise, top_frames, top_stacks
@@ -84,7 +85,7 @@ def test_a_load_row_carries_the_services_account_and_a_profile_of_its_first_roun
         items=1,
         duration_s=1.0,
         rounds=2,
-        observe=gpu_speed.observer(gpu, service, "embed, 8 clients"),
+        observe=speed.observer(gpu, service, "embed, 8 clients"),
     )
     assert row is not None
     extra = row.extra

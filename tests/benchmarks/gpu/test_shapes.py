@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks import gpu_shapes
-from benchmarks.gpu_run import DEVICE_VARIANT, QUICK, GpuRun
-from benchmarks.gpu_shapes import (
+from benchmarks.gpu import shapes
+from benchmarks.gpu.run import DEVICE_VARIANT, QUICK, GpuRun
+from benchmarks.gpu.shapes import (
     CHURN,
     CHURN_ARENA,
     CHURN_CPU_CUTS,
@@ -53,21 +53,21 @@ def test_the_rows_measure_fixed_shapes_against_churn_and_skip_the_arena_on_the_c
 ) -> None:
     gpu = a_run(tmp_path, embedding_artefact)
     resolve = engine_session.resolve_providers
-    gpu_shapes.run(gpu, 1)
+    shapes.run(gpu, 1)
     rows = {r.system: r for r in gpu.results.rows}
     assert list(rows) == [FIXED, REPEATING, CHURN, CHURN_THREADS]
     assert [r.system for r in gpu.results.rows if r.baseline] == [FIXED]
     assert all(r.value > 0 and r.unit == "sent/s" for r in rows.values())
     assert len({r.section for r in rows.values()}) == 1
     # sorted batches repeat their few shapes; random ones keep making new ones
-    shapes = {name: row.extra["shapes"] for name, row in rows.items()}
-    assert min(shapes[REPEATING], shapes[CHURN], shapes[CHURN_THREADS]) > shapes[FIXED]
-    assert shapes[CHURN] > shapes[REPEATING]  # passes of new draws, against one plan replayed
+    distinct = {name: row.extra["shapes"] for name, row in rows.items()}
+    assert min(distinct[REPEATING], distinct[CHURN], distinct[CHURN_THREADS]) > distinct[FIXED]
+    assert distinct[CHURN] > distinct[REPEATING]  # passes of new draws, against one plan replayed
     assert rows[FIXED].extra["rows_per_run"] > rows[CHURN].extra["rows_per_run"]
     assert "arena" not in rows[CHURN].extra  # no CUDA options on a CPU session
     assert f"{CHURN_ARENA}: not measured, arena_extend_strategy is a CUDA option" in gpu.results.notes
     assert f"{CHURN_CPU_CUTS}: not measured, the CPU's engines cut so already" in gpu.results.notes
-    assert gpu.results.notes[-1] == gpu_shapes.READING
+    assert gpu.results.notes[-1] == shapes.READING
     assert engine_session.resolve_providers is resolve
 
 
@@ -90,7 +90,7 @@ def test_sessions_made_inside_get_the_arena_strategy_and_the_providers_are_resto
             CPU,
         ]
         assert engine_session.resolve_providers("cpu") == [CPU]
-        gpu_shapes.service_engine(embedding_artefact, "cpu", 1)  # its session asks the wrapper
+        shapes.service_engine(embedding_artefact, "cpu", 1)  # its session asks the wrapper
     assert asked == ["cuda", "cpu", "cpu"]
     assert engine_session.resolve_providers is resolve
     with pytest.raises(RuntimeError), arena_extend_strategy("kNextPowerOfTwo"):

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import gpu_check, gpu_quality, gpu_setup, gpu_speed
-from benchmarks.gpu_run import QUICK, GpuRun, failed, markdown, write
+from benchmarks.gpu import check, quality, setup, speed
+from benchmarks.gpu.run import QUICK, GpuRun, failed, markdown, write
 from benchmarks.results import Row
-from tests.benchmarks.test_benchmark_gpu_setup import tiny_pyproject, tiny_wheelhouse
+from tests.benchmarks.gpu.test_setup import tiny_pyproject, tiny_wheelhouse
 
 
 def a_run(tmp_path: Path, provider: str = "cuda") -> GpuRun:
@@ -28,17 +28,17 @@ def a_run(tmp_path: Path, provider: str = "cuda") -> GpuRun:
 def test_spearman_ranks_ties_by_their_mean() -> None:
     stats = pytest.importorskip("scipy.stats")
     x, y = np.array([1.0, 2, 2, 3, 5, 5, 5]), np.array([2.0, 1, 4, 3, 7, 6, 6])
-    assert gpu_quality.ranks(x).tolist() == [1, 2.5, 2.5, 4, 6, 6, 6]
-    assert gpu_quality.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert quality.ranks(x).tolist() == [1, 2.5, 2.5, 4, 6, 6, 6]
+    assert quality.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
 
 
 def test_sts_pairs_are_read_with_their_gold_scores(tmp_path: Path) -> None:
     (tmp_path / "stsb").mkdir()
     rows = ["g\tMSRvid\t2012\t0\t5.000\tA man.\tA person.", "short\tline", "g\tx\t2012\t1\t0.5\tA.\tB."]
     (tmp_path / "stsb" / "sts-dev.csv").write_text("\n".join(rows) + "\n")
-    first, second, gold = gpu_quality.sts_pairs(tmp_path, None)
+    first, second, gold = quality.sts_pairs(tmp_path, None)
     assert (first, second, gold.tolist()) == (["A man.", "A."], ["A person.", "B."], [5.0, 0.5])
-    assert gpu_quality.sts_pairs(tmp_path, 1)[0] == ["A man."]
+    assert quality.sts_pairs(tmp_path, 1)[0] == ["A man."]
 
 
 def test_fp16_must_stay_within_the_tolerances_of_fp32(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_fp16_must_stay_within_the_tolerances_of_fp32(tmp_path: Path) -> None:
         "fp16 on CUDA": {"en→de": 37.7, "de→en": 40.3, "sts": 86.5},
         "fp32 on CPU": {"en→de": 37.98, "de→en": 40.26, "sts": 86.72},
     }
-    gpu_quality.judge(run, scores)
+    quality.judge(run, scores)
     assert [(v.check.split(":")[0], v.passed) for v in run.verdicts] == [
         ("BLEU en→de", True),
         ("BLEU de→en", True),
@@ -58,7 +58,7 @@ def test_fp16_must_stay_within_the_tolerances_of_fp32(tmp_path: Path) -> None:
 
 def test_a_comparison_without_its_figures_is_not_measured_and_fails(tmp_path: Path) -> None:
     run = a_run(tmp_path)
-    gpu_quality.judge(run, {"fp32 on CPU": {"en→de": 38.0}})
+    quality.judge(run, {"fp32 on CPU": {"en→de": 38.0}})
     assert [v.passed for v in run.verdicts] == [None, None]
     assert len(failed(run)) == 2
 
@@ -73,9 +73,9 @@ def test_test_counts_read_the_junit_report(tmp_path: Path) -> None:
         '<testcase name="test_d"><error message="y"/></testcase>'
         "</testsuite></testsuites>"
     )
-    counts = gpu_check.test_counts(report)
+    counts = check.test_counts(report)
     assert counts == {"passed": 2, "failed": 1, "errors": 1, "skipped": 1, "passed on CUDA": 1}
-    assert gpu_check.test_counts(tmp_path / "missing.xml")["passed"] == 0
+    assert check.test_counts(tmp_path / "missing.xml")["passed"] == 0
 
 
 def test_results_say_what_failed_and_which_goals_were_missed(tmp_path: Path) -> None:
@@ -106,14 +106,14 @@ def test_the_plumbing_runs_end_to_end_without_its_heavy_stages(tmp_path: Path) -
     and the results: everything but export, tests, quality and speed."""
     wheelhouse = tiny_wheelhouse(tmp_path / "py3.12")
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "benchmarks.gpu_check", "--provider", "cpu", "--quick"]
+    command = [sys.executable, "-m", "benchmarks.gpu.check", "--provider", "cpu", "--quick"]
     command += ["--data-dir", str(tmp_path), "--out", str(out), "--work", str(tmp_path / "work")]
     command += ["--wheelhouse", str(wheelhouse), "--target", str(tmp_path / "site")]
-    command += ["--skip", *gpu_check.STAGES]
-    env = {k: v for k, v in os.environ.items() if k != gpu_check.PREPARED}
+    command += ["--skip", *check.STAGES]
+    env = {k: v for k, v in os.environ.items() if k != check.PREPARED}
     env["PYPROJECT"] = str(tiny_pyproject(tmp_path))
     done = subprocess.run(
-        command, cwd=gpu_setup.REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+        command, cwd=setup.REPO, env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     body = json.loads((out / "results.json").read_text())
@@ -127,9 +127,23 @@ def test_the_translation_goals_take_the_faster_of_our_two_ways_at_the_largest_ba
     batch = max(run.sizes.batches)
     best = {("hf", batch): 4_000.0, ("whole", batch): 19_000.0, ("continuous", batch): 21_000.0}
     best |= {("hf", 1): 1.0, ("whole", 1): 1e6, ("continuous", 1): 1e6}  # other batches: not read
-    gpu_speed.translation_goals(run, best, "hf", "whole", "continuous")
+    speed.translation_goals(run, best, "hf", "whole", "continuous")
     assert [(v.passed, v.required) for v in run.verdicts] == [(True, False), (True, False)]
     assert "21,000 tokens/s" in run.verdicts[0].detail and run.verdicts[1].detail.startswith("5.2×")
     assert not failed(run)  # goals are reported, never required
-    gpu_speed.translation_goals(run, best | {("continuous", batch): 1_000.0}, None, "whole", "continuous")
+    speed.translation_goals(run, best | {("continuous", batch): 1_000.0}, None, "whole", "continuous")
     assert run.verdicts[2].passed is False and len(run.verdicts) == 3  # no HF: no ratio
+
+
+def test_the_batching_goal_is_the_gain_over_batch_size_1_or_not_measured(tmp_path: Path) -> None:
+    run = a_run(tmp_path)
+    section = "serving: embed"
+    one = Row(section, "batch size 1", 100.0, "sent/s", True)
+    speed.batching_goal(run, "embed", Row(section, "dynamic batching", 1_500.0, "sent/s"), one)
+    speed.batching_goal(run, "embed", Row(section, "dynamic batching", 150.0, "sent/s"), one)
+    speed.batching_goal(run, "embed", None, one)
+    speed.batching_goal(run, "embed", Row(section, "dynamic batching", 900.0, "sent/s"), None)
+    assert [v.passed for v in run.verdicts] == [True, False, None, None]
+    assert run.verdicts[0].detail == "15.0× (1,500 against 100 sentences/s)"
+    assert run.verdicts[2].detail == "not measured"
+    assert not failed(run)  # goals are reported, never required

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 REQUIREMENT_FILES = ("service.txt", "check.txt")  # written by scripts/wheelhouse.sh build
 STAMP = ".wheels"  # in the target folder: the wheels installed there
 # name-version(-build)?-python-abi-platform.whl; names and versions never contain "-"
@@ -277,4 +277,4 @@ if __name__ == "__main__":  # scripts/wheelhouse.sh: the requirements it downloa
     elif len(sys.argv) in (3, 4) and sys.argv[1] == "behind":
         sys.exit("\n".join(behind(*map(Path, sys.argv[2:]))) or None)
     else:
-        sys.exit("usage: python -m benchmarks.gpu_setup service-requirements | behind WHEELHOUSE [PYPROJECT]")
+        sys.exit("usage: python -m benchmarks.gpu.setup service-requirements | behind WHEELHOUSE [PYPROJECT]")

@@ -1,19 +1,19 @@
-"""``python3 -m benchmarks.gpu_check`` (``make gpu-check``): the GPU path, tested, served and measured
+"""``python3 -m benchmarks.gpu.check`` (``make gpu-check``): the GPU path, tested, served and measured
 on CUDA in one run, on a host with an NVIDIA GPU, Python 3.12, torch and the CUDA 13 libraries as
 ``nvidia-*`` wheels, and no network (docs/gpu-check.md).
 
-    python3 -m benchmarks.gpu_check --data-dir DIR [--out DIR] [--quick] [--provider cpu]
+    python3 -m benchmarks.gpu.check --data-dir DIR [--out DIR] [--quick] [--provider cpu]
 
 1. setup: installs what the host lacks from the wheelhouse (``.wheelhouse/py3.12``, reassembled
-   from its parts when only they are there; benchmarks/gpu_setup.py) and runs itself again with it
+   from its parts when only they are there; benchmarks/gpu/setup.py) and runs itself again with it
    on PYTHONPATH and the CUDA libraries on LD_LIBRARY_PATH;
 2. environment: the GPU, onnxruntime's providers, and whether a CUDA session really runs on CUDA
    (it stops here when not: nothing after it could);
 3. export: the default models in fp32, int8 and fp16 into ``--artefacts``, the three models side
    by side (each export skips variants already current, so carried artefacts cost nothing);
 4. tests: ``pytest tests/gpu`` (the tests marked ``cuda`` run on CUDA, the others on the CPU);
-5. our service on the device (fp16), then quality (benchmarks/gpu_quality.py) and speed
-   (benchmarks/gpu_speed.py), with fp32/int8 services on the CPU for comparison;
+5. our service on the device (fp16), then quality (benchmarks/gpu/quality.py) and speed
+   (benchmarks/gpu/speed.py), with fp32/int8 services on the CPU for comparison;
 6. results.json, results.md and logs.txt in ``--out``; the summary printed. Exit status 1 when a
    required check failed (a missed goal fails nothing), 2 when the host cannot be set up.
 
@@ -37,11 +37,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks import gpu_setup
+from benchmarks.gpu import setup
 
-if TYPE_CHECKING:  # benchmarks.gpu_run needs packages that the setup may have to install first
+if TYPE_CHECKING:  # benchmarks.gpu.run needs packages that the setup may have to install first
     from benchmarks.common import Service
-    from benchmarks.gpu_run import GpuRun
+    from benchmarks.gpu.run import GpuRun
 
 PREPARED = "TSERVE_GPU_CHECK_PREPARED"  # set in the environment the check runs itself again in
 SETUP_LINES = "TSERVE_GPU_CHECK_SETUP"
@@ -52,7 +52,7 @@ TESTS_TIMEOUT_S = 600
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python3 -m benchmarks.gpu_check",
+        prog="python3 -m benchmarks.gpu.check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -79,24 +79,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get(PREPARED) == "1":
         return check(args)
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    wheelhouse = args.wheelhouse or gpu_setup.default_wheelhouse()
+    wheelhouse = args.wheelhouse or setup.default_wheelhouse()
     parts = wheelhouse.with_name(wheelhouse.name + "-parts")
     if args.wheelhouse is None and not wheelhouse.is_dir() and not parts.is_dir():
         wheelhouse = None  # nothing to install: this interpreter has to have it all
-    target = args.target or gpu_setup.REPO / ".wheelhouse" / f"site-py{version}"
+    target = args.target or setup.REPO / ".wheelhouse" / f"site-py{version}"
     try:
-        env, lines = gpu_setup.prepare(wheelhouse, target)
-    except (gpu_setup.SetupError, subprocess.CalledProcessError) as e:
+        env, lines = setup.prepare(wheelhouse, target)
+    except (setup.SetupError, subprocess.CalledProcessError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("\n".join(lines), flush=True)
     env[PREPARED], env[SETUP_LINES] = "1", json.dumps(lines)
-    os.execve(sys.executable, [sys.executable, "-m", "benchmarks.gpu_check", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", "benchmarks.gpu.check", *argv], env)
 
 
 def check(args: argparse.Namespace) -> int:
-    from benchmarks import gpu_quality, gpu_speed
-    from benchmarks.gpu_run import FULL, QUICK, GpuRun, failed, markdown, write
+    from benchmarks.gpu import quality, speed
+    from benchmarks.gpu.run import FULL, QUICK, GpuRun, failed, markdown, write
 
     affinity = getattr(os, "sched_getaffinity", None)
     gpu = GpuRun(
@@ -111,7 +111,7 @@ def check(args: argparse.Namespace) -> int:
     )
     gpu.work.mkdir(parents=True, exist_ok=True)
     gpu.meta = {
-        "command": "python3 -m benchmarks.gpu_check " + shlex.join(sys.argv[1:]),
+        "command": "python3 -m benchmarks.gpu.check " + shlex.join(sys.argv[1:]),
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "setup": json.loads(os.environ.get(SETUP_LINES, "[]")),
         "sizes": asdict(gpu.sizes),
@@ -126,9 +126,9 @@ def check(args: argparse.Namespace) -> int:
             device = gpu.guard(f"start the service ({gpu.device_label})", start_device_service, gpu)
         try:
             if "quality" not in args.skip:
-                gpu_quality.run(gpu, device)
+                quality.run(gpu, device)
             if "speed" not in args.skip:
-                gpu_speed.run(gpu, device)
+                speed.run(gpu, device)
         finally:
             if device is not None:
                 device.stop()
@@ -282,7 +282,7 @@ def start_device_service(gpu: GpuRun) -> Service:
     model on the provider asked for."""
     import httpx
 
-    from benchmarks.gpu_run import DEVICE_VARIANT
+    from benchmarks.gpu.run import DEVICE_VARIANT
     from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS
 
     service = gpu.service(

@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 
 from benchmarks.common import Service, read_lines
-from benchmarks.gpu_run import DEVICE_VARIANT, GpuRun
+from benchmarks.gpu.run import DEVICE_VARIANT, GpuRun
 from benchmarks.results import Row
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS
 
