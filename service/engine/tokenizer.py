@@ -10,7 +10,7 @@ its longest member only, and decides per item what an over-long text means — t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from service.artefacts import ArtefactError
 from service.cuda import CUDA
 from service.engine.base import Encoded, TextTooLong
 
-__all__ = ["Encoded", "SubBatches", "TextTokenizer", "padded_partition"]
+__all__ = ["Encoded", "EncodingCache", "SubBatches", "TextTokenizer", "padded_partition"]
 
 RUN_COST_TOKENS = 8
 """What one more encoder run costs on the CPU, in padded tokens: a run's fixed overhead against
@@ -90,6 +90,25 @@ class SubBatches:
 
 
 DEFAULT_SUB_BATCHES = SubBatches()
+
+
+class EncodingCache:
+    """Each text encoded once by ``encode`` (an engine's): segmentation measures its units with
+    ``count``, and the queue's cost and the engine reuse the same encodings. One request's: never
+    shared between threads."""
+
+    def __init__(self, encode: Callable[[list[str]], list[Encoded]]) -> None:
+        self._encode = encode
+        self._done: dict[str, Encoded] = {}
+
+    def __call__(self, text: str) -> Encoded:
+        encoded = self._done.get(text)
+        if encoded is None:
+            encoded = self._done[text] = self._encode([text])[0]
+        return encoded
+
+    def count(self, text: str) -> int:
+        return self(text).n_tokens
 
 
 class TextTokenizer:

@@ -11,12 +11,12 @@ any sentence is its text's error.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from service.engine.base import Encoded, TranslateEngine, TranslateItem, TranslateOptions, Translation
+from service.engine.tokenizer import EncodingCache
 from service.glossaries.placeholders import Masked, PlaceholderLost
 from service.queue import off_the_loop_if_large
 from service.serving.errors import Problem, problem
@@ -109,19 +109,12 @@ def _split(
     if info is None:
         raise ValueError(f"{engine.manifest.name} is not a translation model")
 
-    # split_long measures every unit it returns: each is tokenized once, and its encoding kept
-    @functools.cache
-    def encode(text: str) -> Encoded:
-        return engine.encode([text])[0]
-
-    def count(text: str) -> int:
-        return encode(text).n_tokens
-
+    encode = EncodingCache(engine.encode)  # split_long measures every unit it returns: kept
     build = html_document if fmt == "html" else plain_document
     documents: list[Document | HtmlError] = []
     for text in texts:
         try:
-            documents.append(build(text, language, count, info.max_source_len))
+            documents.append(build(text, language, encode.count, info.max_source_len))
         except HtmlError as e:
             documents.append(e)
     prepared = [[terms.prepare(u) for u in d.units] if isinstance(d, Document) else [] for d in documents]
