@@ -1,6 +1,10 @@
-"""Shared test settings: one CPU thread for torch (the machine is shared with training runs)."""
+"""Shared test settings: one CPU thread for torch (the machine is shared with training runs), and
+the tiny real artefacts that tests across the tree use, each trained or exported once per session
+by the export code itself (a fixture imported into a module would be a second one, built again)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -13,3 +17,39 @@ def _one_torch_thread() -> None:
     except ImportError:
         return
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def translation_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory with model.safetensors + tokenizer.json of a tiny trained model of ours."""
+    pytest.importorskip("torch")
+    from tests.tiny_models import tiny_translation_checkpoint
+
+    return tiny_translation_checkpoint(tmp_path_factory.mktemp("checkpoints") / "tiny-en-de")
+
+
+@pytest.fixture(scope="session")
+def translation_artefact(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """<root>/tiny-en-de/fp32, verified against PyTorch by export_translation."""
+    from export.translation import export_translation
+
+    (directory,) = export_translation(translation_checkpoint, tmp_path_factory.mktemp("artefacts"), ["fp32"])
+    return directory
+
+
+@pytest.fixture(scope="session")
+def embedding_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BertModel in the sentence-transformers layout (mean pooling, max length 16)."""
+    pytest.importorskip("transformers")
+    from tests.tiny_models import tiny_bert_dir
+
+    return tiny_bert_dir(tmp_path_factory.mktemp("sources") / "tiny-bert")
+
+
+@pytest.fixture(scope="session")
+def embedding_artefact(embedding_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """<root>/tiny-bert/fp32, written and verified by export_embedding."""
+    from export.embedding import export_embedding
+
+    (directory,) = export_embedding(embedding_source, tmp_path_factory.mktemp("artefacts"), ["fp32"])
+    return directory

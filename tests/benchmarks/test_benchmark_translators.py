@@ -12,7 +12,6 @@ from benchmarks.translators import OursInProcess
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
-from tests.service.engine.conftest import translation_artefact, translation_checkpoint  # noqa: F401 (fixtures)
 
 TEXTS = [
     "a man rides a bike",
@@ -30,7 +29,7 @@ def ok(result: object) -> Translation:
 
 
 def test_lanes_translate_a_batch_side_by_side_with_the_same_results(
-    translation_artefact: Path,  # noqa: F811 (the fixture)
+    translation_artefact: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With lanes the batch is dealt out to translate calls on as many threads (each gets long

@@ -21,10 +21,6 @@ from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
 from service.engine.translator import OnnxTranslator
 from tests.servers import ServerProcess, artefact_env, server_process, service_command
-from tests.service.engine.conftest import (  # noqa: F401 (fixtures, used by name)
-    translation_artefact,
-    translation_checkpoint,
-)
 
 TEXTS = ["a man rides the big red bike .", "two dogs run", "small cat sits on the street", "the red cat"]
 PAIRS = [("en", "de"), ("en", "fr"), ("de", "fr"), ("fr", "en"), ("de", "en")]
@@ -49,7 +45,7 @@ def m2m_artefact(m2m_source: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def server(
-    translation_artefact: Path,  # noqa: F811
+    translation_artefact: Path,
     m2m_artefact: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServerProcess]:

@@ -1,5 +1,5 @@
-"""Fixtures of the reliability tests: real servers on loopback, and the tiny real ONNX artefacts
-of tests/service/engine (reused, not rebuilt differently)."""
+"""Fixtures of the reliability tests: real servers on loopback, and one root holding the tiny real
+ONNX artefacts of tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ from pathlib import Path
 import pytest
 
 from tests.servers import ServerProcess, server_process, small_server_command
-from tests.service.engine.conftest import (  # noqa: F401 (fixtures, used by name)
-    embedding_artefact,
-    embedding_source,
-    translation_artefact,
-    translation_checkpoint,
-)
 
 
 @pytest.fixture
@@ -32,8 +26,8 @@ def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 
 @pytest.fixture(scope="session")
 def artefact_root(
-    translation_artefact: Path,  # noqa: F811
-    embedding_artefact: Path,  # noqa: F811
+    translation_artefact: Path,
+    embedding_artefact: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
     """One root holding both tiny models, as ``python -m service`` expects: <root>/<name>/fp32."""

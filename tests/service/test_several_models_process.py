@@ -11,12 +11,6 @@ import httpx
 import pytest
 
 from tests.servers import ServerProcess, artefact_env, server_process, service_command
-from tests.service.engine.conftest import (  # noqa: F401 (fixtures, used by name)
-    embedding_artefact,
-    embedding_source,
-    translation_artefact,
-    translation_checkpoint,
-)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +27,8 @@ def de_en_artefact(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(
-    translation_artefact: Path,  # noqa: F811
-    embedding_artefact: Path,  # noqa: F811
+    translation_artefact: Path,
+    embedding_artefact: Path,
     de_en_artefact: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServerProcess]:

@@ -22,12 +22,6 @@ from benchmarks.results import Results
 from benchmarks.server_account import Snapshot, account, accounted, local, of_service, scrape
 from benchmarks.server_profile import PySpy, py_spy_binary, summarise, top_frames, top_stacks
 from benchmarks.serving import load_row
-from tests.service.engine.conftest import (  # noqa: F401 (fixtures, used by name)
-    embedding_artefact,
-    embedding_source,
-    translation_artefact,
-    translation_checkpoint,
-)
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach.", "A woman slices an onion."]
 SPIN = """
@@ -45,8 +39,8 @@ spin(30)
 
 @pytest.fixture(scope="module")
 def service(
-    translation_artefact: Path,  # noqa: F811
-    embedding_artefact: Path,  # noqa: F811
+    translation_artefact: Path,
+    embedding_artefact: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Service]:
     """``python -m service`` as the check starts it, on the tiny models, on the CPU."""
@@ -128,7 +122,7 @@ def test_a_translation_row_is_accounted_by_its_decoding(service: Service) -> Non
 
 
 def test_an_engine_called_in_process_is_accounted_from_this_process(
-    embedding_artefact: Path,  # noqa: F811
+    embedding_artefact: Path,
 ) -> None:
     system = EmbedOnDevice(embedding_artefact, "cpu", batch=2, name="ours")
     with accounted(local) as columns:

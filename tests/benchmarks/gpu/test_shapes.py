@@ -29,7 +29,6 @@ from service.cuda import CUDA
 from service.engine import session as engine_session
 from service.engine.session import CPU
 from service.settings import DEFAULT_EMBED_MODEL
-from tests.service.engine.conftest import embedding_artefact, embedding_source  # noqa: F401 (fixtures)
 
 
 def a_run(tmp_path: Path, artefact: Path) -> GpuRun:
@@ -49,7 +48,7 @@ def a_run(tmp_path: Path, artefact: Path) -> GpuRun:
 
 def test_the_rows_measure_fixed_shapes_against_churn_and_skip_the_arena_on_the_cpu(
     tmp_path: Path,
-    embedding_artefact: Path,  # noqa: F811
+    embedding_artefact: Path,
 ) -> None:
     gpu = a_run(tmp_path, embedding_artefact)
     resolve = engine_session.resolve_providers
@@ -73,7 +72,7 @@ def test_the_rows_measure_fixed_shapes_against_churn_and_skip_the_arena_on_the_c
 
 def test_sessions_made_inside_get_the_arena_strategy_and_the_providers_are_restored_after(
     monkeypatch: pytest.MonkeyPatch,
-    embedding_artefact: Path,  # noqa: F811
+    embedding_artefact: Path,
 ) -> None:
     asked: list[str] = []
 

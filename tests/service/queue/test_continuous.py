@@ -28,7 +28,6 @@ from service.queue import (
     QueueFull,
     RequestQueue,
 )
-from tests.service.engine.conftest import translation_artefact, translation_checkpoint  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +59,7 @@ def endless(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(translation_artefact: Path) -> OnnxTranslator:  # noqa: F811
+def engine(translation_artefact: Path) -> OnnxTranslator:
     translator = OnnxTranslator(translation_artefact, SessionConfig("cpu", 1))
     assert translator.joins_midway
     translator.warmup()
