@@ -3,7 +3,8 @@
 docs/configuration.md documents every setting of ``service/settings.py``, and every settings table
 (README.md's too) gives its exact default; no doc names a ``TSERVE_*`` variable that does not
 exist; relative links resolve; README.md and benchmarks/README.md stay short enough to read
-(issue 43); the one name for engine runs in flight per model is "worker threads".
+(issue 43); every concept keeps one name (docs/architecture.md's glossary: a retired name appears
+in no doc and no module of the service), and every file a doc names exists.
 """
 
 from __future__ import annotations
@@ -28,7 +29,18 @@ LINE_BUDGETS = {README: 400, BENCHMARKS_README: 300}
 ENV_NAME = re.compile(r"\bTSERVE_[A-Z0-9_]*[A-Z0-9]")
 SETTING_ROW = re.compile(r"^\| `(TSERVE_[A-Z0-9_]+)` \| `([^`]*)` \|", re.MULTILINE)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-RETIRED_TERMS = re.compile(r"\blanes?\b|\bmain decodes?\b", re.IGNORECASE)
+# A retired name → the concept's one name (docs/architecture.md, "Names").
+RETIRED_NAMES = {
+    r"\blanes?\b": "worker threads",
+    r"\bmain decodes?\b": "worker threads",
+    r"\bbatchers?\b": "request queue",
+}
+RETIRED = re.compile("|".join(RETIRED_NAMES), re.IGNORECASE)
+# A path in the repository, as docs name files: `service/http/app.py`, docker/Dockerfile.
+NAMED_PATH = re.compile(r"(?<![\w/.-])((?:service|export|benchmarks|tests|docker|k8s|scripts)/[\w/.-]*\w)")
+# What a command makes: named in the docs, never in the repository.
+MADE_BY_COMMANDS = ("benchmarks/results", "benchmarks/.venv-infinity", "export/reference/sentences")
+SERVICE_MODULES = sorted((ROOT / "service").rglob("*.py"))
 
 
 def env_name(field: str) -> str:
@@ -96,7 +108,43 @@ def test_readmes_stay_within_their_line_budget(doc: Path) -> None:
     assert lines <= LINE_BUDGETS[doc], f"{doc.relative_to(ROOT)}: {lines} lines, budget {LINE_BUDGETS[doc]}"
 
 
+def retired_names_in(text: str) -> list[str]:
+    return sorted({f"{m.group(0)} (now: {one_name(m.group(0))})" for m in RETIRED.finditer(text)})
+
+
+def one_name(retired: str) -> str:
+    return next(name for pattern, name in RETIRED_NAMES.items() if re.fullmatch(pattern, retired, re.I))
+
+
+def test_the_retired_names_are_found() -> None:
+    assert retired_names_in("each Batcher has two lanes") == [
+        "Batcher (now: request queue)",
+        "lanes (now: worker threads)",
+    ]
+
+
 @pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_engine_runs_per_model_have_one_name(doc: Path) -> None:
-    retired = sorted({m.group(0) for m in RETIRED_TERMS.finditer(doc.read_text(encoding="utf-8"))})
-    assert not retired, f'{doc.relative_to(ROOT)} says {retired}: the setting\'s name is "worker threads"'
+def test_docs_use_one_name_per_concept(doc: Path) -> None:
+    retired = retired_names_in(doc.read_text(encoding="utf-8"))
+    assert not retired, f"{doc.relative_to(ROOT)} says {retired}"
+
+
+def test_the_service_uses_one_name_per_concept() -> None:
+    """Identifiers, docstrings and comments alike (a SIMD lane of the ranking kernel is not one
+    of the service's concepts: ``lane`` is checked in docs only)."""
+    code_names = re.compile(r"\bbatchers?\b|\bmain decodes?\b", re.IGNORECASE)
+    found = [
+        f"{path.relative_to(ROOT)}: {sorted(set(code_names.findall(text)))}"
+        for path in SERVICE_MODULES
+        if code_names.search(text := path.read_text(encoding="utf-8"))
+    ]
+    assert not found, found
+
+
+@pytest.mark.parametrize(
+    "doc", [*USER_DOCS, ROOT / "k8s" / "README.md"], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_every_file_a_doc_names_exists(doc: Path) -> None:
+    named = set(NAMED_PATH.findall(doc.read_text(encoding="utf-8")))
+    missing = sorted(p for p in named if not (ROOT / p).exists() and not p.startswith(MADE_BY_COMMANDS))
+    assert not missing, f"{doc.relative_to(ROOT)} names files that do not exist: {missing}"
