@@ -54,7 +54,7 @@ from service.engine.session import (
 )
 from service.engine.shortlist import VocabularyMap
 from service.engine.tokenizer import Encoded, TextTokenizer
-from service.engine.translations import empty_translation, to_translation
+from service.engine.translation_results import empty_translation, to_translation
 from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, labelled, observe_stage, timed
 
 # --- the engine ---------------------------------------------------------------------------------
