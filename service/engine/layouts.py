@@ -4,7 +4,7 @@
 ``per_layer_kv_positions`` (fp16, the GPU's) by ``positions.PositionsDecoder``. From then on the
 engine asks the decoder class what it can do (``decoding.Decoder``), never the layout's name.
 Artefacts of the layouts earlier exports wrote are refused with the command that exports them
-again; ``make serve`` does so itself for the default models (service/serving/runtime.py).
+again; ``make serve`` does so itself for the default models (service/serving/startup.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ MIN_COSINE = 0.999  # fp16 against fp32 (and a batch's padding against none)
 
 
 def served(directory: Path, provider: str) -> OnnxEmbedder:
-    """The embedder as the service loads it on ``provider`` (service/serving/runtime.py)."""
+    """The embedder as the service loads it on ``provider`` (service/serving/startup.py)."""
     engine = load_engine(directory, SessionConfig(provider, 1))
     assert isinstance(engine, OnnxEmbedder)
     return engine

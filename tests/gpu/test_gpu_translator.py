@@ -32,7 +32,7 @@ BATCH_TOLERANCE = 1e-2  # fp16 kernels may be picked by batch shape: alone again
 
 
 def served(directory: Path, provider: str) -> OnnxTranslator:
-    """The translator as the service loads it on ``provider`` (service/serving/runtime.py)."""
+    """The translator as the service loads it on ``provider`` (service/serving/startup.py)."""
     engine = load_engine(directory, SessionConfig(provider, 1))
     assert isinstance(engine, OnnxTranslator)
     return engine
