@@ -40,7 +40,7 @@ from service.glossaries.entries import GlossaryProblem, as_tsv, parse_entries
 from service.glossaries.store import Glossary, GlossaryNotFound
 from service.serving import translation
 from service.serving.access import check_api_key, ready
-from service.serving.detection import AUTO, translate_detected
+from service.serving.detection import AUTO
 from service.serving.errors import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import translators
 from service.serving.terminology import Terminology, UnknownGlossary, create_glossary, refused
@@ -103,18 +103,17 @@ async def translate(request: Request) -> Response:
             api_key=key,
             terminology=Terminology(glossary_store(request), body.glossary_id, key, field="glossary_id"),
         )
-        runtime = ready(runtime_of(request))
-        if source == AUTO:
-            found = await translate_detected(runtime, HttpClient(request), asked)
-            done, detected = found.translated, [d.language for d in found.detected]
-        else:
-            done = await translation.translate(runtime, HttpClient(request), asked)
-            detected = [done.source_language] * len(body.text)
+        done = await translation.translate(ready(runtime_of(request)), HttpClient(request), asked)
     except HTTPException as e:  # the body stream's limits (413, 408)
         return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     translated_characters(request)[key or ""] += sum(len(t) for t in body.text)
+    # DeepL names every text's source: the language detected in it, else the one asked for
+    if done.detected is None:
+        detected = [done.source_language] * len(done.texts)
+    else:
+        detected = [d.language for d in done.detected]
     return JSONResponse(
         {
             "translations": [

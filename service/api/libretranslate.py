@@ -33,7 +33,6 @@ from service.api.schemas import MAX_BEAM, OneOrManyTexts
 from service.files.registry import FORMATS
 from service.serving import translation
 from service.serving.access import check_api_key, ready
-from service.serving.detection import AUTO, translate_detected
 from service.serving.errors import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import UnservedLanguages, translators
 from service.serving.terminology import Terminology
@@ -138,11 +137,7 @@ async def translate(request: Request) -> Response:
                 glossary_store(request), body.glossary, key, tuple(body.keep), "glossary"
             ),
         )
-        if body.source == AUTO:
-            found = await translate_detected(ready(runtime), HttpClient(request), asked)
-            done, detected = found.translated, found.detected
-        else:
-            done, detected = await translation.translate(ready(runtime), HttpClient(request), asked), []
+        done = await translation.translate(ready(runtime), HttpClient(request), asked)
     except UnservedLanguages as e:
         return JSONResponse({"error": _unserved(e)}, 400)
     except HTTPException as e:  # the body stream's limits (413, 408)
@@ -154,8 +149,8 @@ async def translate(request: Request) -> Response:
     if body.alternatives:
         alternatives = [[h.text for h in t.hypotheses[1:]] for t in done.texts]
         out["alternatives"] = alternatives[0] if single else alternatives
-    if detected:
-        languages = [{"confidence": d.confidence, "language": d.language} for d in detected]
+    if done.detected:
+        languages = [{"confidence": d.confidence, "language": d.language} for d in done.detected]
         out["detectedLanguage"] = languages[0] if single else languages
     return JSONResponse(out)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -21,7 +23,7 @@ from service.api.schemas import (
 )
 from service.engine.base import TranslationHypothesis
 from service.serving import translation
-from service.serving.detection import AUTO, Detection, translate_detected
+from service.serving.detection import Detection
 from service.serving.terminology import Terminology
 from service.text.document import TextHypothesis, TextTranslation
 
@@ -54,12 +56,8 @@ async def translate(body: TranslateRequest, request: Request, runtime: ServingRu
             tuple(body.keep),
         ),
     )
-    detected: list[Detection | None] = [None] * len(body.text)
-    if body.source_language == AUTO:
-        found = await translate_detected(runtime, HttpClient(request), asked)
-        done, detected = found.translated, list(found.detected)
-    else:
-        done = await translation.translate(runtime, HttpClient(request), asked)
+    done = await translation.translate(runtime, HttpClient(request), asked)
+    detected: Sequence[Detection | None] = done.detected or [None] * len(done.texts)  # source "auto" only
     return json_response(
         TranslateResponse(
             model=done.model,
