@@ -24,18 +24,18 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import langcodes
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, runtime_of
 from service.api.errors import answer, http_failure
 from service.api.glossaries import glossary_of, glossary_store
-from service.api.schemas import OneOrManyTexts
+from service.api.schemas.deepl import DeepLGlossaryRequest, DeepLTranslateRequest
 from service.glossaries.entries import GlossaryProblem, as_tsv, parse_entries
 from service.glossaries.store import Glossary, GlossaryNotFound
 from service.serving import translation
@@ -54,34 +54,6 @@ _FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 _LISTS = ("text", "non_splitting_tags", "splitting_tags", "ignore_tags")  # repeated form fields
 _MAX_FORM_FIELDS = 2 * 2048 + 32
 _QUOTA_EXCEEDED = 456  # DeepL's status for a spent quota (here: the glossaries' limits)
-
-
-class DeepLTranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # DeepL's many other options: see the docstring
-
-    text: OneOrManyTexts
-    target_lang: str = Field(max_length=16)
-    source_lang: str | None = Field(default=None, max_length=16)
-    glossary_id: str | None = Field(default=None, max_length=256)
-    tag_handling: Literal["html"] | None = None
-    split_sentences: Literal["0", "1", "nonewlines"] = "1"
-    preserve_formatting: bool = True  # accepted; whitespace and line breaks are always kept
-    formality: Literal["default", "prefer_more", "prefer_less"] = "default"
-
-    @field_validator("preserve_formatting", mode="before")
-    @classmethod
-    def _flag(cls, value: Any) -> Any:
-        return value in ("1", "true", True) if isinstance(value, str | bool) else value
-
-
-class DeepLGlossaryRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    name: str = Field(min_length=1, max_length=256)
-    source_lang: str = Field(max_length=16)
-    target_lang: str = Field(max_length=16)
-    entries: str = Field(min_length=1)
-    entries_format: Literal["tsv", "csv"] = "tsv"
 
 
 @router.post("/v2/translate")

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, runtime_of
-from service.api.embedding_schemas import EmbedRequest, EmbedResponse
 from service.api.errors import ERROR_RESPONSES
 from service.api.hot_path import HotRoutes, json_endpoint
-from service.api.schemas import json_response
+from service.api.schemas.common import json_response
+from service.api.schemas.tserve import EmbedRequest, EmbedResponse
 from service.serving import embedding
 from service.serving.access import ready
 from service.serving.routing import choose_embedder

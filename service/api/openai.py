@@ -19,10 +19,15 @@ from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, ServingRuntime
 from service.api.embed import EmbeddingRuntime, embedding_runtime
-from service.api.embedding_schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
 from service.api.hot_path import HotRoutes, json_endpoint
-from service.api.schemas import ModelCard, ModelsResponse, json_response
+from service.api.schemas.common import json_response
+from service.api.schemas.openai import (
+    ModelCard,
+    ModelsResponse,
+    OpenAIEmbeddingRequest,
+    OpenAIEmbeddingResponse,
+)
 from service.engine.base import Engine
 from service.languages import ModelLanguages
 from service.serving import embedding

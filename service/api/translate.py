@@ -11,7 +11,8 @@ from service.api.dependencies import HttpClient, ServingRuntime, bearer_token, s
 from service.api.errors import ERROR_RESPONSES
 from service.api.glossaries import glossary_store, owner_key
 from service.api.hot_path import HotRoutes, json_endpoint
-from service.api.schemas import (
+from service.api.schemas.common import json_response
+from service.api.schemas.tserve import (
     DetectedLanguage,
     Hypothesis,
     SentenceResult,
@@ -19,7 +20,6 @@ from service.api.schemas import (
     TranslateResponse,
     TranslateUsage,
     TranslationResult,
-    json_response,
 )
 from service.engine.base import TranslationHypothesis
 from service.serving import translation
