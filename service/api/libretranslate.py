@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from service.api.dependencies import HttpClient, bearer_token, runtime_of
 from service.api.errors import answer, documented, http_failure, libretranslate_error
 from service.api.glossaries import glossary_store
-from service.api.hot_path import HotRoutes
+from service.api.hot_path import hot
 from service.api.schemas.libretranslate import (
     Language,
     LibreTranslateErrorBody,
@@ -84,6 +84,7 @@ def json_or_form(schema: type[BaseModel]) -> dict[str, Any]:
     responses=_ERRORS,
     openapi_extra=json_or_form(LibreTranslateRequest),
 )
+@hot  # its body is parsed by hand (JSON or a form): served as its endpoint alone
 async def translate(request: Request) -> Response:
     """Translate ``q`` (a string or a list) from ``source`` to ``target``; LibreTranslate's shape."""
     runtime = runtime_of(request)
@@ -120,10 +121,6 @@ async def translate(request: Request) -> Response:
         languages = [{"confidence": d.confidence, "language": d.language} for d in done.detected]
         out["detectedLanguage"] = languages[0] if single else languages
     return JSONResponse(out)
-
-
-# Its body is parsed by hand (JSON or a form), so the route is served as declared.
-HOT_ROUTES: HotRoutes = {("POST", "/translate"): translate}
 
 
 @router.get("/languages", response_model=list[Language], responses=error_responses(403, 503))

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from service.api.dependencies import HttpClient, ServingRuntime, bearer_token, serving_runtime
+from service.api.dependencies import HttpClient, ServingRuntime, bearer_token
 from service.api.errors import ERROR_RESPONSES
 from service.api.glossaries import glossary_store, owner_key
-from service.api.hot_path import HotRoutes, json_endpoint
+from service.api.hot_path import hot
 from service.api.schemas.common import json_response
 from service.api.schemas.tserve import (
     DetectedLanguage,
@@ -31,6 +31,7 @@ router = APIRouter(tags=["translate"])
 
 
 @router.post("/v1/translate", response_model=TranslateResponse, responses=ERROR_RESPONSES)
+@hot
 async def translate(body: TranslateRequest, request: Request, runtime: ServingRuntime) -> Response:
     """Translate one text or a list: each text sentence by sentence, in its own layout
     (all-or-nothing: one untranslatable text fails the request). The model is ``model``, else
@@ -67,11 +68,6 @@ async def translate(body: TranslateRequest, request: Request, runtime: ServingRu
             usage=TranslateUsage(input_tokens=done.input_tokens, output_tokens=done.output_tokens),
         )
     )
-
-
-HOT_ROUTES: HotRoutes = {
-    ("POST", "/v1/translate"): json_endpoint(translate, TranslateRequest, serving_runtime)
-}
 
 
 def _hypothesis(
