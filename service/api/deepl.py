@@ -24,23 +24,23 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import langcodes
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, runtime_of
 from service.api.errors import answer, http_failure
 from service.api.glossaries import glossary_of, glossary_store
-from service.api.schemas import OneOrManyTexts
+from service.api.schemas.deepl import DeepLGlossaryRequest, DeepLTranslateRequest
 from service.glossaries.entries import GlossaryProblem, as_tsv, parse_entries
 from service.glossaries.store import Glossary, GlossaryNotFound
 from service.serving import translation
 from service.serving.access import check_api_key, ready
-from service.serving.detection import AUTO, translate_detected
+from service.serving.detection import AUTO
 from service.serving.errors import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import translators
 from service.serving.terminology import Terminology, UnknownGlossary, create_glossary, refused
@@ -54,34 +54,6 @@ _FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 _LISTS = ("text", "non_splitting_tags", "splitting_tags", "ignore_tags")  # repeated form fields
 _MAX_FORM_FIELDS = 2 * 2048 + 32
 _QUOTA_EXCEEDED = 456  # DeepL's status for a spent quota (here: the glossaries' limits)
-
-
-class DeepLTranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # DeepL's many other options: see the docstring
-
-    text: OneOrManyTexts
-    target_lang: str = Field(max_length=16)
-    source_lang: str | None = Field(default=None, max_length=16)
-    glossary_id: str | None = Field(default=None, max_length=256)
-    tag_handling: Literal["html"] | None = None
-    split_sentences: Literal["0", "1", "nonewlines"] = "1"
-    preserve_formatting: bool = True  # accepted; whitespace and line breaks are always kept
-    formality: Literal["default", "prefer_more", "prefer_less"] = "default"
-
-    @field_validator("preserve_formatting", mode="before")
-    @classmethod
-    def _flag(cls, value: Any) -> Any:
-        return value in ("1", "true", True) if isinstance(value, str | bool) else value
-
-
-class DeepLGlossaryRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    name: str = Field(min_length=1, max_length=256)
-    source_lang: str = Field(max_length=16)
-    target_lang: str = Field(max_length=16)
-    entries: str = Field(min_length=1)
-    entries_format: Literal["tsv", "csv"] = "tsv"
 
 
 @router.post("/v2/translate")
@@ -103,18 +75,17 @@ async def translate(request: Request) -> Response:
             api_key=key,
             terminology=Terminology(glossary_store(request), body.glossary_id, key, field="glossary_id"),
         )
-        runtime = ready(runtime_of(request))
-        if source == AUTO:
-            found = await translate_detected(runtime, HttpClient(request), asked)
-            done, detected = found.translated, [d.language for d in found.detected]
-        else:
-            done = await translation.translate(runtime, HttpClient(request), asked)
-            detected = [done.source_language] * len(body.text)
+        done = await translation.translate(ready(runtime_of(request)), HttpClient(request), asked)
     except HTTPException as e:  # the body stream's limits (413, 408)
         return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     translated_characters(request)[key or ""] += sum(len(t) for t in body.text)
+    # DeepL names every text's source: the language detected in it, else the one asked for
+    if done.detected is None:
+        detected = [done.source_language] * len(done.texts)
+    else:
+        detected = [d.language for d in done.detected]
     return JSONResponse(
         {
             "translations": [

@@ -3,8 +3,9 @@ key, readiness), the client's disconnect, and ``HttpClient``, what the serving l
 (``service/serving/``) is handed of an HTTP request. HTTP only: the checks themselves are the
 serving layer's.
 
-The admission checks are functions of the request alone: FastAPI runs them as the routes'
-declared dependencies, the hot path (``service/api/hot_path.py``) calls them by name.
+The admission checks are async functions of the request alone: FastAPI runs them as the routes'
+declared dependencies, and the hot path (``service/api/hot_path.py``) calls the same ones, read
+from those declarations, with the request.
 """
 
 from __future__ import annotations

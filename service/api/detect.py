@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import runtime_of
 from service.api.errors import answer, http_failure, libretranslate_error
-from service.api.libretranslate import DetectedLanguage, admitted_body, error_responses, json_or_form
-from service.api.schemas import OneOrManyTexts
+from service.api.libretranslate import admitted_body, error_responses, json_or_form
+from service.api.schemas.libretranslate import DetectedLanguage, DetectRequest
 from service.serving import detection
 from service.serving.access import ready
 from service.serving.errors import SERVING_ERRORS, InvalidRequest
@@ -29,13 +28,6 @@ from service.serving.limits import translation_text_problems
 from service.serving.routing import translators
 
 router = APIRouter(tags=["libretranslate"])
-
-
-class DetectRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # LibreTranslate ignores what it does not know
-
-    q: OneOrManyTexts
-    api_key: str | None = Field(default=None, max_length=256)
 
 
 @router.post(

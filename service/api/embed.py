@@ -8,10 +8,10 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, runtime_of
-from service.api.embedding_schemas import EmbedRequest, EmbedResponse
 from service.api.errors import ERROR_RESPONSES
-from service.api.hot_path import HotRoutes, json_endpoint
-from service.api.schemas import json_response
+from service.api.hot_path import hot
+from service.api.schemas.common import json_response
+from service.api.schemas.tserve import EmbedRequest, EmbedResponse
 from service.serving import embedding
 from service.serving.access import ready
 from service.serving.routing import choose_embedder
@@ -32,6 +32,7 @@ EmbeddingRuntime = Annotated[Runtime, Depends(embedding_runtime)]
 
 
 @router.post("/v1/embed", response_model=EmbedResponse, responses=ERROR_RESPONSES)
+@hot
 async def embed(body: EmbedRequest, request: Request, runtime: EmbeddingRuntime) -> Response:
     """Embed texts (all-or-nothing: with ``truncate: false`` one over-long text fails the request)."""
     asked = embedding.EmbeddingRequest(
@@ -53,6 +54,3 @@ async def embed(body: EmbedRequest, request: Request, runtime: EmbeddingRuntime)
             "usage": {"input_tokens": sum(n_tokens)},
         }
     )
-
-
-HOT_ROUTES: HotRoutes = {("POST", "/v1/embed"): json_endpoint(embed, EmbedRequest, embedding_runtime)}

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.schemas import ErrorBody, ErrorDetail, ErrorResponse
+from service.api.schemas.tserve import ErrorBody, ErrorDetail, ErrorResponse
 from service.serving.errors import SERVING_ERRORS, Failure, InternalError, Problem, failure_of, problem
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, bearer_token, require_api_key, runtime_of
 from service.api.errors import ERROR_RESPONSES, answer, documented, http_failure, libretranslate_error
-from service.api.libretranslate import LibreTranslateErrorBody
+from service.api.schemas.libretranslate import LibreTranslateErrorBody
 from service.files.registry import FileRequest, translate_file
 from service.files.store import STORED_NAME_MAX_CHARS, TranslatedFiles
 from service.serving.access import check_api_key, ready

@@ -8,15 +8,14 @@ uses it; with API keys off all requests share them.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
 from fastapi import APIRouter, Request
-from pydantic import Field
 from starlette.responses import Response
 
 from service.api.dependencies import ServingRuntime, bearer_token, runtime_of
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
-from service.api.schemas import Language, RequestBody, ResponseBody, json_response
+from service.api.schemas.common import json_response
+from service.api.schemas.tserve import GlossaryEntryOut, GlossaryInfo, GlossaryList, GlossaryRequest
 from service.glossaries.entries import Entry
 from service.glossaries.store import Glossary, GlossaryNotFound, GlossaryStore
 from service.serving.access import check_api_key
@@ -24,52 +23,6 @@ from service.serving.terminology import UnknownGlossary, create_glossary
 
 router = APIRouter(tags=["glossaries"])
 _BY_ID_RESPONSES = {**GATED_RESPONSES, 404: {**ERROR_RESPONSES[404], "description": "No such glossary"}}
-
-MAX_TERM_CHARS = 10_000  # the ceiling of TSERVE_GLOSSARY_MAX_TERM_CHARS
-Term = Annotated[str, Field(min_length=1, max_length=MAX_TERM_CHARS)]
-
-
-class GlossaryEntry(RequestBody):
-    source: Term
-    target: Term
-    case_sensitive: bool = Field(default=True, description="false: the source term matches in any case")
-    whole_word: bool = Field(
-        default=True, description="false: the source term matches inside longer words too"
-    )
-
-
-class GlossaryRequest(RequestBody):
-    """A glossary: source terms, each translated as its target term wherever it appears."""
-
-    name: str = Field(min_length=1, max_length=256, description="Unique per language pair and API key")
-    source_language: Language
-    target_language: Language
-    entries: list[GlossaryEntry] = Field(
-        min_length=1,
-        max_length=1_000_000,
-        description="At most TSERVE_GLOSSARY_MAX_ENTRIES, each term at most TSERVE_GLOSSARY_MAX_TERM_CHARS",
-    )
-
-
-class GlossaryEntryOut(ResponseBody):
-    source: str
-    target: str
-    case_sensitive: bool
-    whole_word: bool
-
-
-class GlossaryInfo(ResponseBody):
-    id: str
-    name: str
-    source_language: str
-    target_language: str
-    entry_count: int
-    created_at: str
-    entries: list[GlossaryEntryOut] | None = None  # in GET /v1/glossaries/{id} only
-
-
-class GlossaryList(ResponseBody):
-    glossaries: list[GlossaryInfo]
 
 
 def glossary_store(request: Request) -> GlossaryStore:

@@ -11,7 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.responses import Response
 
 from service.api.dependencies import runtime_of
-from service.api.schemas import HealthResponse, json_response
+from service.api.schemas.common import json_response
+from service.api.schemas.tserve import HealthResponse
 
 router = APIRouter(tags=["health"])
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import langcodes
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
@@ -28,12 +28,16 @@ from starlette.responses import JSONResponse, Response
 from service.api.dependencies import HttpClient, bearer_token, runtime_of
 from service.api.errors import answer, documented, http_failure, libretranslate_error
 from service.api.glossaries import glossary_store
-from service.api.hot_path import HotRoutes
-from service.api.schemas import MAX_BEAM, OneOrManyTexts
+from service.api.hot_path import hot
+from service.api.schemas.libretranslate import (
+    Language,
+    LibreTranslateErrorBody,
+    LibreTranslateRequest,
+    LibreTranslateResponse,
+)
 from service.files.registry import FORMATS
 from service.serving import translation
 from service.serving.access import check_api_key, ready
-from service.serving.detection import AUTO, translate_detected
 from service.serving.errors import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import UnservedLanguages, translators
 from service.serving.terminology import Terminology
@@ -43,44 +47,6 @@ Body = TypeVar("Body", bound=BaseModel)
 
 _FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 _MAX_FORM_FIELDS = 2 * 2048 + 16  # q may repeat once per text
-
-
-class LibreTranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # LibreTranslate ignores what it does not know
-
-    q: OneOrManyTexts
-    source: str = Field(max_length=16, description='A served source language, or "auto"')
-    target: str = Field(max_length=16)
-    format: Literal["text", "html"] = "text"
-    alternatives: int = Field(default=0, ge=0, le=MAX_BEAM - 1, description="Extra translations per text")
-    api_key: str | None = Field(default=None, max_length=256)
-    # Ours, not LibreTranslate's: a glossary of /v1/glossaries (its id, or its name for the pair)
-    # and spans kept as written, as /v1/translate takes them.
-    glossary: str | None = Field(default=None, min_length=1, max_length=256)
-    keep: list[Annotated[str, Field(min_length=1, max_length=1000)]] = Field(
-        default_factory=list, max_length=100
-    )
-
-
-class DetectedLanguage(BaseModel):
-    language: str
-    confidence: float
-
-
-class LibreTranslateResponse(BaseModel):
-    translatedText: str | list[str]  # LibreTranslate's field names
-    alternatives: list[str] | list[list[str]] | None = None
-    detectedLanguage: DetectedLanguage | None = None
-
-
-class Language(BaseModel):
-    code: str
-    name: str
-    targets: list[str]
-
-
-class LibreTranslateErrorBody(BaseModel):
-    error: str
 
 
 _ERRORS = documented(
@@ -118,6 +84,7 @@ def json_or_form(schema: type[BaseModel]) -> dict[str, Any]:
     responses=_ERRORS,
     openapi_extra=json_or_form(LibreTranslateRequest),
 )
+@hot  # its body is parsed by hand (JSON or a form): served as its endpoint alone
 async def translate(request: Request) -> Response:
     """Translate ``q`` (a string or a list) from ``source`` to ``target``; LibreTranslate's shape."""
     runtime = runtime_of(request)
@@ -138,11 +105,7 @@ async def translate(request: Request) -> Response:
                 glossary_store(request), body.glossary, key, tuple(body.keep), "glossary"
             ),
         )
-        if body.source == AUTO:
-            found = await translate_detected(ready(runtime), HttpClient(request), asked)
-            done, detected = found.translated, found.detected
-        else:
-            done, detected = await translation.translate(ready(runtime), HttpClient(request), asked), []
+        done = await translation.translate(ready(runtime), HttpClient(request), asked)
     except UnservedLanguages as e:
         return JSONResponse({"error": _unserved(e)}, 400)
     except HTTPException as e:  # the body stream's limits (413, 408)
@@ -154,14 +117,10 @@ async def translate(request: Request) -> Response:
     if body.alternatives:
         alternatives = [[h.text for h in t.hypotheses[1:]] for t in done.texts]
         out["alternatives"] = alternatives[0] if single else alternatives
-    if detected:
-        languages = [{"confidence": d.confidence, "language": d.language} for d in detected]
+    if done.detected:
+        languages = [{"confidence": d.confidence, "language": d.language} for d in done.detected]
         out["detectedLanguage"] = languages[0] if single else languages
     return JSONResponse(out)
-
-
-# Its body is parsed by hand (JSON or a form), so the route is served as declared.
-HOT_ROUTES: HotRoutes = {("POST", "/translate"): translate}
 
 
 @router.get("/languages", response_model=list[Language], responses=error_responses(403, 503))

@@ -18,11 +18,16 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, ServingRuntime
-from service.api.embed import EmbeddingRuntime, embedding_runtime
-from service.api.embedding_schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
+from service.api.embed import EmbeddingRuntime
 from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
-from service.api.hot_path import HotRoutes, json_endpoint
-from service.api.schemas import ModelCard, ModelsResponse, json_response
+from service.api.hot_path import hot
+from service.api.schemas.common import json_response
+from service.api.schemas.openai import (
+    ModelCard,
+    ModelsResponse,
+    OpenAIEmbeddingRequest,
+    OpenAIEmbeddingResponse,
+)
 from service.engine.base import Engine
 from service.languages import ModelLanguages
 from service.serving import embedding
@@ -31,6 +36,7 @@ router = APIRouter(tags=["openai"])
 
 
 @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, responses=ERROR_RESPONSES)
+@hot
 async def embeddings(body: OpenAIEmbeddingRequest, request: Request, runtime: EmbeddingRuntime) -> Response:
     asked = embedding.EmbeddingRequest(
         body.input, "input", model=body.model, dimensions=body.dimensions, prompt_name=body.prompt_name
@@ -49,11 +55,6 @@ async def embeddings(body: OpenAIEmbeddingRequest, request: Request, runtime: Em
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
     )
-
-
-HOT_ROUTES: HotRoutes = {
-    ("POST", "/v1/embeddings"): json_endpoint(embeddings, OpenAIEmbeddingRequest, embedding_runtime)
-}
 
 
 def _encode(vector: np.ndarray, as_base64: bool) -> np.ndarray | str:

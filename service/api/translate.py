@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from service.api.dependencies import HttpClient, ServingRuntime, bearer_token, serving_runtime
+from service.api.dependencies import HttpClient, ServingRuntime, bearer_token
 from service.api.errors import ERROR_RESPONSES
 from service.api.glossaries import glossary_store, owner_key
-from service.api.hot_path import HotRoutes, json_endpoint
-from service.api.schemas import (
+from service.api.hot_path import hot
+from service.api.schemas.common import json_response
+from service.api.schemas.tserve import (
     DetectedLanguage,
     Hypothesis,
     SentenceResult,
@@ -17,11 +20,10 @@ from service.api.schemas import (
     TranslateResponse,
     TranslateUsage,
     TranslationResult,
-    json_response,
 )
 from service.engine.base import TranslationHypothesis
 from service.serving import translation
-from service.serving.detection import AUTO, Detection, translate_detected
+from service.serving.detection import Detection
 from service.serving.terminology import Terminology
 from service.text.document import TextHypothesis, TextTranslation
 
@@ -29,6 +31,7 @@ router = APIRouter(tags=["translate"])
 
 
 @router.post("/v1/translate", response_model=TranslateResponse, responses=ERROR_RESPONSES)
+@hot
 async def translate(body: TranslateRequest, request: Request, runtime: ServingRuntime) -> Response:
     """Translate one text or a list: each text sentence by sentence, in its own layout
     (all-or-nothing: one untranslatable text fails the request). The model is ``model``, else
@@ -54,12 +57,8 @@ async def translate(body: TranslateRequest, request: Request, runtime: ServingRu
             tuple(body.keep),
         ),
     )
-    detected: list[Detection | None] = [None] * len(body.text)
-    if body.source_language == AUTO:
-        found = await translate_detected(runtime, HttpClient(request), asked)
-        done, detected = found.translated, list(found.detected)
-    else:
-        done = await translation.translate(runtime, HttpClient(request), asked)
+    done = await translation.translate(runtime, HttpClient(request), asked)
+    detected: Sequence[Detection | None] = done.detected or [None] * len(done.texts)  # source "auto" only
     return json_response(
         TranslateResponse(
             model=done.model,
@@ -69,11 +68,6 @@ async def translate(body: TranslateRequest, request: Request, runtime: ServingRu
             usage=TranslateUsage(input_tokens=done.input_tokens, output_tokens=done.output_tokens),
         )
     )
-
-
-HOT_ROUTES: HotRoutes = {
-    ("POST", "/v1/translate"): json_endpoint(translate, TranslateRequest, serving_runtime)
-}
 
 
 def _hypothesis(

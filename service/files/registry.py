@@ -24,7 +24,6 @@ from service.files.pieces import Extracted, translatable, with_edges
 from service.files.safe_zip import ZipLimits
 from service.files.text_formats import read_html, read_markdown, read_srt, read_txt
 from service.metrics import FILE_BYTES, FILES, labelled
-from service.serving.detection import AUTO, translate_detected
 from service.serving.errors import SERVING_ERRORS, InternalError, failure_of
 from service.serving.runtime import Runtime
 from service.serving.submit import Client
@@ -146,7 +145,7 @@ async def _translate_file(runtime: Runtime, client: Client, request: FileRequest
         message = f"the file holds {len(document)} characters of text, more than {most}"
         raise FileTooLarge(message, limit=most)
     asked = TranslationRequest(
-        texts=[document],
+        texts=[document],  # one text: source "auto" detects one language in all of the file's text
         field="file",
         model=request.model,
         source=request.source,
@@ -154,10 +153,7 @@ async def _translate_file(runtime: Runtime, client: Client, request: FileRequest
         first_of_several=request.first_of_several,
         api_key=request.api_key,
     )
-    if request.source == AUTO:  # one language for the file, detected in all of its text
-        done = (await translate_detected(runtime, client, asked)).translated
-    else:
-        done = await translate(runtime, client, asked)
+    done = await translate(runtime, client, asked)
     translated_lines = done.texts[0].hypotheses[0].text.split("\n") if lines else []
     if len(translated_lines) != len(lines):
         raise InternalError(f"{len(lines)} file texts came back as {len(translated_lines)} lines")

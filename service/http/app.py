@@ -85,14 +85,9 @@ def create_app(
     app.include_router(files.router)  # /v1's behind the key; LibreTranslate's check theirs
     if settings.playground:
         install_playground(app)  # open like /docs: the page asks for a key and sends it itself
-    # Added first, so innermost: below every middleware, ahead of the router for the hot routes.
-    hot_routes = {
-        **translate.HOT_ROUTES,
-        **embed.HOT_ROUTES,
-        **openai.HOT_ROUTES,
-        **libretranslate.HOT_ROUTES,
-    }
-    app.add_middleware(HotPath, routes=hot_routes)
+    # Added first, so innermost: below every middleware, ahead of the router for the routes
+    # marked hot (service/api/hot_path.py), which it finds among the app's when the app starts.
+    app.add_middleware(HotPath, routes=app.routes)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
     )

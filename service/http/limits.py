@@ -46,7 +46,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from service.api.extensions import BODY_RECEIVED_EXTENSION, DISCONNECT_EXTENSION
-from service.api.schemas import ErrorBody, ErrorResponse
+from service.api.schemas.tserve import ErrorBody, ErrorResponse
 from service.http.middleware import request_id_from
 from service.settings import Settings
 

@@ -1,4 +1,5 @@
-"""Which language a text is written in: LibreTranslate's ``/detect`` and ``source: "auto"``.
+"""Which language a text is written in: LibreTranslate's ``/detect`` and ``source: "auto"`` (whose
+texts ``service/serving/translation.py`` then translates, each from the language found in it).
 
 The identifier is py3langid's (langid.py's naive Bayes model over byte n-grams, BSD-3-Clause,
 inside its wheel: nothing is downloaded at run time; docs/decisions.md, "Language
@@ -22,26 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-import langcodes
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 from service.metrics import LANGUAGE_DETECTIONS, labelled
-from service.serving import translation
-from service.serving.errors import InvalidRequest, Problem, problem
-from service.serving.limits import translation_text_problems
-from service.serving.routing import UnservedLanguages, choose_translator, translators
 from service.serving.runtime import Runtime
 from service.serving.sentences import Format
-from service.serving.submit import Client
-from service.serving.translation import Translated, TranslationRequest
 from service.text.html import HtmlError, parse_html
-
-T = TypeVar("T")
 
 AUTO = "auto"  # the source language that asks for detection, in every API
 
@@ -156,158 +146,3 @@ def _detector(candidates: tuple[str, ...]) -> LanguageDetector:
     if detector is None:
         detector = _detectors[candidates] = LanguageDetector(candidates)
     return detector
-
-
-# ---- source "auto": each text translated from its detected language ---------------------------
-
-
-@dataclass(frozen=True)
-class DetectedTranslation:
-    """A translation whose source was detected: ``translated.model`` and ``.source_language``
-    are the first text's (texts in several languages go to the models serving each), and
-    ``detected`` has each text's language."""
-
-    translated: Translated
-    detected: list[Detection]
-
-
-class UntranslatableLanguage(InvalidRequest):
-    """Texts detected as a language that no model translates into the target: a 422 naming
-    each text, its language and the served pairs."""
-
-    def __init__(self, refused: list[tuple[int, Detection]], field: str, target: str | None, served: str):
-        into = f"into {target}" if target else "from it"
-        problems = [
-            problem(
-                "unsupported_detected_language",
-                (field, i),
-                f"detected as {_name(d.language)} ({d.language}, confidence {d.confidence:g}%), which no "
-                f"model translates {into} (served pairs: {served})",
-                served,
-            )
-            for i, d in refused
-        ]
-        super().__init__(problems)
-        self.refused = refused
-
-
-async def translate_detected(
-    runtime: Runtime, client: Client, request: TranslationRequest
-) -> DetectedTranslation:
-    """``request`` (its ``source`` unused) with each text translated from the language detected
-    in it. The text limits and the key's quota are checked before detection spends anything;
-    then every text's language must be translatable into the target (else
-    ``UntranslatableLanguage``, naming them all), and the texts of each language go through the
-    translation path together, one language's texts beside another's (a client that leaves
-    cancels them all)."""
-    translators(runtime)  # 404 when there is no translator, before any work
-    _refuse(translation_text_problems(request.texts, request.field, runtime.limits))
-    # One request for the key's quota, charged before detection spends anything; the parts
-    # below are not charged again.
-    runtime.quotas.charge(request.api_key, sum(len(t) for t in request.texts), request.field)
-    request = replace(request, api_key=None)
-    detected = await detect(runtime, request.texts, request.format)
-    groups: dict[str, list[int]] = {}
-    refused: list[tuple[int, Detection]] = []
-    for i, detection in enumerate(detected):
-        source = _source(runtime, request, detection)
-        if source is None:
-            refused.append((i, detection))
-        else:
-            groups.setdefault(source, []).append(i)
-    if refused:
-        raise UntranslatableLanguage(
-            refused, request.field, request.target, ", ".join(runtime.served_pairs())
-        )
-    parts = [
-        (indices, replace(request, texts=[request.texts[i] for i in indices], source=source))
-        for source, indices in groups.items()
-    ]
-    if len(parts) == 1:
-        results = [await _translated(runtime, client, *parts[0], request.field)]
-    else:
-        together = _Together(client)
-        results = await client.unless_gone(
-            _all([_translated(runtime, together, indices, part, request.field) for indices, part in parts])
-        )
-    texts: list[Any] = [None] * len(request.texts)
-    for (indices, _), result in zip(parts, results, strict=True):
-        for i, text in zip(indices, result.texts, strict=True):
-            texts[i] = text
-    # groups are in the order of their first text: the first holds text 0
-    return DetectedTranslation(replace(results[0], texts=texts), detected)
-
-
-def _source(runtime: Runtime, request: TranslationRequest, detection: Detection) -> str | None:
-    """The language to translate a text from: the detected one when a model (``request.model``,
-    when named) translates it into the target; for an undetermined text the first such model's
-    source; None when there is none. A target nothing writes, or several models to choose from,
-    is ``choose_translator``'s refusal."""
-    if detection.undetermined:
-        translator = choose_translator(runtime, request.model, None, request.target, first_of_several=True)
-        return translator.sources[0] if translator.sources else None
-    if not detection.served:
-        return None
-    try:
-        translator = request.translator(runtime, detection.language)
-    except UnservedLanguages as refused:
-        if refused.reason in ("source", "pair"):
-            return None
-        raise
-    return detection.language if detection.language in translator.sources else None
-
-
-async def _translated(
-    runtime: Runtime, client: Client, indices: list[int], part: TranslationRequest, field: str
-) -> Translated:
-    """``part`` (the texts at ``indices`` of the request) translated; its refusals name the texts
-    by their index in the request."""
-    try:
-        return await translation.translate(runtime, client, part)
-    except InvalidRequest as refused:
-        problems = [_renumbered(p, field, indices) for p in refused.problems]
-        raise InvalidRequest(problems, headers=refused.headers) from refused
-
-
-def _renumbered(found: Problem, field: str, indices: list[int]) -> Problem:
-    loc = tuple(found["loc"])
-    if len(loc) >= 3 and loc[1] == field and isinstance(loc[2], int):
-        return {**found, "loc": (*loc[:2], indices[loc[2]], *loc[3:])}
-    return found
-
-
-async def _all(works: list[Awaitable[T]]) -> list[T]:
-    """Every work's result, run together; the first failure cancels the others (their queued
-    sentences are dropped) and is raised."""
-    tasks = [asyncio.ensure_future(work) for work in works]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for task in tasks:
-            task.cancel()  # nothing for those done
-
-
-class _Together:
-    """The client of one language's texts run beside the others': the request's timings, and
-    no watch of its own for the client leaving (the request's one watch covers them all)."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def timed(self, stage: str, description: str) -> AbstractContextManager[None]:
-        return self._client.timed(stage, description)
-
-    async def unless_gone(self, work: Awaitable[T]) -> T:
-        return await work
-
-
-def _refuse(problems: list[Problem]) -> None:
-    if problems:
-        raise InvalidRequest(problems)
-
-
-def _name(code: str) -> str:
-    try:
-        return str(langcodes.Language.get(code).display_name())
-    except (ValueError, LookupError):
-        return code

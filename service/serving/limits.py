@@ -1,6 +1,6 @@
 """The configured request limits, checked before any work is queued.
 
-The schemas (``service/api/schemas.py``) hold absolute ceilings; these are the operator's, usually
+The schemas (``service/api/schemas/``) hold absolute ceilings; these are the operator's, usually
 lower, limits (``TSERVE_MAX_*``), and the checks that need a request's sentences. Each check
 returns the problems it finds (none: within the limits), in the 422 shape of the schema's own.
 """

@@ -1,23 +1,31 @@
 """Translation, whichever API asked: route to a model → limits and the key's quota → segment →
 the cache, else submit → assemble.
 
-``/v1/translate`` and LibreTranslate's ``/translate`` differ only in how they spell a request and
-an answer; both build a ``TranslationRequest`` and get the same model, limits, sentence batching,
-queue, deadline and errors.
+``/v1/translate``, LibreTranslate's ``/translate``, DeepL's ``/v2/translate`` and the file routes
+differ only in how they spell a request and an answer; all build a ``TranslationRequest`` and get
+the same model, limits, sentence batching, queue, deadline and errors. A source of ``AUTO``
+("auto") is resolved here, for all of them: each text's language is detected
+(``service/serving/detection.py``) and the texts of each language are translated from it, the
+languages reported with the translation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+import asyncio
+from collections.abc import Awaitable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import langcodes
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.constraints import ConstraintUnsatisfiable
 from service.languages import canonical
+from service.serving.detection import AUTO, Detection, detect
 from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import sentence_problems, translation_text_problems
-from service.serving.routing import choose_translator
+from service.serving.routing import UnservedLanguages, choose_translator, translators
 from service.serving.runtime import Runtime, ServedTranslator
 from service.serving.sentences import Format, split
 from service.serving.submit import Client, all_or_nothing, submit
@@ -35,7 +43,7 @@ class TranslationRequest:
     """Texts to translate (all-or-nothing: one untranslatable text fails the request). ``field``
     is the texts' field in the API's body, which errors name. The model is ``model``, else the
     one serving ``source`` → ``target`` (see ``choose_translator`` for the two policies); None
-    options are the model's own. A source to detect ("auto") is ``detection.translate_detected``'s."""
+    options are the model's own. A ``source`` of ``AUTO`` detects each text's language."""
 
     texts: list[str]
     field: str
@@ -62,10 +70,15 @@ class TranslationRequest:
 
 @dataclass(frozen=True)
 class Translated:
+    """A request's translation. With source "auto", ``model`` and ``source_language`` are the
+    first text's (texts in several languages go to the models serving each), and ``detected``
+    has each text's language; it is None for a source asked for or left to the model."""
+
     model: str
     source_language: str  # the one translated from: asked for, or the model's (first) one
     target_language: str
     texts: list[TextTranslation]
+    detected: list[Detection] | None = None
 
     @property
     def input_tokens(self) -> int:
@@ -77,7 +90,15 @@ class Translated:
 
 
 async def translate(runtime: Runtime, client: Client, request: TranslationRequest) -> Translated:
-    """``request`` translated, or the first step's refusal (``service.serving.errors``)."""
+    """``request`` translated, or the first step's refusal (``service.serving.errors``): from its
+    source, or with source "auto" each text from the language detected in it."""
+    if request.source == AUTO:
+        return await _translate_detected(runtime, client, request)
+    return await _translate_from(runtime, client, request)
+
+
+async def _translate_from(runtime: Runtime, client: Client, request: TranslationRequest) -> Translated:
+    """``request`` translated from its source (None: the model's)."""
     translator = request.translator(runtime, request.source)
     source = canonical(request.source) if request.source else _first(translator.sources)
     target = canonical(request.target) if request.target else _first(translator.targets)
@@ -182,3 +203,140 @@ def _language_problems(language: str | None, field: str, served: list[str], mode
 def _refuse(problems: list[Problem]) -> None:
     if problems:
         raise InvalidRequest(problems)
+
+
+# ---- source "auto": each text translated from its detected language ---------------------------
+
+
+class UntranslatableLanguage(InvalidRequest):
+    """Texts detected as a language that no model translates into the target: a 422 naming
+    each text, its language and the served pairs."""
+
+    def __init__(self, refused: list[tuple[int, Detection]], field: str, target: str | None, served: str):
+        into = f"into {target}" if target else "from it"
+        problems = [
+            problem(
+                "unsupported_detected_language",
+                (field, i),
+                f"detected as {_name(d.language)} ({d.language}, confidence {d.confidence:g}%), which no "
+                f"model translates {into} (served pairs: {served})",
+                served,
+            )
+            for i, d in refused
+        ]
+        super().__init__(problems)
+        self.refused = refused
+
+
+async def _translate_detected(runtime: Runtime, client: Client, request: TranslationRequest) -> Translated:
+    """``request`` with each text translated from the language detected in it. The text limits
+    and the key's quota are checked before detection spends anything; then every text's language
+    must be translatable into the target (else ``UntranslatableLanguage``, naming them all), and
+    the texts of each language go through the translation path together, one language's texts
+    beside another's (a client that leaves cancels them all)."""
+    translators(runtime)  # 404 when there is no translator, before any work
+    _refuse(translation_text_problems(request.texts, request.field, runtime.limits))
+    # One request for the key's quota, charged before detection spends anything; the parts
+    # below are not charged again.
+    runtime.quotas.charge(request.api_key, sum(len(t) for t in request.texts), request.field)
+    request = replace(request, api_key=None)
+    detected = await detect(runtime, request.texts, request.format)
+    groups: dict[str, list[int]] = {}
+    refused: list[tuple[int, Detection]] = []
+    for i, detection in enumerate(detected):
+        source = _source(runtime, request, detection)
+        if source is None:
+            refused.append((i, detection))
+        else:
+            groups.setdefault(source, []).append(i)
+    if refused:
+        raise UntranslatableLanguage(
+            refused, request.field, request.target, ", ".join(runtime.served_pairs())
+        )
+    parts = [
+        (indices, replace(request, texts=[request.texts[i] for i in indices], source=source))
+        for source, indices in groups.items()
+    ]
+    if len(parts) == 1:
+        results = [await _translated(runtime, client, *parts[0], request.field)]
+    else:
+        together = _Together(client)
+        results = await client.unless_gone(
+            _all([_translated(runtime, together, indices, part, request.field) for indices, part in parts])
+        )
+    texts: list[Any] = [None] * len(request.texts)
+    for (indices, _), result in zip(parts, results, strict=True):
+        for i, text in zip(indices, result.texts, strict=True):
+            texts[i] = text
+    # groups are in the order of their first text: the first holds text 0
+    return replace(results[0], texts=texts, detected=detected)
+
+
+def _source(runtime: Runtime, request: TranslationRequest, detection: Detection) -> str | None:
+    """The language to translate a text from: the detected one when a model (``request.model``,
+    when named) translates it into the target; for an undetermined text the first such model's
+    source; None when there is none. A target nothing writes, or several models to choose from,
+    is ``choose_translator``'s refusal."""
+    if detection.undetermined:
+        translator = choose_translator(runtime, request.model, None, request.target, first_of_several=True)
+        return translator.sources[0] if translator.sources else None
+    if not detection.served:
+        return None
+    try:
+        translator = request.translator(runtime, detection.language)
+    except UnservedLanguages as refused:
+        if refused.reason in ("source", "pair"):
+            return None
+        raise
+    return detection.language if detection.language in translator.sources else None
+
+
+async def _translated(
+    runtime: Runtime, client: Client, indices: list[int], part: TranslationRequest, field: str
+) -> Translated:
+    """``part`` (the texts at ``indices`` of the request) translated; its refusals name the texts
+    by their index in the request."""
+    try:
+        return await _translate_from(runtime, client, part)
+    except InvalidRequest as refused:
+        problems = [_renumbered(p, field, indices) for p in refused.problems]
+        raise InvalidRequest(problems, headers=refused.headers) from refused
+
+
+def _renumbered(found: Problem, field: str, indices: list[int]) -> Problem:
+    loc = tuple(found["loc"])
+    if len(loc) >= 3 and loc[1] == field and isinstance(loc[2], int):
+        return {**found, "loc": (*loc[:2], indices[loc[2]], *loc[3:])}
+    return found
+
+
+async def _all(works: list[Awaitable[T]]) -> list[T]:
+    """Every work's result, run together; the first failure cancels the others (their queued
+    sentences are dropped) and is raised."""
+    tasks = [asyncio.ensure_future(work) for work in works]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()  # nothing for those done
+
+
+class _Together:
+    """The client of one language's texts run beside the others': the request's timings, and
+    no watch of its own for the client leaving (the request's one watch covers them all)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def timed(self, stage: str, description: str) -> AbstractContextManager[None]:
+        return self._client.timed(stage, description)
+
+    async def unless_gone(self, work: Awaitable[T]) -> T:
+        return await work
+
+
+def _name(code: str) -> str:
+    try:
+        return str(langcodes.Language.get(code).display_name())
+    except (ValueError, LookupError):
+        return code

@@ -1,5 +1,5 @@
 """Refusals of the real service over real HTTP: 422 naming the field, 413, the all-or-nothing
-contract for lists (service/api/schemas.py), 404 for an unknown model, and 429 / 504 from a
+contract for lists (service/api/schemas/tserve.py), 404 for an unknown model, and 429 / 504 from a
 second server whose queue holds one item and whose deadline is shorter than its batching window.
 """
 

@@ -4,16 +4,18 @@ valid or not, with or without a key, ready or not, whatever the body's encoding.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, Body, Depends, FastAPI, Request
+from pydantic import BaseModel
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from service.api.hot_path import HotPath
+from service.api.hot_path import HotPath, hot
 from service.serving import embedding, translation
 from tests.service.api.conftest import Served, metric, serving, small_settings
 from tests.service.small_engines import HashEmbedder, ReverseTranslator
@@ -208,3 +210,44 @@ async def test_the_hot_routes_keep_their_openapi_declarations() -> None:
         "application/x-www-form-urlencoded",
         "multipart/form-data",
     }
+
+
+class Sent(BaseModel):
+    text: str
+
+
+def with_a_query_parameter(router: APIRouter) -> None:
+    @router.post("/hot")
+    @hot
+    async def endpoint(request: Request, q: int) -> Response:
+        return Response()
+
+
+def with_an_embedded_body(router: APIRouter) -> None:
+    @router.post("/hot")
+    @hot
+    async def endpoint(body: Annotated[Sent, Body(embed=True)], request: Request) -> Response:
+        return Response()
+
+
+def sync_dependency(request: Request) -> None:
+    pass
+
+
+def with_a_sync_dependency(router: APIRouter) -> None:
+    @router.post("/hot", dependencies=[Depends(sync_dependency)])
+    @hot
+    async def endpoint(request: Request) -> Response:
+        return Response()
+
+
+@pytest.mark.parametrize("declare", [with_a_query_parameter, with_an_embedded_body, with_a_sync_dependency])
+def test_a_hot_route_served_otherwise_than_fastapi_would_is_refused_when_the_app_starts(
+    declare: Callable[[APIRouter], None],
+) -> None:
+    router = APIRouter()
+    declare(router)
+    app = FastAPI()
+    app.include_router(router)
+    with pytest.raises(TypeError, match="hot route /hot"):
+        HotPath(app.router, app.routes)

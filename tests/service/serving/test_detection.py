@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from service.serving.detection import (
-    LanguageDetector,
-    UntranslatableLanguage,
-    detect,
-    served_languages,
-    translate_detected,
-)
+from service.serving.detection import LanguageDetector, detect, served_languages
 from service.serving.errors import InvalidRequest
 from service.serving.routing import UnservedLanguages
-from service.serving.translation import TranslationRequest
+from service.serving.translation import TranslationRequest, UntranslatableLanguage, translate
 from tests.service.api.conftest import metric
 from tests.service.serving.conftest import InProcessClient, started, translator
 
@@ -86,14 +80,14 @@ async def test_each_text_goes_to_the_model_of_its_language() -> None:
     en_de, fr_de = translator("en-de"), translator("fr-de")
     async with started(en_de, fr_de) as runtime:
         asked = TranslationRequest([FRENCH, ENGLISH, "Le chat dort."], "text", target="de", source="auto")
-        done = await translate_detected(runtime, InProcessClient(), asked)
+        done = await translate(runtime, InProcessClient(), asked)
     assert [d.language for d in done.detected] == ["fr", "en", "fr"]
-    assert [t.hypotheses[0].text for t in done.translated.texts] == [
+    assert [t.hypotheses[0].text for t in done.texts] == [
         "NEIGE. la dans jouent chiens Deux",
         "SNOW. the in playing are dogs Two",
         "DORT. chat Le",
     ]
-    assert (done.translated.model, done.translated.source_language) == (fr_de.manifest.name, "fr")
+    assert (done.model, done.source_language) == (fr_de.manifest.name, "fr")
     assert sorted(t for b in fr_de.hooks.batches for t in b) == [FRENCH, "Le chat dort."]
     assert [t for b in en_de.hooks.batches for t in b] == [ENGLISH]
 
@@ -103,7 +97,7 @@ async def test_a_language_no_model_translates_into_the_target_is_refused_by_name
     async with started(en_de, de_en) as runtime:
         asked = TranslationRequest([ENGLISH, GERMAN, FRENCH], "q", target="de", source="auto")
         with pytest.raises(UntranslatableLanguage) as refused:
-            await translate_detected(runtime, InProcessClient(), asked)
+            await translate(runtime, InProcessClient(), asked)
     first, second = refused.value.problems
     assert (first["type"], first["loc"]) == ("unsupported_detected_language", ("body", "q", 1))
     assert "detected as German (de, confidence" in first["msg"]
@@ -117,22 +111,22 @@ async def test_a_named_model_must_read_the_detected_language() -> None:
     async with started(en_de, translator("de-en")) as runtime:
         asked = TranslationRequest([GERMAN], "text", model=en_de.manifest.name, source="auto")
         with pytest.raises(UntranslatableLanguage, match="German"):
-            await translate_detected(runtime, InProcessClient(), asked)
+            await translate(runtime, InProcessClient(), asked)
 
 
 async def test_an_undetermined_text_goes_to_a_model_writing_the_target() -> None:
     de_en = translator("de-en")
     async with started(translator("en-de"), de_en) as runtime:
         asked = TranslationRequest(["12 34"], "q", target="en", source="auto")
-        done = await translate_detected(runtime, InProcessClient(), asked)
-    assert (done.translated.model, done.detected[0].confidence) == (de_en.manifest.name, 0.0)
+        done = await translate(runtime, InProcessClient(), asked)
+    assert (done.model, done.detected[0].confidence) == (de_en.manifest.name, 0.0)
 
 
 async def test_a_target_nothing_writes_is_the_routing_refusal() -> None:
     async with started(translator("en-de")) as runtime:
         asked = TranslationRequest([ENGLISH], "q", target="fr", source="auto")
         with pytest.raises(UnservedLanguages) as refused:
-            await translate_detected(runtime, InProcessClient(), asked)
+            await translate(runtime, InProcessClient(), asked)
     assert refused.value.reason == "target"
 
 
@@ -141,7 +135,7 @@ async def test_text_limits_refuse_before_detecting() -> None:
         before = counted("en")
         asked = TranslationRequest(["short", ENGLISH], "text", target="de", source="auto")
         with pytest.raises(InvalidRequest) as refused:
-            await translate_detected(runtime, InProcessClient(), asked)
+            await translate(runtime, InProcessClient(), asked)
     assert [p["loc"] for p in refused.value.problems] == [("body", "text", 1)]
     assert counted("en") == before
 
@@ -151,5 +145,5 @@ async def test_a_later_steps_refusal_names_the_text_by_its_place_in_the_request(
         broken = "<p>Le chat dort.</b>"
         asked = TranslationRequest([ENGLISH, broken], "q", target="de", source="auto", format="html")
         with pytest.raises(InvalidRequest) as refused:
-            await translate_detected(runtime, InProcessClient(), asked)
+            await translate(runtime, InProcessClient(), asked)
     assert [(p["type"], p["loc"]) for p in refused.value.problems] == [("html_invalid", ("body", "q", 1))]

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from service.engine.base import TranslateItem, Translation
-from service.serving.detection import translate_detected
 from service.serving.routing import UnservedLanguages, choose_translator
 from service.serving.runtime import Runtime
 from service.serving.translation import TranslationRequest, translate
@@ -103,8 +102,8 @@ async def test_a_detected_source_language_picks_its_token() -> None:
         engine = runtime.translators["serving-nllb-auto"].engine
         assert isinstance(engine, RecordingMultilingual)
         texts = ["The children are playing in the garden with their dog.", "Der Hund läuft über die Wiese."]
-        request = TranslationRequest(texts, "text", target="fr")
-        found = await translate_detected(runtime, InProcessClient(), request)
+        request = TranslationRequest(texts, "text", source="auto", target="fr")
+        found = await translate(runtime, InProcessClient(), request)
         assert [d.language for d in found.detected] == ["en", "de"]
         tokens = {
             (item.text, item.options.source_token, item.options.forced_first_token) for item in engine.items

@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.serving.detection import translate_detected
 from service.serving.errors import InternalError, InvalidRequest
 from service.serving.quotas import QuotaBook, QuotaExceeded
 from service.serving.routing import UnservedLanguages
@@ -143,7 +142,7 @@ async def test_libretranslates_policy_takes_the_first_model_and_detects_auto() -
         with pytest.raises(UnservedLanguages):
             await translate(runtime, InProcessClient(), TranslationRequest(["a b"], "q", target="de"))
         auto = TranslationRequest(["Ein Hund"], "q", source="auto", target="en", first_of_several=True)
-        done = (await translate_detected(runtime, InProcessClient(), auto)).translated
+        done = await translate(runtime, InProcessClient(), auto)
     assert (done.model, done.source_language) == (de_en.manifest.name, "de")
 
 
@@ -154,10 +153,10 @@ async def test_a_mixed_language_auto_request_is_one_request_for_the_keys_quota()
         runtime.quotas = QuotaBook({"k": KeyQuota(requests_per_minute=1)}, clock=lambda: 0.0)
         texts = ["A dog runs in the park.", "Un chien court dans le parc."]
         mixed = TranslationRequest(texts, "q", source="auto", target="de", api_key="k")
-        done = await translate_detected(runtime, InProcessClient(), mixed)
+        done = await translate(runtime, InProcessClient(), mixed)
         assert [d.language for d in done.detected] == ["en", "fr"]
         with pytest.raises(QuotaExceeded):
-            await translate_detected(runtime, InProcessClient(), mixed)
+            await translate(runtime, InProcessClient(), mixed)
 
 
 async def test_a_client_gone_leaves_no_work_behind() -> None:

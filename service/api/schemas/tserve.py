@@ -1,11 +1,6 @@
-"""Request and response bodies, with a limit on every field.
-
-Requests are strict (``"4"`` is not an int) and forbid unknown fields, so a typo is a 422
-rather than a silently ignored option. Text fields accept one string or a list; an empty or
-whitespace-only text, or one with a NUL character, is a 422. The schemas declare absolute
-ceilings (``HARD_MAX_*``); the configured, usually lower, limits (``max_items_per_request``,
-``max_chars_per_text``) and what the loaded model serves are checked by the serving layer
-(``service/serving/``), which answers in the same 422 shape.
+"""Our API's request and response bodies (``/v1/translate``, ``/v1/embed``, ``/v1/glossaries``,
+the health routes, and the error body every route of ours answers with), with a limit on every
+field; the rules every body follows are in ``common.py``.
 
 Contract for a list whose items are valid JSON but one cannot be computed (e.g. a text over
 the model's max length with ``truncate: false``): the whole request fails with 422, and the
@@ -15,80 +10,20 @@ the response arrays always line up with the request's.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import orjson
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-)
+from pydantic import ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
-from starlette.responses import Response
 
-from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS, HARD_MAX_REQUEST_CHARS
+from service.api.schemas.common import MAX_BEAM, OneOrManyTexts, RequestBody, ResponseBody, TextList
+from service.settings import HARD_MAX_REQUEST_CHARS
 
-MAX_BEAM = 8
 MAX_OUTPUT_TOKENS = 512
 
-
-def _usable_text(text: str) -> str:
-    if not text.strip():
-        raise PydanticCustomError("blank_text", "text must not be empty or whitespace-only")
-    if "\x00" in text:  # never text: a binary payload, or a client's C-string bug
-        raise PydanticCustomError("nul_character", "text must not contain NUL characters (U+0000)")
-    return text
-
-
-def _one_or_many(value: Any) -> Any:
-    if isinstance(value, str):
-        return [value]
-    if not isinstance(value, list):
-        raise PydanticCustomError("text_type", "must be a string or a list of strings")
-    return value
-
-
-Text = Annotated[str, StringConstraints(max_length=HARD_MAX_CHARS), AfterValidator(_usable_text)]
-TextList = Annotated[list[Text], Field(min_length=1, max_length=HARD_MAX_ITEMS)]
-_ONE_TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": HARD_MAX_CHARS}
-ONE_OR_MANY_SCHEMAS = [
-    _ONE_TEXT_SCHEMA,
-    {"type": "array", "items": _ONE_TEXT_SCHEMA, "minItems": 1, "maxItems": HARD_MAX_ITEMS},
-]
-# One string or a list; always a list once parsed, so error locations are ``text[i]``.
-OneOrManyTexts = Annotated[
-    TextList, BeforeValidator(_one_or_many), WithJsonSchema({"anyOf": ONE_OR_MANY_SCHEMAS})
-]
 Language = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$", max_length=16)]
 SourceLanguage = Annotated[  # a Language, or "auto": detect it
     str, StringConstraints(pattern=r"^(auto|[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*)$", max_length=16)
 ]
-
-
-class RequestBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class ResponseBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def json_response(body: BaseModel | dict[str, Any], status_code: int = 200) -> Response:
-    """A model serialised by pydantic-core, or a plain dict (NumPy arrays included) by orjson:
-    the embedding routes build their bodies as dicts of float32 arrays, which orjson writes
-    without a Python float per value and without validating what the service itself built.
-    Both are Rust; neither writes ``None`` fields of a model."""
-    if isinstance(body, BaseModel):
-        content = body.model_dump_json(exclude_none=True).encode()
-    else:
-        content = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
-    return Response(content, status_code, media_type="application/json")
 
 
 # ---- translation -----------------------------------------------------------------------------
@@ -228,39 +163,97 @@ class TranslateResponse(ResponseBody):
     usage: TranslateUsage
 
 
-# ---- models, health, errors ------------------------------------------------------------------
+# ---- embeddings ------------------------------------------------------------------------------
 
 
-class ModelCard(ResponseBody):
+PromptName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+PROMPT_NAME_DESCRIPTION = (
+    "One of the model's prompts (GET /v1/models), put before each text; default: its default prompt"
+)
+DIMENSIONS_DESCRIPTION = (
+    "Keep the first N dimensions (Matryoshka), normalised again when normalising; default: all"
+)
+
+
+class EmbedRequest(RequestBody):
+    """Embed a list of texts; one vector per text, in order."""
+
+    texts: Annotated[TextList, Field(description="1 to max_items_per_request texts")]
+    normalize: bool | None = Field(
+        default=None, description="L2-normalise; default: the model's own pipeline"
+    )
+    prompt_name: PromptName | None = Field(default=None, description=PROMPT_NAME_DESCRIPTION)
+    dimensions: int | None = Field(default=None, ge=1, le=65536, description=DIMENSIONS_DESCRIPTION)
+    truncate: bool = Field(
+        default=True, description="Cut texts at the model's max length; false: 422 instead"
+    )
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"texts": ["A man is eating food."]}]})
+
+
+class EmbedUsage(ResponseBody):
+    input_tokens: int
+
+
+class EmbedResponse(ResponseBody):
+    model: str
+    dim: int
+    embeddings: list[list[float]]
+    n_tokens: list[int] = Field(description="Tokens used per text (after truncation)")
+    usage: EmbedUsage
+
+
+# ---- glossaries ------------------------------------------------------------------------------
+
+
+MAX_TERM_CHARS = 10_000  # the ceiling of TSERVE_GLOSSARY_MAX_TERM_CHARS
+Term = Annotated[str, Field(min_length=1, max_length=MAX_TERM_CHARS)]
+
+
+class GlossaryEntry(RequestBody):
+    source: Term
+    target: Term
+    case_sensitive: bool = Field(default=True, description="false: the source term matches in any case")
+    whole_word: bool = Field(
+        default=True, description="false: the source term matches inside longer words too"
+    )
+
+
+class GlossaryRequest(RequestBody):
+    """A glossary: source terms, each translated as its target term wherever it appears."""
+
+    name: str = Field(min_length=1, max_length=256, description="Unique per language pair and API key")
+    source_language: Language
+    target_language: Language
+    entries: list[GlossaryEntry] = Field(
+        min_length=1,
+        max_length=1_000_000,
+        description="At most TSERVE_GLOSSARY_MAX_ENTRIES, each term at most TSERVE_GLOSSARY_MAX_TERM_CHARS",
+    )
+
+
+class GlossaryEntryOut(ResponseBody):
+    source: str
+    target: str
+    case_sensitive: bool
+    whole_word: bool
+
+
+class GlossaryInfo(ResponseBody):
     id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "tserve"
-    task: Literal["translate", "embed", "rerank"]
-    variant: str
-    provider: str
-    max_input_tokens: int = Field(
-        description="Tokens per sentence (translation), text (embeddings) or query-document pair (rerank)"
-    )
-    max_output_tokens: int | None = Field(default=None, description="Translation: the most max_length")
-    length_penalty: float | None = Field(default=None, description="Translation: the default length_penalty")
-    source_languages: list[str] | None = None  # as requests name them: ISO 639-1 where there is one
-    target_languages: list[str] | None = None
-    dim: int | None = None
-    prompts: dict[str, str] | None = Field(default=None, description="Embeddings: prompt_name's choices")
-    default_prompt_name: str | None = Field(
-        default=None, description="Embeddings: the prompt used unless named"
-    )
-    trained_on: str | None = Field(
-        default=None,
-        description="The domain and data the model was trained on, from its model card (absent when "
-        "it does not say); text far from that domain translates poorly",
-    )
+    name: str
+    source_language: str
+    target_language: str
+    entry_count: int
+    created_at: str
+    entries: list[GlossaryEntryOut] | None = None  # in GET /v1/glossaries/{id} only
 
 
-class ModelsResponse(ResponseBody):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
+class GlossaryList(ResponseBody):
+    glossaries: list[GlossaryInfo]
+
+
+# ---- health, errors ---------------------------------------------------------------------------
 
 
 class HealthResponse(ResponseBody):

@@ -1,57 +1,20 @@
-"""Request and response bodies of the embedding routes: ``POST /v1/embed`` and OpenAI's
-``POST /v1/embeddings`` (texts, or token ids in the model's vocabulary). The shared field types
-and limits are in ``schemas.py``, as are the rules every body follows.
+"""OpenAI's request and response bodies: ``POST /v1/embeddings`` (texts, or token ids in the
+model's vocabulary) and ``GET /v1/models`` (OpenAI's list, each model's card carrying what a
+client needs besides: its task, languages and limits).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, PlainValidator, StringConstraints, TypeAdapter, WithJsonSchema
+from pydantic import ConfigDict, Field, PlainValidator, TypeAdapter, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from service.api.schemas import ONE_OR_MANY_SCHEMAS, RequestBody, ResponseBody, TextList
+from service.api.schemas.common import ONE_OR_MANY_SCHEMAS, RequestBody, ResponseBody, TextList
+from service.api.schemas.tserve import DIMENSIONS_DESCRIPTION, PROMPT_NAME_DESCRIPTION, PromptName
 from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS
 
 # ---- embeddings ------------------------------------------------------------------------------
-
-
-PromptName = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-_PROMPT_NAME = (
-    "One of the model's prompts (GET /v1/models), put before each text; default: its default prompt"
-)
-_DIMENSIONS = "Keep the first N dimensions (Matryoshka), normalised again when normalising; default: all"
-
-
-class EmbedRequest(RequestBody):
-    """Embed a list of texts; one vector per text, in order."""
-
-    texts: Annotated[TextList, Field(description="1 to max_items_per_request texts")]
-    normalize: bool | None = Field(
-        default=None, description="L2-normalise; default: the model's own pipeline"
-    )
-    prompt_name: PromptName | None = Field(default=None, description=_PROMPT_NAME)
-    dimensions: int | None = Field(default=None, ge=1, le=65536, description=_DIMENSIONS)
-    truncate: bool = Field(
-        default=True, description="Cut texts at the model's max length; false: 422 instead"
-    )
-
-    model_config = ConfigDict(json_schema_extra={"examples": [{"texts": ["A man is eating food."]}]})
-
-
-class EmbedUsage(ResponseBody):
-    input_tokens: int
-
-
-class EmbedResponse(ResponseBody):
-    model: str
-    dim: int
-    embeddings: list[list[float]]
-    n_tokens: list[int] = Field(description="Tokens used per text (after truncation)")
-    usage: EmbedUsage
-
-
-# ---- OpenAI-compatible embeddings --------------------------------------------------------------
 
 
 _STRICT = ConfigDict(strict=True)
@@ -108,9 +71,10 @@ class OpenAIEmbeddingRequest(RequestBody):
     encoding_format: Literal["float", "base64"] = Field(
         default="float", description="base64: little-endian float32 bytes, as OpenAI"
     )
-    dimensions: int | None = Field(default=None, ge=1, le=65536, description=_DIMENSIONS)
+    dimensions: int | None = Field(default=None, ge=1, le=65536, description=DIMENSIONS_DESCRIPTION)
     prompt_name: PromptName | None = Field(
-        default=None, description=_PROMPT_NAME + " (not OpenAI's: sentence-transformers' and TEI's)"
+        default=None,
+        description=PROMPT_NAME_DESCRIPTION + " (not OpenAI's: sentence-transformers' and TEI's)",
     )
     user: str | None = Field(default=None, max_length=256, description="Accepted and ignored")
 
@@ -131,3 +95,38 @@ class OpenAIEmbeddingResponse(ResponseBody):
     data: list[OpenAIEmbedding]
     model: str
     usage: OpenAIUsage
+
+
+# ---- models ----------------------------------------------------------------------------------
+
+
+class ModelCard(ResponseBody):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "tserve"
+    task: Literal["translate", "embed", "rerank"]
+    variant: str
+    provider: str
+    max_input_tokens: int = Field(
+        description="Tokens per sentence (translation), text (embeddings) or query-document pair (rerank)"
+    )
+    max_output_tokens: int | None = Field(default=None, description="Translation: the most max_length")
+    length_penalty: float | None = Field(default=None, description="Translation: the default length_penalty")
+    source_languages: list[str] | None = None  # as requests name them: ISO 639-1 where there is one
+    target_languages: list[str] | None = None
+    dim: int | None = None
+    prompts: dict[str, str] | None = Field(default=None, description="Embeddings: prompt_name's choices")
+    default_prompt_name: str | None = Field(
+        default=None, description="Embeddings: the prompt used unless named"
+    )
+    trained_on: str | None = Field(
+        default=None,
+        description="The domain and data the model was trained on, from its model card (absent when "
+        "it does not say); text far from that domain translates poorly",
+    )
+
+
+class ModelsResponse(ResponseBody):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
