@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from service.api.dependencies import runtime_of
 from service.api.errors import answer, http_failure, libretranslate_error
 from service.api.libretranslate import admitted_body, error_responses, json_or_form
-from service.api.schemas.libretranslate import DetectedLanguage, DetectRequest
+from service.api.schemas.libretranslate import DetectRequest, LibreTranslateDetection
 from service.serving import detection
 from service.serving.access import ready
 from service.serving.errors import SERVING_ERRORS, InvalidRequest
@@ -32,7 +32,7 @@ router = APIRouter(tags=["libretranslate"])
 
 @router.post(
     "/detect",
-    response_model=list[DetectedLanguage],
+    response_model=list[LibreTranslateDetection],
     responses=error_responses(400, 403, 413, 415, 503),
     openapi_extra=json_or_form(DetectRequest),
 )

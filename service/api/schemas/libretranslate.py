@@ -36,7 +36,7 @@ class DetectRequest(BaseModel):
     api_key: str | None = Field(default=None, max_length=256)
 
 
-class DetectedLanguage(BaseModel):
+class LibreTranslateDetection(BaseModel):
     language: str
     confidence: float
 
@@ -44,7 +44,7 @@ class DetectedLanguage(BaseModel):
 class LibreTranslateResponse(BaseModel):
     translatedText: str | list[str]  # LibreTranslate's field names
     alternatives: list[str] | list[list[str]] | None = None
-    detectedLanguage: DetectedLanguage | None = None
+    detectedLanguage: LibreTranslateDetection | None = None
 
 
 class Language(BaseModel):
