@@ -43,7 +43,7 @@ class BareEmbeddings:
             more = message.get("more_body", False)
         given = orjson.loads(body)["input"]
         texts = given if isinstance(given, list) else [given]
-        model = self.state.runtime.embedder
+        model = self.state.runtime.embedding_model
         encodings = model.engine.encode(texts)
         items = [EmbedItem(t, True, e, True) for t, e in zip(texts, encodings, strict=True)]
         timeout_s = self.state.runtime.settings.request_timeout_s

@@ -42,7 +42,7 @@ from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.detection import AUTO
 from service.serving.errors import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
-from service.serving.routing import translators
+from service.serving.routing import translation_models
 from service.serving.terminology import Terminology, UnknownGlossary, create_glossary, refused
 
 # DeepL's own reference documents these routes (docs/api.md says what differs): they stay out of
@@ -108,7 +108,7 @@ async def languages(request: Request) -> Response:
         kind = fields.get("type") or request.query_params.get("type") or "source"
         if kind not in ("source", "target"):
             raise _invalid("type", "type must be source or target")
-        served = translators(ready(runtime_of(request)))
+        served = translation_models(ready(runtime_of(request)))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     codes = dict.fromkeys(c for t in served for c in (t.sources if kind == "source" else t.targets))
@@ -123,7 +123,7 @@ async def glossary_language_pairs(request: Request) -> Response:
     """Every pair some model translates: a glossary may be made for each."""
     try:
         await _admitted(request)
-        served = translators(ready(runtime_of(request)))
+        served = translation_models(ready(runtime_of(request)))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     pairs = dict.fromkeys((s, t) for m in served for s in m.sources for t in m.targets if s != t)

@@ -25,7 +25,7 @@ from service.serving import detection
 from service.serving.access import ready
 from service.serving.errors import SERVING_ERRORS, InvalidRequest
 from service.serving.limits import translation_text_problems
-from service.serving.routing import translators
+from service.serving.routing import translation_models
 
 router = APIRouter(tags=["libretranslate"])
 
@@ -41,7 +41,7 @@ async def detect(request: Request) -> Response:
     runtime = runtime_of(request)
     try:
         body, _, _ = await admitted_body(request, DetectRequest)
-        translators(ready(runtime))
+        translation_models(ready(runtime))
         problems = translation_text_problems(body.q, "q", runtime.limits)
         if problems:
             raise InvalidRequest(problems)

@@ -14,7 +14,7 @@ from service.api.schemas.common import json_response
 from service.api.schemas.tserve import EmbedRequest, EmbedResponse
 from service.serving import embedding
 from service.serving.access import ready
-from service.serving.routing import choose_embedder
+from service.serving.routing import choose_embedding_model
 from service.serving.runtime import Runtime
 
 router = APIRouter(tags=["embed"])
@@ -24,7 +24,7 @@ async def embedding_runtime(request: Request) -> Runtime:
     """The runtime, once the service is ready and serves embeddings: the embedding routes' one
     dependency besides the key (so a 503 or 404 comes before the body is validated)."""
     runtime = ready(runtime_of(request))
-    choose_embedder(runtime)
+    choose_embedding_model(runtime)
     return runtime
 
 

@@ -39,7 +39,7 @@ from service.files.registry import FORMATS
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.errors import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
-from service.serving.routing import UnservedLanguages, translators
+from service.serving.routing import UnservedLanguages, translation_models
 from service.serving.terminology import Terminology
 
 router = APIRouter(tags=["libretranslate"])
@@ -129,7 +129,7 @@ async def languages(request: Request) -> Response:
     runtime = runtime_of(request)
     try:
         check_api_key(runtime.settings.api_keys, offered_keys(request, None))
-        served = translators(ready(runtime))
+        served = translation_models(ready(runtime))
     except SERVING_ERRORS as e:
         return answer(request, e, libretranslate_error)
     codes = list(dict.fromkeys(c for t in served for c in (*t.sources, *t.targets)))
@@ -151,9 +151,9 @@ async def languages(request: Request) -> Response:
 async def frontend_settings(request: Request) -> Response:
     """What LibreTranslate's web clients ask first: limits, whether a key is needed, the languages."""
     runtime = runtime_of(request)
-    translator = runtime.default_translator
-    source = translator.sources[0] if translator and translator.sources else "auto"
-    target = translator.targets[0] if translator and translator.targets else ""
+    served = runtime.default_translation_model
+    source = served.sources[0] if served and served.sources else "auto"
+    target = served.targets[0] if served and served.targets else ""
     return JSONResponse(
         {
             "charLimit": runtime.limits.max_translate_chars,

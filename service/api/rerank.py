@@ -38,7 +38,7 @@ async def rerank_runtime(request: Request) -> Runtime:
     """The runtime, once the service is ready and serves a reranker (a 503 or 404 before the
     body is validated)."""
     runtime = ready(runtime_of(request))
-    serving.choose_reranker(runtime)
+    serving.choose_rerank_model(runtime)
     return runtime
 
 

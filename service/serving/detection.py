@@ -96,7 +96,9 @@ def served_languages(runtime: Runtime) -> list[str]:
     """Every language a served model reads or writes, in configured order (``/languages``'):
     a text in a language that is only ever a target is detected as such, and refused as a source
     by name rather than taken for a source language it resembles."""
-    return list(dict.fromkeys(c for t in runtime.translators.values() for c in (*t.sources, *t.targets)))
+    return list(
+        dict.fromkeys(c for t in runtime.translation_models.values() for c in (*t.sources, *t.targets))
+    )
 
 
 async def detect(runtime: Runtime, texts: Sequence[str], fmt: Format = "text") -> list[Detection]:

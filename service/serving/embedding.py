@@ -19,8 +19,8 @@ from service.engine.base import Embedding, EmbedItem, Encoded
 from service.queue import off_the_loop_if_large
 from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import text_problems
-from service.serving.routing import choose_embedder
-from service.serving.runtime import Runtime, ServedEmbedder
+from service.serving.routing import choose_embedding_model
+from service.serving.runtime import EmbeddingModel, Runtime
 from service.serving.submit import Client, all_or_nothing, submit
 
 _EMBED = ("embed", "queue wait and encoding (batched with other requests)")
@@ -53,10 +53,10 @@ class Embedded:
 
 async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> Embedded:
     """``request`` embedded, or the first step's refusal (``service.serving.errors``)."""
-    embedder = choose_embedder(runtime, request.model)
-    manifest = embedder.engine.manifest
+    served = choose_embedding_model(runtime, request.model)
+    manifest = served.engine.manifest
     info = manifest.embedding
-    if info is None:  # choose_embedder serves embedding artefacts only
+    if info is None:  # choose_embedding_model serves embedding artefacts only
         raise RuntimeError(f"{manifest.name} is not an embedding model")
     inputs, field = request.inputs, request.field
     # token ids have no characters to count: their number is checked, their length is the model's
@@ -66,9 +66,9 @@ async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> 
         raise InvalidRequest(problems)
     prompt = info.prompt(request.prompt_name)
     texts = [prompt + x for x in inputs if isinstance(x, str)]
-    made = await off_the_loop_if_large(sum(len(t) for t in texts), lambda: embedder.engine.encode(texts))
+    made = await off_the_loop_if_large(sum(len(t) for t in texts), lambda: served.engine.encode(texts))
     encoded = iter(made)
-    frame = embedder.engine.encode([""])[0].ids if len(texts) < len(inputs) else []
+    frame = served.engine.encode([""])[0].ids if len(texts) < len(inputs) else []
     normalize = info.normalize if request.normalize is None else request.normalize
     dimensions = None if request.dimensions == info.dim else request.dimensions
     encodings = [
@@ -79,8 +79,8 @@ async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> 
         EmbedItem(prompt + x if isinstance(x, str) else "", request.truncate, e, normalize, dimensions)
         for x, e in zip(inputs, encodings, strict=True)
     ]
-    costs = [_cost(e, request.truncate, embedder) for e in encodings]
-    results = await submit(client, embedder.queue, items, costs, runtime.settings.request_timeout_s, _EMBED)
+    costs = [_cost(e, request.truncate, served) for e in encodings]
+    results = await submit(client, served.queue, items, costs, runtime.settings.request_timeout_s, _EMBED)
     return Embedded(manifest.name, all_or_nothing(results, field))
 
 
@@ -126,9 +126,9 @@ def _given_ids(ids: TokenIds, frame: list[int], max_len: int, truncate: bool) ->
     return Encoded(ids[: max_len - len(closing)] + closing, [], truncated=True)
 
 
-def _cost(encoded: Encoded, truncate: bool, embedder: ServedEmbedder) -> int:
+def _cost(encoded: Encoded, truncate: bool, served: EmbeddingModel) -> int:
     """Tokens the engine will compute: a truncated text costs at most the max length."""
-    info = embedder.engine.manifest.embedding
+    info = served.engine.manifest.embedding
     if truncate and info is not None:
         return min(encoded.n_tokens, info.max_len)
     return encoded.n_tokens

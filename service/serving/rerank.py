@@ -19,7 +19,7 @@ from service.engine.reranker import PairEncoded, Relevance, RerankItem, sigmoid
 from service.queue import off_the_loop_if_large
 from service.serving.errors import InvalidRequest, ModelNotFound, problem
 from service.serving.limits import text_problems
-from service.serving.runtime import Runtime, ServedReranker
+from service.serving.runtime import RerankModel, Runtime
 from service.serving.submit import Client, all_or_nothing, submit
 
 _RERANK = ("rerank", "queue wait and scoring (batched with other requests)")
@@ -54,21 +54,21 @@ class Reranked:
     n_tokens: int  # of every pair, after truncation
 
 
-def choose_reranker(runtime: Runtime, model: str | None = None) -> ServedReranker:
+def choose_rerank_model(runtime: Runtime, model: str | None = None) -> RerankModel:
     """The rerank model (one at most is served), when ``model`` is unnamed or names it; else 404."""
-    if runtime.reranker is None:
+    if runtime.rerank_model is None:
         raise ModelNotFound(
             "no rerank model is loaded (set TSERVE_RERANK_MODEL to a cross-encoder's artefact)"
         )
-    name = runtime.reranker.engine.manifest.name
+    name = runtime.rerank_model.engine.manifest.name
     if model is not None and model != name:
         raise ModelNotFound(f"the model {model!r} does not exist here; this service reranks with {name!r}")
-    return runtime.reranker
+    return runtime.rerank_model
 
 
 async def rerank(runtime: Runtime, client: Client, request: RerankRequest) -> Reranked:
     """``request``'s documents ranked, or the first step's refusal (``service.serving.errors``)."""
-    reranker = choose_reranker(runtime, request.model)
+    served = choose_rerank_model(runtime, request.model)
     problems = text_problems(request.documents, request.field, runtime.limits)
     limit = runtime.limits.max_chars
     if len(request.query) > limit:
@@ -76,7 +76,7 @@ async def rerank(runtime: Runtime, client: Client, request: RerankRequest) -> Re
         problems = [problem("string_too_long", ("query",), message, limit), *problems]
     if problems:
         raise InvalidRequest(problems)
-    engine = reranker.engine
+    engine = served.engine
     chars = len(request.query) * len(request.documents) + sum(len(d) for d in request.documents)
     encodings = await off_the_loop_if_large(
         chars, lambda: engine.encode_pairs(request.query, request.documents)
@@ -85,8 +85,8 @@ async def rerank(runtime: Runtime, client: Client, request: RerankRequest) -> Re
         RerankItem(request.query, d, request.truncate, e)
         for d, e in zip(request.documents, encodings, strict=True)
     ]
-    costs = [_cost(e, request.truncate, reranker) for e in encodings]
-    results = await submit(client, reranker.queue, items, costs, runtime.settings.request_timeout_s, _RERANK)
+    costs = [_cost(e, request.truncate, served) for e in encodings]
+    results = await submit(client, served.queue, items, costs, runtime.settings.request_timeout_s, _RERANK)
     relevances: list[Relevance] = all_or_nothing(results, request.field)
     logits = np.array([r.logit for r in relevances], dtype=np.float64)
     scores = logits if request.raw_scores else sigmoid(logits)
@@ -98,9 +98,9 @@ async def rerank(runtime: Runtime, client: Client, request: RerankRequest) -> Re
     )
 
 
-def _cost(encoded: PairEncoded, truncate: bool, reranker: ServedReranker) -> int:
+def _cost(encoded: PairEncoded, truncate: bool, served: RerankModel) -> int:
     """Tokens the engine will compute: a truncated pair costs at most the max length."""
-    info = reranker.engine.manifest.rerank
+    info = served.engine.manifest.rerank
     if truncate and info is not None:
         return min(encoded.n_tokens, info.max_len)
     return encoded.n_tokens

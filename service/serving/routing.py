@@ -1,4 +1,5 @@
-"""Which loaded model serves a request: a translator by name or by language pair, the embedder.
+"""Which served model answers a request: a translation model by name or by language pair, the
+embedding model, the rerank model.
 
 The choice is made here once for every API; what differs between APIs is a policy (whether a
 client can name a model, and so must settle a pair two models serve), and how each words a
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 from service.serving.errors import InvalidRequest, ModelNotFound, problem
-from service.serving.runtime import Runtime, ServedEmbedder, ServedTranslator
+from service.serving.runtime import EmbeddingModel, Runtime, TranslationModel
 
 # Why no one model serves the languages asked for.
 Unserved = Literal["source", "target", "pair", "several"]
@@ -50,59 +51,59 @@ class UnservedLanguages(InvalidRequest):
         return field, f"{candidates} all translate this: name one in 'model'"
 
 
-def choose_translator(
+def choose_translation_model(
     runtime: Runtime,
     model: str | None,
     source: str | None,
     target: str | None,
     *,
     first_of_several: bool = False,
-) -> ServedTranslator:
+) -> TranslationModel:
     """The model named ``model``, else the one translating ``source`` into ``target`` (None:
     any; any code of a language, ``service/languages.py``), else with neither language the
     default (the first configured). A model of a few pairs goes before a multilingual one serving
     the same pair. 404 for a model not served; 422 (``UnservedLanguages``) for languages no model
     serves, or several do unless ``first_of_several`` (for clients that cannot name a model: the
     first configured wins)."""
-    default = translators(runtime)[0]
+    default = translation_models(runtime)[0]
     if model is not None:
-        if model not in runtime.translators:
-            served = ", ".join(runtime.translators)
+        if model not in runtime.translation_models:
+            served = ", ".join(runtime.translation_models)
             raise ModelNotFound(f"the model {model!r} is not served here; translators: {served}")
-        return runtime.translators[model]
+        return runtime.translation_models[model]
     if source is None and target is None:
         return default
-    matches = _specialised_first(runtime.translators_for(source, target))
+    matches = _specialised_first(runtime.translation_models_for(source, target))
     if len(matches) == 1 or (matches and first_of_several):
         return matches[0]
     served = ", ".join(runtime.served_pairs())  # only for the refusal: a multilingual model's is long
     if matches:
         raise UnservedLanguages("several", source, target, served, [t.name for t in matches])
-    if source is not None and not runtime.translators_for(source, None):
+    if source is not None and not runtime.translation_models_for(source, None):
         raise UnservedLanguages("source", source, target, served, [])
-    if target is not None and not runtime.translators_for(None, target):
+    if target is not None and not runtime.translation_models_for(None, target):
         raise UnservedLanguages("target", source, target, served, [])
     raise UnservedLanguages("pair", source, target, served, [])
 
 
-def _specialised_first(matches: list[ServedTranslator]) -> list[ServedTranslator]:
+def _specialised_first(matches: list[TranslationModel]) -> list[TranslationModel]:
     """A pair both a model of a few pairs and a multilingual one serve goes to the former, which
     was made for it (docs/decisions.md, "A pair goes to its own model before a multilingual one")."""
     return [t for t in matches if not t.languages.multilingual] or matches
 
 
-def translators(runtime: Runtime) -> list[ServedTranslator]:
+def translation_models(runtime: Runtime) -> list[TranslationModel]:
     """Every translation model, the default (the first configured) first; 404 when none is."""
-    if not runtime.translators:
+    if not runtime.translation_models:
         raise ModelNotFound("no translation model is loaded (TSERVE_TRANSLATE_MODELS is empty)")
-    return list(runtime.translators.values())
+    return list(runtime.translation_models.values())
 
 
-def choose_embedder(runtime: Runtime, model: str | None = None) -> ServedEmbedder:
+def choose_embedding_model(runtime: Runtime, model: str | None = None) -> EmbeddingModel:
     """The embedding model (one at most is served), when ``model`` is unnamed or names it; else 404."""
-    if runtime.embedder is None:
+    if runtime.embedding_model is None:
         raise ModelNotFound("no embedding model is loaded (TSERVE_EMBED_MODEL is empty)")
-    name = runtime.embedder.engine.manifest.name
+    name = runtime.embedding_model.engine.manifest.name
     if model is not None and model != name:
         raise ModelNotFound(f"the model {model!r} does not exist here; this service embeds with {name!r}")
-    return runtime.embedder
+    return runtime.embedding_model

@@ -37,7 +37,7 @@ State = Literal["loading", "ready", "draining", "failed"]
 
 
 @dataclass
-class ServedTranslator:
+class TranslationModel:
     engine: TranslateEngine
     queue: RequestQueue[TranslateItem, Any]
 
@@ -75,13 +75,13 @@ class ServedTranslator:
 
 
 @dataclass
-class ServedEmbedder:
+class EmbeddingModel:
     engine: EmbedEngine
     queue: RequestQueue[EmbedItem, Any]
 
 
 @dataclass
-class ServedReranker:
+class RerankModel:
     engine: RerankEngine
     queue: RequestQueue[RerankItem, Any]
 
@@ -91,9 +91,11 @@ class Runtime:
     settings: Settings
     state: State = "loading"
     detail: str | None = None
-    translators: dict[str, ServedTranslator] = field(default_factory=dict)  # by name, the default first
-    embedder: ServedEmbedder | None = None
-    reranker: ServedReranker | None = None
+    translation_models: dict[str, TranslationModel] = field(
+        default_factory=dict
+    )  # by name, the default first
+    embedding_model: EmbeddingModel | None = None
+    rerank_model: RerankModel | None = None
     on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
     limits: RequestLimits = field(init=False)
     translation_cache: TranslationCache = field(init=False)
@@ -109,9 +111,9 @@ class Runtime:
         READY.set(0)
 
     @property
-    def models(self) -> list[ServedTranslator | ServedEmbedder | ServedReranker]:
-        others = [m for m in (self.embedder, self.reranker) if m is not None]
-        return [*self.translators.values(), *others]
+    def models(self) -> list[TranslationModel | EmbeddingModel | RerankModel]:
+        others = [m for m in (self.embedding_model, self.rerank_model) if m is not None]
+        return [*self.translation_models.values(), *others]
 
     @property
     def engines(self) -> list[Engine]:
@@ -122,19 +124,19 @@ class Runtime:
         return [m.queue for m in self.models]
 
     @property
-    def default_translator(self) -> ServedTranslator | None:
-        return next(iter(self.translators.values()), None)
+    def default_translation_model(self) -> TranslationModel | None:
+        return next(iter(self.translation_models.values()), None)
 
-    def translators_for(self, source: str | None, target: str | None) -> list[ServedTranslator]:
+    def translation_models_for(self, source: str | None, target: str | None) -> list[TranslationModel]:
         """The models translating ``source`` into ``target`` (None: any), in configured order."""
-        return [t for t in self.translators.values() if t.serves(source, target)]
+        return [t for t in self.translation_models.values() if t.serves(source, target)]
 
     def served_pairs(self) -> list[str]:
         """Every ``source→target`` served, once each, in configured order; a multilingual
         model's as one entry naming its languages (``ModelLanguages.describe``)."""
         described = (
             [t.languages.describe()] if t.languages.multilingual else t.pairs()
-            for t in self.translators.values()
+            for t in self.translation_models.values()
         )
         return list(dict.fromkeys(p for entries in described for p in entries))
 
@@ -153,23 +155,23 @@ class Runtime:
             name = engine.manifest.name
             if engine.manifest.task == "translate":
                 translate: TranslateEngine = engine  # type: ignore[assignment]
-                translator = self.translators[name] = ServedTranslator(
+                served = self.translation_models[name] = TranslationModel(
                     translate, self._translate_queue(translate, policy)
                 )
-                translator.queue.start()
+                served.queue.start()
             elif engine.manifest.task == "rerank":
                 rerank: RerankEngine = engine  # type: ignore[assignment]
-                self.reranker = ServedReranker(
+                self.rerank_model = RerankModel(
                     rerank,
                     RequestQueue(name, _rerank_cost(rerank), policy, WholeBatchExecutor(rerank.rerank)),
                 )
-                self.reranker.queue.start()
+                self.rerank_model.queue.start()
             else:
                 embed: EmbedEngine = engine  # type: ignore[assignment]
-                self.embedder = ServedEmbedder(
+                self.embedding_model = EmbeddingModel(
                     embed, RequestQueue(name, _embed_cost(embed), policy, WholeBatchExecutor(embed.embed))
                 )
-                self.embedder.queue.start()
+                self.embedding_model.queue.start()
             MODEL_INFO.labels(
                 model=name,
                 task=engine.manifest.task,

@@ -87,12 +87,12 @@ def create_glossary(
     """A new glossary of ``languages`` (any codes; kept as listed codes) for ``api_key``: 422
     for a pair no model serves or entries the store refuses (every API's checks are these)."""
     source, target = (canonical(code) for code in languages)
-    if not runtime.translators_for(source, target):
+    if not runtime.translation_models_for(source, target):
         served = ", ".join(
-            f"{s}→{t}" for m in runtime.translators.values() for s in m.sources for t in m.targets
+            f"{s}→{t}" for m in runtime.translation_models.values() for s in m.sources for t in m.targets
         )
         message = f"no model translates {source}→{target} (served: {served})"
-        reads_source = any(source in m.sources for m in runtime.translators.values())
+        reads_source = any(source in m.sources for m in runtime.translation_models.values())
         field = language_fields[1] if reads_source else language_fields[0]
         raise InvalidRequest([problem("unsupported_language_pair", (field,), message, served)])
     try:

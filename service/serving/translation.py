@@ -25,8 +25,8 @@ from service.languages import canonical
 from service.serving.detection import AUTO, Detection, detect
 from service.serving.errors import InvalidRequest, Problem, problem
 from service.serving.limits import sentence_problems, translation_text_problems
-from service.serving.routing import UnservedLanguages, choose_translator, translators
-from service.serving.runtime import Runtime, ServedTranslator
+from service.serving.routing import UnservedLanguages, choose_translation_model, translation_models
+from service.serving.runtime import Runtime, TranslationModel
 from service.serving.sentences import Format, split
 from service.serving.submit import Client, all_or_nothing, submit
 from service.serving.terminology import Terminology
@@ -42,7 +42,7 @@ _TRANSLATE = ("translate", "queue wait and decoding (batched with other requests
 class TranslationRequest:
     """Texts to translate (all-or-nothing: one untranslatable text fails the request). ``field``
     is the texts' field in the API's body, which errors name. The model is ``model``, else the
-    one serving ``source`` → ``target`` (see ``choose_translator`` for the two policies); None
+    one serving ``source`` → ``target`` (see ``choose_translation_model`` for the two policies); None
     options are the model's own. A ``source`` of ``AUTO`` detects each text's language."""
 
     texts: list[str]
@@ -61,9 +61,9 @@ class TranslationRequest:
     # The glossary it names and the spans it keeps: what each sentence's output must hold.
     terminology: Terminology = NO_TERMINOLOGY
 
-    def translator(self, runtime: Runtime, source: str | None) -> ServedTranslator:
+    def translation_model(self, runtime: Runtime, source: str | None) -> TranslationModel:
         """The model it goes to when translating from ``source``: its own, or one detected."""
-        return choose_translator(
+        return choose_translation_model(
             runtime, self.model, source, self.target, first_of_several=self.first_of_several
         )
 
@@ -99,22 +99,22 @@ async def translate(runtime: Runtime, client: Client, request: TranslationReques
 
 async def _translate_from(runtime: Runtime, client: Client, request: TranslationRequest) -> Translated:
     """``request`` translated from its source (None: the model's)."""
-    translator = request.translator(runtime, request.source)
-    source = canonical(request.source) if request.source else _first(translator.sources)
-    target = canonical(request.target) if request.target else _first(translator.targets)
-    options = _options(translator, request, source, target)
+    served = request.translation_model(runtime, request.source)
+    source = canonical(request.source) if request.source else _first(served.sources)
+    target = canonical(request.target) if request.target else _first(served.targets)
+    options = _options(served, request, source, target)
     terms = request.terminology.for_pair(source, target)
     field, limits = request.field, runtime.limits
     _refuse(translation_text_problems(request.texts, field, limits))
     runtime.quotas.charge(request.api_key, sum(len(t) for t in request.texts), field)
     with client.timed(*_SEGMENT):
-        sentences = await split(request.texts, request.format, source, translator.engine, terms)
+        sentences = await split(request.texts, request.format, source, served.engine, terms)
     _refuse(sentences.html_problems(field))
     _refuse(sentence_problems(sentences.count, options.beam_size, options.max_length, field, limits))
     items, costs = sentences.items(options)
-    results = await _cached_or_submitted(runtime, client, translator, items, costs)
+    results = await _cached_or_submitted(runtime, client, served, items, costs)
     return Translated(
-        model=translator.name,
+        model=served.name,
         source_language=source,
         target_language=target,
         texts=all_or_nothing(_unless_unsatisfiable(sentences.assemble(results), field), field),
@@ -133,20 +133,20 @@ def _unless_unsatisfiable(results: Sequence[T | Exception], field: str) -> Seque
 async def _cached_or_submitted(
     runtime: Runtime,
     client: Client,
-    translator: ServedTranslator,
+    served: TranslationModel,
     items: list[TranslateItem],
     costs: list[int],
 ) -> list[Translation | Exception]:
     """Each sentence's translation: from the cache, else from the model's queue (only the
     sentences not found are submitted; each computed one is offered to the cache)."""
     cache = runtime.translation_cache
-    keys = cache.keys(translator.engine.manifest, runtime.settings.translate_shortlist, items)
-    results: list[Translation | Exception | None] = list(cache.lookup(translator.name, keys))
+    keys = cache.keys(served.engine.manifest, runtime.settings.translate_shortlist, items)
+    results: list[Translation | Exception | None] = list(cache.lookup(served.name, keys))
     missing = [i for i, found in enumerate(results) if found is None]
     timeout_s = runtime.settings.request_timeout_s
     computed = await submit(
         client,
-        translator.queue,
+        served.queue,
         [items[i] for i in missing],
         [costs[i] for i in missing],
         timeout_s,
@@ -163,16 +163,16 @@ def _first(languages: list[str]) -> str:
 
 
 def _options(
-    translator: ServedTranslator, request: TranslationRequest, source: str, target: str
+    served: TranslationModel, request: TranslationRequest, source: str, target: str
 ) -> TranslateOptions:
     """The request's options, with the model's defaults, from ``source`` into ``target`` (listed
     codes): a multilingual model's language tokens; 422 for what this model cannot do (a language
     it does not serve, a longer output than it writes, alignments it lacks)."""
-    info = translator.engine.manifest.translation
-    name = translator.name
+    info = served.engine.manifest.translation
+    name = served.name
     problems = [
-        *_language_problems(request.source and source, "source_language", translator.sources, name),
-        *_language_problems(request.target and target, "target_language", translator.targets, name),
+        *_language_problems(request.source and source, "source_language", served.sources, name),
+        *_language_problems(request.target and target, "target_language", served.targets, name),
     ]
     if info is not None and request.max_length is not None and request.max_length > info.max_target_len:
         message = f"{name} writes at most {info.max_target_len} output tokens"
@@ -184,12 +184,10 @@ def _options(
         beam_size=request.beam_size,
         n_best=request.n_best,
         max_length=request.max_length or (info.max_target_len if info else TranslateOptions.max_length),
-        length_penalty=translator.length_penalty
-        if request.length_penalty is None
-        else request.length_penalty,
+        length_penalty=served.length_penalty if request.length_penalty is None else request.length_penalty,
         alignments=request.alignments,
-        forced_first_token=translator.languages.token(target),
-        source_token=translator.languages.token(source),
+        forced_first_token=served.languages.token(target),
+        source_token=served.languages.token(source),
     )
 
 
@@ -234,7 +232,7 @@ async def _translate_detected(runtime: Runtime, client: Client, request: Transla
     must be translatable into the target (else ``UntranslatableLanguage``, naming them all), and
     the texts of each language go through the translation path together, one language's texts
     beside another's (a client that leaves cancels them all)."""
-    translators(runtime)  # 404 when there is no translator, before any work
+    translation_models(runtime)  # 404 when there is no served, before any work
     _refuse(translation_text_problems(request.texts, request.field, runtime.limits))
     # One request for the key's quota, charged before detection spends anything; the parts
     # below are not charged again.
@@ -276,19 +274,19 @@ def _source(runtime: Runtime, request: TranslationRequest, detection: Detection)
     """The language to translate a text from: the detected one when a model (``request.model``,
     when named) translates it into the target; for an undetermined text the first such model's
     source; None when there is none. A target nothing writes, or several models to choose from,
-    is ``choose_translator``'s refusal."""
+    is ``choose_translation_model``'s refusal."""
     if detection.undetermined:
-        translator = choose_translator(runtime, request.model, None, request.target, first_of_several=True)
-        return translator.sources[0] if translator.sources else None
+        served = choose_translation_model(runtime, request.model, None, request.target, first_of_several=True)
+        return served.sources[0] if served.sources else None
     if not detection.served:
         return None
     try:
-        translator = request.translator(runtime, detection.language)
+        served = request.translation_model(runtime, detection.language)
     except UnservedLanguages as refused:
         if refused.reason in ("source", "pair"):
             return None
         raise
-    return detection.language if detection.language in translator.sources else None
+    return detection.language if detection.language in served.sources else None
 
 
 async def _translated(

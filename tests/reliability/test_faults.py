@@ -206,7 +206,7 @@ async def test_an_onnxruntime_failure_fails_exactly_its_batch_and_the_service_go
         await eventually(lambda: len(faulty.batches) == 1)  # held in the engine
         texts = [f"request number {i} of twelve" for i in range(3 * batch)]
         rest = [asyncio.ensure_future(embed(text)) for text in texts]
-        await eventually(lambda: app.state.runtime.embedder.queue.queued == len(texts))
+        await eventually(lambda: app.state.runtime.embedding_model.queue.queued == len(texts))
         faulty.release.set()
         results = dict(await asyncio.gather(first, *rest))
 

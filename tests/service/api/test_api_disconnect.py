@@ -19,7 +19,7 @@ async def test_a_disconnected_client_s_queued_work_is_dropped_and_counted() -> N
     gate = threading.Event()
     async with serving(gate=gate) as s:
         name = s.embedder.manifest.name
-        queue = s.app.state.runtime.embedder.queue
+        queue = s.app.state.runtime.embedding_model.queue
         before = metric("tserve_dropped_total", model=name, reason="disconnected")
         answered_499 = metric("tserve_requests_total", endpoint="/v1/embed", status="499")
         try:

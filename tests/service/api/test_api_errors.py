@@ -144,7 +144,7 @@ async def test_a_full_queue_is_429_with_retry_after() -> None:
             first = asyncio.ensure_future(s.client.post("/v1/embed", json={"texts": ["busy"]}))
             await eventually(lambda: len(s.embedder.hooks.batches) == 1)  # the worker is held
             queued = asyncio.ensure_future(s.client.post("/v1/embed", json={"texts": ["q"] * 8}))
-            await eventually(lambda: s.app.state.runtime.embedder.queue.queued == 8)
+            await eventually(lambda: s.app.state.runtime.embedding_model.queue.queued == 8)
             r = await s.client.post("/v1/embed", json={"texts": ["no room"]})
             assert r.status_code == 429
             assert int(r.headers["Retry-After"]) >= 1

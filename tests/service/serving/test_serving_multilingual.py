@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from service.engine.base import TranslateItem, Translation
-from service.serving.routing import UnservedLanguages, choose_translator
+from service.serving.routing import UnservedLanguages, choose_translation_model
 from service.serving.runtime import Runtime
 from service.serving.translation import TranslationRequest, translate
 from tests.service.serving.conftest import InProcessClient, started, translator
@@ -49,11 +49,11 @@ async def both() -> AsyncIterator[Runtime]:
 
 
 def _model(runtime: Runtime, source: str | None, target: str | None) -> str:
-    return choose_translator(runtime, None, source, target).name
+    return choose_translation_model(runtime, None, source, target).name
 
 
 async def test_the_multilingual_model_lists_its_languages_as_users_name_them(both: Runtime) -> None:
-    nllb = both.translators["serving-nllb"]
+    nllb = both.translation_models["serving-nllb"]
     assert (nllb.sources, nllb.targets) == (["en", "de", "fr"], ["de", "fr", "en"])
     assert both.served_pairs() == ["en→de", "any two of de, en, fr"]
 
@@ -65,11 +65,11 @@ async def test_a_pair_of_its_own_goes_to_the_model_of_that_pair_and_the_others_t
     assert _model(both, "eng", "deu_Latn").endswith("-en-de")
     for source, target in (("en", "fr"), ("de", "en"), ("fra", "ger"), ("fr_Latn", None), (None, "fr")):
         assert _model(both, source, target) == "serving-nllb", (source, target)
-    assert choose_translator(both, "serving-nllb", "en", "de").name == "serving-nllb"  # named
+    assert choose_translation_model(both, "serving-nllb", "en", "de").name == "serving-nllb"  # named
 
 
 async def test_each_request_carries_its_languages_tokens(both: Runtime) -> None:
-    engine = both.translators["serving-nllb"].engine
+    engine = both.translation_models["serving-nllb"].engine
     assert isinstance(engine, RecordingMultilingual)
     asked = {("en", "fr"): ("en", "fr"), ("fra_Latn", "deu"): ("fr", "de"), ("de", "en"): ("de", "en")}
     for (source, target), listed in asked.items():
@@ -89,7 +89,7 @@ async def test_a_model_of_one_pair_gets_no_language_tokens(both: Runtime) -> Non
 
 async def test_a_pair_no_model_serves_names_the_languages(both: Runtime) -> None:
     with pytest.raises(UnservedLanguages) as refused:
-        choose_translator(both, None, "en", "es")
+        choose_translation_model(both, None, "en", "es")
     (found,) = refused.value.problems
     assert found["type"] == "unsupported_language_pair" and found["loc"] == ("body", "target_language")
     assert (
@@ -99,7 +99,7 @@ async def test_a_pair_no_model_serves_names_the_languages(both: Runtime) -> None
 
 async def test_a_detected_source_language_picks_its_token() -> None:
     async with started(RecordingMultilingual("serving-nllb-auto")) as runtime:
-        engine = runtime.translators["serving-nllb-auto"].engine
+        engine = runtime.translation_models["serving-nllb-auto"].engine
         assert isinstance(engine, RecordingMultilingual)
         texts = ["The children are playing in the garden with their dog.", "Der Hund läuft über die Wiese."]
         request = TranslationRequest(texts, "text", source="auto", target="fr")

@@ -164,7 +164,7 @@ async def test_a_client_gone_leaves_no_work_behind() -> None:
     async with started(engine) as runtime:
         with pytest.raises(asyncio.CancelledError):
             await translate(runtime, InProcessClient(gone=True), TranslationRequest(["a b"], "q"))
-        assert runtime.translators[engine.manifest.name].queue.queued == 0
+        assert runtime.translation_models[engine.manifest.name].queue.queued == 0
     assert engine.hooks.batches == []
 
 
