@@ -60,8 +60,8 @@ def test_no_import_goes_up_a_layer(contract: LayersContract, graph: grimp.Import
 @pytest.mark.parametrize(
     ("importer", "imported"),
     [
-        ("service.engine.base", "service.serving.errors"),  # the engine knowing the serving layer
-        ("service.queue.requests", "service.api.errors"),  # the queue knowing HTTP
+        ("service.engine.base", "service.serving.failures"),  # the engine knowing the serving layer
+        ("service.queue.requests", "service.api.error_responses"),  # the queue knowing HTTP
         ("service.settings", "service.engine.session"),  # a bottom module reaching up
         ("export.sources.ours.model", "export.verify"),  # a source knowing its verification
     ],

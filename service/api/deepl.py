@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, runtime_of
-from service.api.errors import answer, http_failure
+from service.api.error_responses import answer, http_failure
 from service.api.glossaries import glossary_of, glossary_store
 from service.api.schemas.deepl import DeepLGlossaryRequest, DeepLTranslateRequest
 from service.glossaries.entries import GlossaryProblem, as_tsv, parse_entries
@@ -41,7 +41,7 @@ from service.glossaries.store import Glossary, GlossaryNotFound
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.detection import AUTO
-from service.serving.errors import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
+from service.serving.failures import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import translation_models
 from service.serving.terminology import Terminology, UnknownGlossary, create_glossary, refused
 

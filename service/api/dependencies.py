@@ -20,7 +20,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
-from service.api.errors import ClientDisconnected
+from service.api.error_responses import ClientDisconnected
 from service.api.extensions import DISCONNECT_EXTENSION, timed_stage
 from service.serving.access import check_api_key, ready
 from service.serving.runtime import Runtime

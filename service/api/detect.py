@@ -18,12 +18,12 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import runtime_of
-from service.api.errors import answer, http_failure, libretranslate_error
+from service.api.error_responses import answer, http_failure, libretranslate_error
 from service.api.libretranslate import admitted_body, error_responses, json_or_form
 from service.api.schemas.libretranslate import DetectRequest, LibreTranslateDetection
 from service.serving import detection
 from service.serving.access import ready
-from service.serving.errors import SERVING_ERRORS, InvalidRequest
+from service.serving.failures import SERVING_ERRORS, InvalidRequest
 from service.serving.limits import translation_text_problems
 from service.serving.routing import translation_models
 

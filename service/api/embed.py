@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, runtime_of
-from service.api.errors import ERROR_RESPONSES
+from service.api.error_responses import ERROR_RESPONSES
 from service.api.hot_path import hot
 from service.api.schemas.common import json_response
 from service.api.schemas.tserve import EmbedRequest, EmbedResponse

@@ -2,7 +2,7 @@
 ``GET /download_file/{name}``, and ``POST /v1/translate/file``.
 
 LibreTranslate's answers ``{"translatedFileUrl": ...}``, the URL of ``/download_file/<name>``
-where the translated file waits (``service/files/store.py``), as its clients expect; its key may
+where the translated file waits (``service/files/downloads.py``), as its clients expect; its key may
 come in the form, the query or as a bearer token, and its errors have its shape. ``/v1``'s
 answers the translated file itself, with its content type and the uploaded name.
 """
@@ -19,12 +19,18 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, bearer_token, require_api_key, runtime_of
-from service.api.errors import ERROR_RESPONSES, answer, documented, http_failure, libretranslate_error
+from service.api.error_responses import (
+    ERROR_RESPONSES,
+    answer,
+    documented,
+    http_failure,
+    libretranslate_error,
+)
 from service.api.schemas.libretranslate import LibreTranslateErrorBody
+from service.files.downloads import STORED_NAME_MAX_CHARS, TranslatedFiles
 from service.files.registry import FileRequest, translate_file
-from service.files.store import STORED_NAME_MAX_CHARS, TranslatedFiles
 from service.serving.access import check_api_key, ready
-from service.serving.errors import SERVING_ERRORS, InvalidRequest, problem
+from service.serving.failures import SERVING_ERRORS, InvalidRequest, problem
 
 router = APIRouter(tags=["files"])
 

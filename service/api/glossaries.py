@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from service.api.dependencies import ServingRuntime, bearer_token, runtime_of
-from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
+from service.api.error_responses import ERROR_RESPONSES, GATED_RESPONSES
 from service.api.schemas.common import json_response
 from service.api.schemas.tserve import GlossaryEntryOut, GlossaryInfo, GlossaryList, GlossaryRequest
 from service.glossaries.entries import Entry

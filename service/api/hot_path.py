@@ -41,7 +41,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.errors import REQUEST_ERROR_HANDLERS, is_json
+from service.api.error_responses import REQUEST_ERROR_HANDLERS, is_json
 
 M = TypeVar("M", bound=BaseModel)
 E = TypeVar("E", bound=Callable[..., Awaitable[Response]])

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, bearer_token, runtime_of
-from service.api.errors import answer, documented, http_failure, libretranslate_error
+from service.api.error_responses import answer, documented, http_failure, libretranslate_error
 from service.api.glossaries import glossary_store
 from service.api.hot_path import hot
 from service.api.schemas.libretranslate import (
@@ -38,7 +38,7 @@ from service.api.schemas.libretranslate import (
 from service.files.registry import FORMATS
 from service.serving import translation
 from service.serving.access import check_api_key, ready
-from service.serving.errors import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
+from service.serving.failures import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import UnservedLanguages, translation_models
 from service.serving.terminology import Terminology
 

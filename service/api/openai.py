@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, ServingRuntime
 from service.api.embed import EmbeddingRuntime
-from service.api.errors import ERROR_RESPONSES, GATED_RESPONSES
+from service.api.error_responses import ERROR_RESPONSES, GATED_RESPONSES
 from service.api.hot_path import hot
 from service.api.schemas.common import json_response
 from service.api.schemas.openai import (

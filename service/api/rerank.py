@@ -24,7 +24,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, runtime_of
-from service.api.errors import ERROR_RESPONSES, request_id
+from service.api.error_responses import ERROR_RESPONSES, request_id
 from service.api.schemas.common import json_response
 from service.api.schemas.rerank import CohereResponse, RerankRequest, TeiRank
 from service.serving import rerank as serving

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from service.api.dependencies import HttpClient, ServingRuntime, bearer_token
-from service.api.errors import ERROR_RESPONSES
+from service.api.error_responses import ERROR_RESPONSES
 from service.api.glossaries import glossary_store, owner_key
 from service.api.hot_path import hot
 from service.api.schemas.common import json_response

@@ -12,8 +12,8 @@ archive keeps its order and each entry's compression (``mimetype`` first and sto
 from __future__ import annotations
 
 from service.files import safe_xml
-from service.files.errors import InvalidFile, UnsupportedFile
 from service.files.pieces import Extracted
+from service.files.refusals import InvalidFile, UnsupportedFile
 from service.files.safe_zip import Archive, ZipLimits
 from service.text.html import HtmlDocument, HtmlError, parse_html
 

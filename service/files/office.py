@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.files import safe_xml
-from service.files.errors import UnsupportedFile
 from service.files.pieces import Extracted
+from service.files.refusals import UnsupportedFile
 from service.files.safe_zip import Archive, ZipLimits
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"

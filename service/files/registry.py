@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.files.epub import read_epub
-from service.files.errors import FileTooLarge, UnsupportedFile
 from service.files.office import office_reader
 from service.files.pieces import Extracted, translatable, with_edges
+from service.files.refusals import FileTooLarge, UnsupportedFile
 from service.files.safe_zip import ZipLimits
 from service.files.text_formats import read_html, read_markdown, read_srt, read_txt
 from service.metrics import FILE_BYTES, FILES, labelled
-from service.serving.errors import SERVING_ERRORS, InternalError, failure_of
+from service.serving.failures import SERVING_ERRORS, InternalError, failure_of
 from service.serving.runtime import Runtime
 from service.serving.submit import Client
 from service.serving.translation import TranslationRequest, translate
@@ -112,7 +112,7 @@ def zip_limits(settings: Settings) -> ZipLimits:
 
 
 async def translate_file(runtime: Runtime, client: Client, request: FileRequest) -> TranslatedFile:
-    """The file translated, or a refusal: ``service.files.errors`` or the serving layer's; each
+    """The file translated, or a refusal: ``service.files.refusals`` or the serving layer's; each
     file counted in ``tserve_files_total`` by format and outcome, its size in ``tserve_file_bytes``
     (a client that leaves gets no answer, and its file no outcome)."""
     extension = os.path.splitext(request.filename)[1].lower()

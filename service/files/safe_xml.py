@@ -18,7 +18,7 @@ import defusedxml
 import defusedxml.ElementTree
 from lxml import etree
 
-from service.files.errors import InvalidFile
+from service.files.refusals import InvalidFile
 
 _PARSER = etree.XMLParser(resolve_entities=False, load_dtd=False, no_network=True, huge_tree=False)
 

@@ -16,7 +16,7 @@ import re
 import zipfile
 from dataclasses import dataclass
 
-from service.files.errors import FileTooLarge, InvalidFile, UnsupportedFile
+from service.files.refusals import FileTooLarge, InvalidFile, UnsupportedFile
 
 # Below this size an entry's ratio is not checked: small, very regular XML parts compress well
 # and cannot cost much whatever their ratio.

@@ -17,9 +17,9 @@ from __future__ import annotations
 import codecs
 import re
 
-from service.files.errors import InvalidFile, UnsupportedFile
 from service.files.markdown import markdown_pieces
 from service.files.pieces import Extracted, Pieces
+from service.files.refusals import InvalidFile, UnsupportedFile
 from service.text.html import HtmlError, parse_html
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")

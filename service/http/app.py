@@ -27,7 +27,7 @@ from service.api import (
     translate,
 )
 from service.api.dependencies import require_api_key
-from service.api.errors import install_error_handlers
+from service.api.error_responses import install_error_handlers
 from service.api.hot_path import HotPath
 from service.api.playground import install_playground
 from service.glossaries.store import GlossaryStore, glossary_limits

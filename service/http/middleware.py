@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.errors import (
+from service.api.error_responses import (
     BodyNotUtf8,
     BodyTimeout,
     BodyTooLarge,
@@ -22,7 +22,7 @@ from service.api.errors import (
 )
 from service.api.extensions import BODY_RECEIVED_EXTENSION, SERVER_TIMING_STAGES
 from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS, labelled
-from service.serving.errors import Failure
+from service.serving.failures import Failure
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 # New request ids: 128 random bits from a generator seeded once from the OS, not a system call

@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Sequence
 
-from service.serving.errors import Forbidden, NotReady, ShuttingDown, Unauthorized
+from service.serving.failures import Forbidden, NotReady, ShuttingDown, Unauthorized
 from service.serving.runtime import Runtime
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from service.artefacts import EmbeddingInfo, Manifest
 from service.engine.base import Embedding, EmbedItem, Encoded
 from service.queue import off_the_loop_if_large
-from service.serving.errors import InvalidRequest, Problem, problem
+from service.serving.failures import InvalidRequest, Problem, problem
 from service.serving.limits import text_problems
 from service.serving.routing import choose_embedding_model
 from service.serving.runtime import EmbeddingModel, Runtime
@@ -52,7 +52,7 @@ class Embedded:
 
 
 async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> Embedded:
-    """``request`` embedded, or the first step's refusal (``service.serving.errors``)."""
+    """``request`` embedded, or the first step's refusal (``service.serving.failures``)."""
     served = choose_embedding_model(runtime, request.model)
     manifest = served.engine.manifest
     info = manifest.embedding

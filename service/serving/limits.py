@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from service.serving.errors import Problem, problem
+from service.serving.failures import Problem, problem
 from service.settings import Settings
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from service.metrics import QUOTA_REJECTIONS, QUOTA_USAGE, QuotaLimit, labelled
-from service.serving.errors import InvalidRequest, ServiceError, problem
+from service.serving.failures import InvalidRequest, ServiceError, problem
 from service.settings import KeyQuota
 
 _PERIOD_S: dict[QuotaLimit, float] = {

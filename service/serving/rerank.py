@@ -17,7 +17,7 @@ import numpy as np
 
 from service.engine.reranker import PairEncoded, Relevance, RerankItem, sigmoid
 from service.queue import off_the_loop_if_large
-from service.serving.errors import InvalidRequest, ModelNotFound, problem
+from service.serving.failures import InvalidRequest, ModelNotFound, problem
 from service.serving.limits import text_problems
 from service.serving.runtime import RerankModel, Runtime
 from service.serving.submit import Client, all_or_nothing, submit
@@ -67,7 +67,7 @@ def choose_rerank_model(runtime: Runtime, model: str | None = None) -> RerankMod
 
 
 async def rerank(runtime: Runtime, client: Client, request: RerankRequest) -> Reranked:
-    """``request``'s documents ranked, or the first step's refusal (``service.serving.errors``)."""
+    """``request``'s documents ranked, or the first step's refusal (``service.serving.failures``)."""
     served = choose_rerank_model(runtime, request.model)
     problems = text_problems(request.documents, request.field, runtime.limits)
     limit = runtime.limits.max_chars

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from service.serving.errors import InvalidRequest, ModelNotFound, problem
+from service.serving.failures import InvalidRequest, ModelNotFound, problem
 from service.serving.runtime import EmbeddingModel, Runtime, TranslationModel
 
 # Why no one model serves the languages asked for.

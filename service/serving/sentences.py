@@ -19,7 +19,7 @@ from service.engine.base import Encoded, TranslateEngine, TranslateItem, Transla
 from service.engine.tokenizer import EncodingCache
 from service.glossaries.placeholders import Masked, PlaceholderLost
 from service.queue import off_the_loop_if_large
-from service.serving.errors import Problem, problem
+from service.serving.failures import Problem, problem
 from service.serving.terminology import SentenceTerms
 from service.text.document import Document, TextTranslation, assemble, html_document, plain_document
 from service.text.html import HtmlError

@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from service.engine.base import TextTooLong
 from service.queue import DecodeTooLarge, EngineFailure, RequestQueue
-from service.serving.errors import InternalError, InvalidRequest, problem
+from service.serving.failures import InternalError, InvalidRequest, problem
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -13,7 +13,7 @@ from service.glossaries.matching import TermMatcher
 from service.glossaries.placeholders import Masked, mask
 from service.glossaries.store import Glossary, GlossaryExists, GlossaryFull, GlossaryNotFound, GlossaryStore
 from service.languages import canonical
-from service.serving.errors import InvalidRequest, ServiceError, problem
+from service.serving.failures import InvalidRequest, ServiceError, problem
 from service.serving.runtime import Runtime
 
 

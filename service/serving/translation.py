@@ -23,7 +23,7 @@ from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.constraints import ConstraintUnsatisfiable
 from service.languages import canonical
 from service.serving.detection import AUTO, Detection, detect
-from service.serving.errors import InvalidRequest, Problem, problem
+from service.serving.failures import InvalidRequest, Problem, problem
 from service.serving.limits import sentence_problems, translation_text_problems
 from service.serving.routing import UnservedLanguages, choose_translation_model, translation_models
 from service.serving.runtime import Runtime, TranslationModel
@@ -90,7 +90,7 @@ class Translated:
 
 
 async def translate(runtime: Runtime, client: Client, request: TranslationRequest) -> Translated:
-    """``request`` translated, or the first step's refusal (``service.serving.errors``): from its
+    """``request`` translated, or the first step's refusal (``service.serving.failures``): from its
     source, or with source "auto" each text from the language detected in it."""
     if request.source == AUTO:
         return await _translate_detected(runtime, client, request)

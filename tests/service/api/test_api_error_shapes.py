@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from starlette.responses import JSONResponse
 
-from service.api.errors import error_response, libretranslate_error
+from service.api.error_responses import error_response, libretranslate_error
 from service.queue import QueueFull
-from service.serving.errors import Failure, Forbidden, InvalidRequest, Unauthorized, failure_of, problem
+from service.serving.failures import Failure, Forbidden, InvalidRequest, Unauthorized, failure_of, problem
 
 
 def body(response: JSONResponse) -> Any:

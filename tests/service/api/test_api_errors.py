@@ -10,7 +10,7 @@ import httpx
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from service.api.errors import BodyTimeout
+from service.api.error_responses import BodyTimeout
 from service.api.extensions import BODY_RECEIVED_EXTENSION
 from service.engine.base import Engine
 from service.http.middleware import BodyLimitMiddleware

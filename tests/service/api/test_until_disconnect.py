@@ -11,7 +11,7 @@ import pytest
 from starlette.requests import Request
 
 from service.api.dependencies import until_disconnect
-from service.api.errors import ClientDisconnected
+from service.api.error_responses import ClientDisconnected
 from service.api.extensions import DISCONNECT_EXTENSION
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation, TranslationHypothesis
 from service.serving.cache import CacheKey, TranslationCache, artefact_identity, translation_bytes
-from service.serving.errors import InternalError
+from service.serving.failures import InternalError
 from service.serving.translation import TranslationRequest, translate
 from tests.service.api.conftest import metric
 from tests.service.serving.conftest import InProcessClient, started, translator

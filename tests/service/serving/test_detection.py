@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.serving.detection import LanguageDetector, detect, served_languages
-from service.serving.errors import InvalidRequest
+from service.serving.failures import InvalidRequest
 from service.serving.routing import UnservedLanguages
 from service.serving.translation import TranslationRequest, UntranslatableLanguage, translate
 from tests.service.api.conftest import metric

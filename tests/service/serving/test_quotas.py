@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.serving.errors import InvalidRequest, failure_of
+from service.serving.failures import InvalidRequest, failure_of
 from service.serving.quotas import QuotaBook, QuotaExceeded
 from service.settings import KeyQuota
 from tests.service.api.conftest import metric, small_settings

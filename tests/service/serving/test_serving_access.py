@@ -7,7 +7,7 @@ import secrets
 import pytest
 
 from service.serving.access import check_api_key, ready
-from service.serving.errors import Forbidden, NotReady, ShuttingDown, Unauthorized
+from service.serving.failures import Forbidden, NotReady, ShuttingDown, Unauthorized
 from service.serving.runtime import Runtime
 from tests.service.api.conftest import small_settings
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from service.serving.embedding import EmbeddingRequest, embed
-from service.serving.errors import InvalidRequest, ModelNotFound
+from service.serving.failures import InvalidRequest, ModelNotFound
 from tests.service.serving.conftest import InProcessClient, started
 from tests.service.small_engines import HashEmbedder
 

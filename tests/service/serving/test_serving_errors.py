@@ -6,7 +6,7 @@ import pytest
 
 from service.engine.base import TextTooLong
 from service.queue import DeadlineExceeded, DecodeTooLarge, EngineFailure, QueueClosed, QueueFull
-from service.serving.errors import (
+from service.serving.failures import (
     SERVING_ERRORS,
     Failure,
     Forbidden,

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from service.serving.errors import ModelNotFound
+from service.serving.failures import ModelNotFound
 from service.serving.routing import (
     UnservedLanguages,
     choose_embedding_model,

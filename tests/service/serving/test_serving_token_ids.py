@@ -15,7 +15,7 @@ from service.engine.embedder import OnnxEmbedder
 from service.engine.session import SessionConfig
 from service.http.app import create_app
 from service.serving.embedding import EmbeddingRequest, embed
-from service.serving.errors import InvalidRequest
+from service.serving.failures import InvalidRequest
 from tests.service.api.conftest import error_of, small_settings, until_ready
 from tests.service.serving.conftest import InProcessClient, started
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.serving.errors import InternalError, InvalidRequest
+from service.serving.failures import InternalError, InvalidRequest
 from service.serving.quotas import QuotaBook, QuotaExceeded
 from service.serving.routing import UnservedLanguages
 from service.serving.translation import TranslationRequest, translate

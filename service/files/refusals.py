@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.serving.errors import ServiceError
+from service.serving.failures import ServiceError
 
 
 class FileTooLarge(ServiceError, status=413, kind="file_too_large"):

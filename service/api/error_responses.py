@@ -1,7 +1,7 @@
 """Every failure in one of two JSON shapes: ours, ``{"error": {"type", "message", "limit"?, ...}}``,
 and LibreTranslate's, ``{"error": "..."}`` (``libretranslate_error``).
 
-Why a request fails, and its status, is decided once (``service.serving.errors.failure_of``, and
+Why a request fails, and its status, is decided once (``service.serving.failures.failure_of``, and
 ``http_failure`` below for what HTTP itself refuses); a shape only writes it. 5xx answers and
 invalid requests carry the request id that the ``X-Request-ID`` header also carries, and an
 internal error is logged with it.
@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.schemas.tserve import ErrorBody, ErrorDetail, ErrorResponse
-from service.serving.errors import SERVING_ERRORS, Failure, InternalError, Problem, failure_of, problem
+from service.serving.failures import SERVING_ERRORS, Failure, InternalError, Problem, failure_of, problem
 
 log = logging.getLogger(__name__)
 

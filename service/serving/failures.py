@@ -1,6 +1,6 @@
 """Why a request is not served, and the one mapping of every such reason to a ``Failure``.
 
-A ``Failure`` is what every API shape renders (``service/api/errors.py``: our error body, and
+A ``Failure`` is what every API shape renders (``service/api/error_responses.py``: our error body, and
 LibreTranslate's ``{"error": ...}``): so a queue that is full is a 429 with ``Retry-After``
 whichever API the request came through, and only the body's shape differs. The status says who
 should act: 4xx the client (fix the request, or slow down for 429), 5xx the operator (503 not

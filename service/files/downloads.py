@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from service.files.errors import FileTooLarge
+from service.files.refusals import FileTooLarge
 
 _TOKEN_HEX_BYTES = 16
 _KEPT_NAME_CHARS = 200
