@@ -26,7 +26,7 @@ serve: $(STAMP)
 test: $(STAMP) tools
 	$(VENV)/bin/ruff check service export tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=20
 
 ## Long reliability tests: full fuzzing, overload, soak.
 test-long: $(STAMP)

@@ -148,3 +148,19 @@ def test_every_file_a_doc_names_exists(doc: Path) -> None:
     named = set(NAMED_PATH.findall(doc.read_text(encoding="utf-8")))
     missing = sorted(p for p in named if not (ROOT / p).exists() and not p.startswith(MADE_BY_COMMANDS))
     assert not missing, f"{doc.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
+def test_the_architecture_page_lists_every_top_level_module_of_the_service() -> None:
+    """docs/architecture.md's "Layers" block names each package and loose module of service/, so
+    the page matches the tree (the import contract itself is tests/test_layers.py's)."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = page.split("## Layers", 1)[1].split("```")[1]
+    tops = [
+        f"{p.name}/" if p.is_dir() else p.name
+        for p in (ROOT / "service").iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")
+    ]
+    missing = sorted(
+        t for t in tops if not re.search(rf"(?<![\w/]){re.escape(t)}|service/{re.escape(t)}", block)
+    )
+    assert not missing, f"docs/architecture.md's Layers block does not name {missing}"
