@@ -120,5 +120,5 @@ class EncoderExport:
             fusions=fusions,
             reference_check=check,
             trained_on=artefact.trained_on,
-            **tool_fields(staging / artefact.graph_file),
+            **tool_fields(staging / artefact.graph_file, variant),
         )

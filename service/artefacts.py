@@ -235,6 +235,9 @@ class Manifest(_Strict):
     parity: dict[str, float] = Field(default_factory=dict)  # e.g. max_abs_logits, bleu, bleu_drop
     fusions: dict[str, int] = Field(default_factory=dict)  # onnxruntime optimizer fusion counts
     reference_check: ReferenceCheck | None = None  # absent in manifests written before it existed
+    # int8: the bits of its weights. 7 keeps onnxruntime's u8×s8 kernels exact on CPUs without VNNI
+    # (AVX2's pmaddubsw saturates a pair of 8-bit products); None in int8 manifests of 8-bit weights.
+    int8_weight_bits: int | None = None
     # The domain and data the model was trained on, from its model card (export/publish/provenance.py),
     # reported by GET /v1/models; informational: None when the card does not say, or in manifests
     # written before the field, which stay current (the export fills it in without re-exporting).

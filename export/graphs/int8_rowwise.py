@@ -20,7 +20,8 @@ CPU; GPUs serve fp16. Bias Adds stay separate: with a non-scalar ``a_scale`` the
 multiplies its ``bias`` input by the row scale too. Q/K/V projections share one quantised
 activation.)
 
-``W_int8`` is symmetric per output column (QInt8, what the u8×s8 VNNI kernels want); the row
+``W_int8`` is symmetric per output column (QInt8, what the u8×s8 VNNI kernels want), in 7 bits
+(``WEIGHT_BITS``: exact on CPUs without VNNI too, whose kernels saturate 8-bit weights); the row
 scale is the only thing computed from the activation, and it depends on that row alone. The
 integer product is exact and the scaling element-wise, so a row's result is bit-identical
 whatever the number of rows: tested by ``export.verify.determinism``.
@@ -64,6 +65,11 @@ from export.graphs.external_data import save_graph
 from export.graphs.onnx_tools import clamp_ir_version, default_opset
 
 INT8_MAX = 127.0
+# Weights in 7 bits: onnxruntime's u8×s8 kernels on CPUs without VNNI (AVX2's pmaddubsw) add two
+# u8×s8 products into int16, which saturates for 8-bit weights and turns int8 results to noise
+# (docs/decisions.md); with |w| ≤ 63 the sum stays within int16 on every CPU.
+WEIGHT_BITS = 7
+WEIGHT_MAX = float(2 ** (WEIGHT_BITS - 1) - 1)
 ZERO_POINT = 128  # uint8 offset that makes a symmetric int8 value unsigned (u8×s8 kernels)
 MIN_SCALE = 1e-12  # an all-zero row (e.g. a padded position) quantises to zeros, not NaN
 MS_DOMAIN = "com.microsoft"
@@ -73,8 +79,8 @@ BLOCKED_QUANTIZE_IR = 10
 
 def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(K, N) float → (int8 (K, N), per-column float32 scales (N,)), symmetric."""
-    scale = np.maximum(np.abs(weight).max(axis=0), MIN_SCALE).astype(np.float32) / np.float32(INT8_MAX)
-    q = np.clip(np.rint(weight / scale), -INT8_MAX, INT8_MAX).astype(np.int8)
+    scale = np.maximum(np.abs(weight).max(axis=0), MIN_SCALE).astype(np.float32) / np.float32(WEIGHT_MAX)
+    q = np.clip(np.rint(weight / scale), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
     return q, scale
 
 

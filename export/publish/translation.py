@@ -80,7 +80,7 @@ def build_manifest(
         fusions=fusions,
         reference_check=reference_check,
         trained_on=trained_on(source.path),
-        **tool_fields(directory / "decoder.onnx"),
+        **tool_fields(directory / "decoder.onnx", variant),
     )
 
 

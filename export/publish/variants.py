@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from export.graphs.int8_rowwise import BLOCKED_QUANTIZE_OPSET
+from export.graphs.int8_rowwise import BLOCKED_QUANTIZE_OPSET, WEIGHT_BITS
 from export.graphs.onnx_tools import opset_and_ir
 from export.progress import progress
 from export.verify import Parity
@@ -88,7 +88,9 @@ def published_manifest(
     unverifiable = manifest.parity.get("cpu_verified") == 0.0  # fp16 the CPU provider cannot run
     # Older forms still load, but the current one is faster: an int8 graph of the per-axis form
     # (before opset 21), a CPU graph with SkipLayerNormalization (export/graphs/translation.py: build_fp32).
-    current_form = (manifest.variant != "int8" or manifest.opset >= BLOCKED_QUANTIZE_OPSET) and (
+    # An int8 graph of 8-bit weights (before WEIGHT_BITS) is wrong on CPUs without VNNI.
+    current_int8 = manifest.opset >= BLOCKED_QUANTIZE_OPSET and manifest.int8_weight_bits == WEIGHT_BITS
+    current_form = (manifest.variant != "int8" or current_int8) and (
         manifest.variant == "fp16" or "SkipLayerNormalization" not in manifest.fusions
     )
     return manifest if same and current_form and (measured or unverifiable) else None
@@ -116,15 +118,16 @@ def still_to_export(
     return todo
 
 
-def tool_fields(graph: Path) -> dict[str, Any]:
+def tool_fields(graph: Path, variant: Variant) -> dict[str, Any]:
     """The manifest fields that say what wrote and verified the artefact: the graph's opset and
-    IR version, the onnxruntime version and the time."""
+    IR version, the int8 weights' bits, the onnxruntime version and the time."""
     import onnxruntime
 
     opset, ir_version = opset_and_ir(graph)
     return {
         "opset": opset,
         "ir_version": ir_version,
+        "int8_weight_bits": WEIGHT_BITS if variant == "int8" else None,
         "onnxruntime_version": str(onnxruntime.__version__),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }

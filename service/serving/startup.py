@@ -55,8 +55,8 @@ async def load_engines(settings: Settings) -> list[Engine]:
             f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
             "or set TSERVE_AUTO_EXPORT=true"
         )
-    # stale: exported before the reference check, or with a decoder layout no longer served; only
-    # the default ones can be re-exported here
+    # stale: exported before the reference check, with a decoder layout no longer served, or int8
+    # weights of 8 bits (wrong on CPUs without VNNI); only the default ones can be re-exported here
     if missing or (settings.auto_export and any(n in _EXPORTED_BY_DEFAULT for n in stale)):
         await run_export(settings.artefact_root, variant, settings.export_timeout_s)
     # onnxruntime sessions: import only when serving real models
@@ -86,7 +86,10 @@ async def load_engines(settings: Settings) -> list[Engine]:
 def _unchecked(directory: Path) -> bool:
     try:
         manifest = read_manifest(directory)
-        return manifest.reference_check is None or not served_decoder_layout(manifest)
+        eight_bit_int8 = (
+            manifest.variant == "int8" and manifest.int8_weight_bits is None
+        )  # wrong without VNNI
+        return manifest.reference_check is None or not served_decoder_layout(manifest) or eight_bit_int8
     except ArtefactError:
         return False  # loading will say what is wrong with it
 

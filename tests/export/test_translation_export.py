@@ -15,7 +15,9 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from onnx import numpy_helper
 
+from export.graphs.int8_rowwise import WEIGHT_BITS, WEIGHT_MAX
 from export.graphs.top_k_blocks import block_size, choose_block
 from export.graphs.translation_layout import (
     ENCODER_INPUTS,
@@ -44,6 +46,7 @@ from service.artefacts import (
     read_manifest,
 )
 from service.engine.slots import SlotDecoder
+from service.serving.startup import _unchecked
 from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
 TEXTS = ["a man rides a bike.", "two dogs run on the street.", "the big red cat sits.", "dogs"]
@@ -265,6 +268,34 @@ def test_an_older_artefact_still_reads_and_is_re_exported(
     rebuilt = load_and_verify(int8).translation
     assert rebuilt is not None and rebuilt.decoder_layout == SLOT_DECODER.layout
     assert rebuilt.top_k_block is not None and rebuilt.top_k_block == block_size(int8 / "decoder.onnx")
+
+
+def test_an_int8_artefact_of_8_bit_weights_is_re_exported_with_7(
+    checkpoint: Path, exported: Path, tmp_path: Path
+) -> None:
+    """int8 weights of 8 bits saturate onnxruntime's u8×s8 kernels on CPUs without VNNI: an
+    artefact from before WEIGHT_BITS (no int8_weight_bits) is stale for the export and for the
+    service's start, and the next export writes 7-bit weights (|w| ≤ 63 in every MatMul)."""
+    out = tmp_path / "artefacts"
+    shutil.copytree(exported, out)
+    fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
+    assert (
+        load_and_verify(int8).int8_weight_bits == WEIGHT_BITS
+        and load_and_verify(fp32).int8_weight_bits is None
+    )
+    manifest = json.loads((int8 / "manifest.json").read_text())
+    del manifest["int8_weight_bits"]
+    (int8 / "manifest.json").write_text(json.dumps(manifest))
+    assert _unchecked(int8) and not _unchecked(fp32)
+    stamps = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
+    export_translation(checkpoint, out, ["fp32", "int8"])
+    assert (fp32 / "manifest.json").stat().st_mtime_ns == stamps[fp32]
+    assert load_and_verify(int8).int8_weight_bits == WEIGHT_BITS and not _unchecked(int8)
+    graph = onnx.load(str(int8 / "decoder.onnx"))
+    weights = [
+        numpy_helper.to_array(t) for t in graph.graph.initializer if t.data_type == onnx.TensorProto.INT8
+    ]
+    assert weights and max(int(np.abs(w.astype(np.int16)).max()) for w in weights) <= WEIGHT_MAX
 
 
 def test_a_slot_artefact_from_before_the_memory_per_sentence_is_refused_and_re_exported(
