@@ -7,8 +7,10 @@ tagged as the k8s overlays name them, so the pod test runs the image the contain
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,16 +48,25 @@ class Engine:
 
 def find_engine() -> Engine:
     """The engine docker/build.sh picks here, or skip saying how to get one."""
+    engine, missing = engine_here()
+    if engine is None:
+        pytest.skip(missing)
+    return engine
+
+
+@functools.cache
+def engine_here() -> tuple[Engine | None, str]:
+    """The engine docker/build.sh picks here and can run images with, or why there is none."""
     done = run(["bash", str(BUILD_SCRIPT), "engine"], timeout=60)
     if done.returncode != 0:
-        pytest.skip(f"no container engine: {done.stderr.strip()}")
+        return None, f"no container engine: {done.stderr.strip()}"
     found = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     env = dict(os.environ)
     if found.get("CONTAINERS_CONF"):
         env["CONTAINERS_CONF"] = found["CONTAINERS_CONF"]
     if found["ENGINE"] == "buildah":
-        pytest.skip("only buildah here: it builds images but cannot run them (install podman)")
-    return Engine(found["ENGINE"], env)
+        return None, "only buildah here: it builds images but cannot run them (install podman)"
+    return Engine(found["ENGINE"], env), ""
 
 
 @dataclass(frozen=True)
@@ -65,13 +76,44 @@ class Build:
     size_bytes: int
 
 
-def build_image(engine: Engine, flavour: str, tag: str) -> Build:
-    start = time.monotonic()
-    done = run(["bash", str(BUILD_SCRIPT), flavour, tag], timeout=BUILD_TIMEOUT_S, env=engine.env)
-    output = done.stdout[-5000:] + done.stderr[-5000:]
-    assert done.returncode == 0, f"docker/build.sh {flavour} failed:\n{output}"
-    size = int(engine.ok("image", "inspect", "--format", "{{.Size}}", tag).strip())
-    return Build(tag, time.monotonic() - start, size)
+class BackgroundBuild:
+    """``docker/build.sh FLAVOUR TAG`` in a process of its own, started as soon as the session
+    knows it needs the image, so the build runs beside the tests that do not (a first build
+    exports the default models: minutes of a 2-core machine's time, most of it the build's)."""
+
+    def __init__(self, engine: Engine, flavour: str, tag: str) -> None:
+        self.engine, self.flavour, self.tag = engine, flavour, tag
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the build's lifetime; stop closes it)
+        self.start = time.monotonic()
+        self.process = subprocess.Popen(
+            ["bash", str(BUILD_SCRIPT), flavour, tag],
+            cwd=REPO,
+            env=engine.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def result(self) -> Build:
+        """The built image, once the build is over; a failed one fails the test naming why."""
+        try:
+            code = self.process.wait(timeout=max(1.0, BUILD_TIMEOUT_S - (time.monotonic() - self.start)))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"docker/build.sh {self.flavour} took more than {BUILD_TIMEOUT_S} s")
+        self.log.seek(0)
+        assert code == 0, f"docker/build.sh {self.flavour} failed:\n{self.log.read()[-10000:]}"
+        size = int(self.engine.ok("image", "inspect", "--format", "{{.Size}}", self.tag).strip())
+        return Build(self.tag, time.monotonic() - self.start, size)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
 
 
 def wait_for_status(
