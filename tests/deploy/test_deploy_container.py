@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -25,7 +26,7 @@ from containers import (
 from deploy_helpers import REPO
 
 from service.artefacts import sha256_of_files
-from tests.e2e.real_models import current_artefacts, served_env, start_service
+from tests.e2e.real_models import served_env, start_service
 from tests.servers import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
@@ -75,15 +76,11 @@ def container(engine: Engine, cpu_image: Build) -> Iterator[Container]:
 
 @pytest.fixture(scope="module")
 def local_service(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    default_artefacts: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     """`python -m service` on a local export of the default models, with the image's variant
     choice (auto: int8 on the CPU) — the reference the container must match."""
-    cache = getattr(request.config, "cache", None)
-    root = current_artefacts(
-        cache.mkdir("e2e-artefacts") if cache is not None else tmp_path_factory.mktemp("e2e-artefacts")
-    )
-    env = served_env(root, "auto", TSERVE_CPU_VARIANT="int8")
+    env = served_env(default_artefacts, "auto", TSERVE_CPU_VARIANT="int8")
     yield from start_service(tmp_path_factory, "service-like-image", env)
 
 

@@ -9,17 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.real_models import current_artefacts, served_env, start_service
+from tests.e2e.real_models import served_env, start_service
 from tests.servers import ServerProcess
-
-
-@pytest.fixture(scope="session")
-def default_artefacts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """fp32 and int8 of both default models, exported once (kept in pytest's cache between runs)."""
-    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
-    return current_artefacts(
-        cache.mkdir("e2e-artefacts") if cache is not None else tmp_path_factory.mktemp("e2e-artefacts")
-    )
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,9 @@ holding them, current, and ``python -m service`` serving them (tests/servers.py
 starts and stops it).
 
 Artefacts come from ``.artefacts/`` when it holds current ones (the manifests' source sha256
-matches today's checkpoints), else from ``python -m export default`` into ``cache``, where the
-export itself skips whatever is already current. The export gets no ``--eval-dir``: tests never
+matches today's checkpoints), else from ``python -m export default`` into pytest's cache, where
+the export itself skips whatever is already current; tests/conftest.py starts it when collection
+ends, beside the tests that do not need it. The export gets no ``--eval-dir``: tests never
 read data outside the repository.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,23 +55,46 @@ def is_current(root: Path) -> bool:
     return True
 
 
-def current_artefacts(cache: Path) -> Path:
-    """``.artefacts/`` when current, else ``cache`` after exporting into it."""
-    if missing := [str(path) for path in CHECKPOINTS.values() if not path.is_file()]:
-        raise FileNotFoundError(f"no default translation checkpoint: {', '.join(missing)}")
-    if is_current(ROOT / ".artefacts"):
-        return ROOT / ".artefacts"
-    command = [sys.executable, "-m", "export", "default", "--out", str(cache), "--threads", "1"]
-    command += [arg for variant in VARIANTS for arg in ("--variant", variant)]
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False
-    )
-    log = done.stdout[-3000:] + done.stderr[-3000:]
-    if done.returncode != 0:
-        raise RuntimeError(f"export failed with exit code {done.returncode}:\n{log}")
-    if not is_current(cache):
-        raise RuntimeError(f"the export left no current artefacts in {cache}:\n{log}")
-    return cache
+class DefaultArtefacts:
+    """The default models' artefacts for the tests that serve them: ``.artefacts/`` when current,
+    else ``python -m export default`` into ``cache``, started at once in a process of its own so
+    that it runs beside other tests until ``result`` is asked for."""
+
+    def __init__(self, cache: Path) -> None:
+        if missing := [str(path) for path in CHECKPOINTS.values() if not path.is_file()]:
+            raise FileNotFoundError(f"no default translation checkpoint: {', '.join(missing)}")
+        self.cache = cache
+        self.process: subprocess.Popen[str] | None = None
+        if is_current(ROOT / ".artefacts"):
+            self.root = ROOT / ".artefacts"
+            return
+        self.root = cache
+        command = [sys.executable, "-m", "export", "default", "--out", str(cache), "--threads", "1"]
+        command += [arg for variant in VARIANTS for arg in ("--variant", variant)]
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the export's lifetime)
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, text=True
+        )
+
+    def result(self) -> Path:
+        if self.process is None:
+            return self.root
+        code = self.process.wait(timeout=EXPORT_TIMEOUT_S)
+        self.log.seek(0)
+        log = self.log.read()[-6000:]
+        if code != 0:
+            raise RuntimeError(f"export failed with exit code {code}:\n{log}")
+        if not is_current(self.cache):
+            raise RuntimeError(f"the export left no current artefacts in {self.cache}:\n{log}")
+        return self.cache
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
 
 
 def served_env(root: Path, variant: str, **overrides: str) -> dict[str, str]:
