@@ -41,7 +41,7 @@ async def load_engines(settings: Settings) -> list[Engine]:
     if settings.rerank_model:
         wanted.append(("rerank", settings.rerank_model))
     missing = [n for _, n in wanted if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
-    stale = [n for _, n in wanted if n not in missing and _unchecked(settings.model_dir(n, variant))]
+    stale = [n for _, n in wanted if n not in missing and is_stale(settings.model_dir(n, variant))]
     not_exportable = [n for n in missing if n not in _EXPORTED_BY_DEFAULT]
     if not_exportable:
         raise ArtefactError(
@@ -83,12 +83,11 @@ async def load_engines(settings: Settings) -> list[Engine]:
     return engines
 
 
-def _unchecked(directory: Path) -> bool:
+def is_stale(directory: Path) -> bool:
+    """An artefact that loads but should be exported again (see ``load_engines``)."""
     try:
         manifest = read_manifest(directory)
-        eight_bit_int8 = (
-            manifest.variant == "int8" and manifest.int8_weight_bits is None
-        )  # wrong without VNNI
+        eight_bit_int8 = manifest.variant == "int8" and manifest.int8_weight_bits is None
         return manifest.reference_check is None or not served_decoder_layout(manifest) or eight_bit_int8
     except ArtefactError:
         return False  # loading will say what is wrong with it

@@ -46,7 +46,7 @@ from service.artefacts import (
     read_manifest,
 )
 from service.engine.slots import SlotDecoder
-from service.serving.startup import _unchecked
+from service.serving.startup import is_stale
 from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
 TEXTS = ["a man rides a bike.", "two dogs run on the street.", "the big red cat sits.", "dogs"]
@@ -286,11 +286,11 @@ def test_an_int8_artefact_of_8_bit_weights_is_re_exported_with_7(
     manifest = json.loads((int8 / "manifest.json").read_text())
     del manifest["int8_weight_bits"]
     (int8 / "manifest.json").write_text(json.dumps(manifest))
-    assert _unchecked(int8) and not _unchecked(fp32)
+    assert is_stale(int8) and not is_stale(fp32)
     stamps = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
     export_translation(checkpoint, out, ["fp32", "int8"])
     assert (fp32 / "manifest.json").stat().st_mtime_ns == stamps[fp32]
-    assert load_and_verify(int8).int8_weight_bits == WEIGHT_BITS and not _unchecked(int8)
+    assert load_and_verify(int8).int8_weight_bits == WEIGHT_BITS and not is_stale(int8)
     graph = onnx.load(str(int8 / "decoder.onnx"))
     weights = [
         numpy_helper.to_array(t) for t in graph.graph.initializer if t.data_type == onnx.TensorProto.INT8
