@@ -90,3 +90,12 @@ def embedding_artefact(embedding_source: Path, tmp_path_factory: pytest.TempPath
 
     (directory,) = export_embedding(embedding_source, tmp_path_factory.mktemp("artefacts"), ["fp32"])
     return directory
+
+
+@pytest.fixture(scope="session")
+def translation_fp16(translation_checkpoint: Path, translation_artefact: Path) -> Path:
+    """The same model's fp16 variant (float16 memory and cache), next to the fp32 one."""
+    from export.translation import export_translation
+
+    (directory,) = export_translation(translation_checkpoint, translation_artefact.parent.parent, ["fp16"])
+    return directory

@@ -1,7 +1,7 @@
 """The tests of the GPU path. Each takes ``provider``: it runs on the CPU provider everywhere and,
 marked ``cuda``, once more on CUDA where onnxruntime runs a session on a GPU (``make gpu-check``
-runs them there); elsewhere the CUDA run skips and says why. The models are the engine tests'
-tiny ones, exported by the export code itself.
+runs them there); elsewhere the CUDA run skips and says why. The models are the tiny ones of
+tests/conftest.py, exported by the export code itself.
 """
 
 from __future__ import annotations
@@ -10,15 +10,6 @@ import functools
 from pathlib import Path
 
 import pytest
-
-from tests.service.engine import conftest as engine_tests
-
-# the engine tests' tiny models, as fixtures of this folder too
-translation_checkpoint = engine_tests.translation_checkpoint
-translation_artefact = engine_tests.translation_artefact
-translation_fp16 = engine_tests.translation_fp16
-embedding_source = engine_tests.embedding_source
-embedding_artefact = engine_tests.embedding_artefact
 
 PROVIDER_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 

@@ -8,15 +8,6 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def translation_fp16(translation_checkpoint: Path, translation_artefact: Path) -> Path:
-    """The same model's fp16 variant (float16 memory and cache), next to the fp32 one."""
-    from export.translation import export_translation
-
-    (directory,) = export_translation(translation_checkpoint, translation_artefact.parent.parent, ["fp16"])
-    return directory
-
-
-@pytest.fixture(scope="session")
 def shortlist_artefact(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """<root>/tiny-en-de/int8 exported with a vocabulary map in which every word piece allows
     itself (right for a model that reverses its input)."""
