@@ -220,7 +220,8 @@ def test_the_service_runs_as_the_container_user_writing_nothing_of_its_own(
         "service",
     ]
     env = {**artefact_env(world_readable_artefacts), "HOME": "/tmp"}
-    for path in (ROOT / "service" / "http" / "app.py", Path(sys.executable), *world_readable_artefacts.rglob("*")):
+    app_factory = ROOT / "service" / "http" / "app.py"
+    for path in (app_factory, Path(sys.executable), *world_readable_artefacts.rglob("*")):
         owner = path.resolve().stat()
         assert owner.st_uid != CONTAINER_UID and not owner.st_mode & (stat.S_IWGRP | stat.S_IWOTH), path
     with server_process(command, env, tmp_path / "server.log") as server:
