@@ -96,6 +96,12 @@ RERANK_GRAPH = "reranker"
 RERANK_OUTPUT = "logits"
 
 
+# The bits of an int8 artefact's weights: onnxruntime's u8×s8 kernels on CPUs without VNNI (AVX2's
+# pmaddubsw) add two u8×s8 products into int16, which saturates for 8-bit weights and turns int8
+# results to noise (docs/decisions.md); with |w| ≤ 63 the sum stays within int16 on every CPU.
+INT8_WEIGHT_BITS = 7
+
+
 class ArtefactError(RuntimeError):
     """An artefact directory that cannot be served; the message names the offending file."""
 
@@ -235,14 +241,18 @@ class Manifest(_Strict):
     parity: dict[str, float] = Field(default_factory=dict)  # e.g. max_abs_logits, bleu, bleu_drop
     fusions: dict[str, int] = Field(default_factory=dict)  # onnxruntime optimizer fusion counts
     reference_check: ReferenceCheck | None = None  # absent in manifests written before it existed
-    # int8: the bits of its weights. 7 keeps onnxruntime's u8×s8 kernels exact on CPUs without VNNI
-    # (AVX2's pmaddubsw saturates a pair of 8-bit products); None in int8 manifests of 8-bit weights.
-    int8_weight_bits: int | None = None
+    int8_weight_bits: int | None = None  # int8: INT8_WEIGHT_BITS; None: 8 bits (or not int8)
     # The domain and data the model was trained on, from its model card (export/publish/provenance.py),
     # reported by GET /v1/models; informational: None when the card does not say, or in manifests
     # written before the field, which stay current (the export fills it in without re-exporting).
     trained_on: str | None = None
     created_at: str
+
+    @property
+    def int8_weights_current(self) -> bool:
+        """False for an int8 artefact of 8-bit weights (before ``INT8_WEIGHT_BITS``), which CPUs
+        without VNNI compute wrongly: the export and the service's start export it again."""
+        return self.variant != "int8" or self.int8_weight_bits == INT8_WEIGHT_BITS
 
 
 def sha256_of(path: Path) -> str:

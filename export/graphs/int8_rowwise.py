@@ -21,7 +21,7 @@ multiplies its ``bias`` input by the row scale too. Q/K/V projections share one 
 activation.)
 
 ``W_int8`` is symmetric per output column (QInt8, what the u8×s8 VNNI kernels want), in 7 bits
-(``WEIGHT_BITS``: exact on CPUs without VNNI too, whose kernels saturate 8-bit weights); the row
+(``INT8_WEIGHT_BITS``: exact on CPUs without VNNI too, whose kernels saturate 8-bit weights); the row
 scale is the only thing computed from the activation, and it depends on that row alone. The
 integer product is exact and the scaling element-wise, so a row's result is bit-identical
 whatever the number of rows: tested by ``export.verify.determinism``.
@@ -63,13 +63,10 @@ from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
 from export.graphs.external_data import save_graph
 from export.graphs.onnx_tools import clamp_ir_version, default_opset
+from service.artefacts import INT8_WEIGHT_BITS
 
 INT8_MAX = 127.0
-# Weights in 7 bits: onnxruntime's u8×s8 kernels on CPUs without VNNI (AVX2's pmaddubsw) add two
-# u8×s8 products into int16, which saturates for 8-bit weights and turns int8 results to noise
-# (docs/decisions.md); with |w| ≤ 63 the sum stays within int16 on every CPU.
-WEIGHT_BITS = 7
-WEIGHT_MAX = float(2 ** (WEIGHT_BITS - 1) - 1)
+WEIGHT_MAX = float(2 ** (INT8_WEIGHT_BITS - 1) - 1)  # 63: exact on CPUs without VNNI too
 ZERO_POINT = 128  # uint8 offset that makes a symmetric int8 value unsigned (u8×s8 kernels)
 MIN_SCALE = 1e-12  # an all-zero row (e.g. a padded position) quantises to zeros, not NaN
 MS_DOMAIN = "com.microsoft"

@@ -25,11 +25,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from export.graphs.int8_rowwise import BLOCKED_QUANTIZE_OPSET, WEIGHT_BITS
+from export.graphs.int8_rowwise import BLOCKED_QUANTIZE_OPSET
 from export.graphs.onnx_tools import opset_and_ir
 from export.progress import progress
 from export.verify import Parity
 from service.artefacts import (
+    INT8_WEIGHT_BITS,
     MANIFEST_NAME,
     ArtefactError,
     Manifest,
@@ -88,10 +89,11 @@ def published_manifest(
     unverifiable = manifest.parity.get("cpu_verified") == 0.0  # fp16 the CPU provider cannot run
     # Older forms still load, but the current one is faster: an int8 graph of the per-axis form
     # (before opset 21), a CPU graph with SkipLayerNormalization (export/graphs/translation.py: build_fp32).
-    # An int8 graph of 8-bit weights (before WEIGHT_BITS) is wrong on CPUs without VNNI.
-    current_int8 = manifest.opset >= BLOCKED_QUANTIZE_OPSET and manifest.int8_weight_bits == WEIGHT_BITS
-    current_form = (manifest.variant != "int8" or current_int8) and (
-        manifest.variant == "fp16" or "SkipLayerNormalization" not in manifest.fusions
+    # An int8 graph of 8-bit weights is wrong on CPUs without VNNI.
+    current_form = (
+        (manifest.variant != "int8" or manifest.opset >= BLOCKED_QUANTIZE_OPSET)
+        and manifest.int8_weights_current
+        and (manifest.variant == "fp16" or "SkipLayerNormalization" not in manifest.fusions)
     )
     return manifest if same and current_form and (measured or unverifiable) else None
 
@@ -127,7 +129,7 @@ def tool_fields(graph: Path, variant: Variant) -> dict[str, Any]:
     return {
         "opset": opset,
         "ir_version": ir_version,
-        "int8_weight_bits": WEIGHT_BITS if variant == "int8" else None,
+        "int8_weight_bits": INT8_WEIGHT_BITS if variant == "int8" else None,
         "onnxruntime_version": str(onnxruntime.__version__),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }

@@ -87,8 +87,11 @@ def is_stale(directory: Path) -> bool:
     """An artefact that loads but should be exported again (see ``load_engines``)."""
     try:
         manifest = read_manifest(directory)
-        eight_bit_int8 = manifest.variant == "int8" and manifest.int8_weight_bits is None
-        return manifest.reference_check is None or not served_decoder_layout(manifest) or eight_bit_int8
+        return (
+            manifest.reference_check is None
+            or not served_decoder_layout(manifest)
+            or not manifest.int8_weights_current
+        )
     except ArtefactError:
         return False  # loading will say what is wrong with it
 

@@ -50,7 +50,7 @@ def is_current(root: Path) -> bool:
                 return False
             if manifest.reference_check is None:  # exported before int8 became per-row
                 return False
-            if variant == "int8" and manifest.int8_weight_bits is None:  # 8-bit weights, before 7
+            if not manifest.int8_weights_current:
                 return False
     return True
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from export.graphs.int8_rowwise import WEIGHT_BITS, WEIGHT_MAX
+from export.graphs.int8_rowwise import WEIGHT_MAX
 from export.graphs.top_k_blocks import block_size, choose_block
 from export.graphs.translation_layout import (
     ENCODER_INPUTS,
@@ -38,6 +38,7 @@ from export.verify.translation import FP32_TOLERANCE
 from export.verify.translation_checks import BUILTIN_SENTENCES, engine_decoder, open_engine, translate_ids
 from service.artefacts import (
     BEAM_INDEX,
+    INT8_WEIGHT_BITS,
     SENTENCE_ROWS,
     ArtefactError,
     Manifest,
@@ -274,13 +275,13 @@ def test_an_int8_artefact_of_8_bit_weights_is_re_exported_with_7(
     checkpoint: Path, exported: Path, tmp_path: Path
 ) -> None:
     """int8 weights of 8 bits saturate onnxruntime's u8×s8 kernels on CPUs without VNNI: an
-    artefact from before WEIGHT_BITS (no int8_weight_bits) is stale for the export and for the
+    artefact from before INT8_WEIGHT_BITS (no int8_weight_bits) is stale for the export and for the
     service's start, and the next export writes 7-bit weights (|w| ≤ 63 in every MatMul)."""
     out = tmp_path / "artefacts"
     shutil.copytree(exported, out)
     fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
     assert (
-        load_and_verify(int8).int8_weight_bits == WEIGHT_BITS
+        load_and_verify(int8).int8_weight_bits == INT8_WEIGHT_BITS
         and load_and_verify(fp32).int8_weight_bits is None
     )
     manifest = json.loads((int8 / "manifest.json").read_text())
@@ -290,7 +291,7 @@ def test_an_int8_artefact_of_8_bit_weights_is_re_exported_with_7(
     stamps = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
     export_translation(checkpoint, out, ["fp32", "int8"])
     assert (fp32 / "manifest.json").stat().st_mtime_ns == stamps[fp32]
-    assert load_and_verify(int8).int8_weight_bits == WEIGHT_BITS and not is_stale(int8)
+    assert load_and_verify(int8).int8_weight_bits == INT8_WEIGHT_BITS and not is_stale(int8)
     graph = onnx.load(str(int8 / "decoder.onnx"))
     weights = [
         numpy_helper.to_array(t) for t in graph.graph.initializer if t.data_type == onnx.TensorProto.INT8
