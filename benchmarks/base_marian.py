@@ -4,7 +4,7 @@ d_model 512, 6+6 layers, a 19k SentencePiece vocabulary; outputs forced to 20 to
 every system does the same work. In-process only: the service has no option to suppress
 ``</s>``, and none is added for a benchmark. CTranslate2 int8 and ours int8 also run with the
 same vocabulary map (export/graphs/vmap.py on Multi30k ``train``): CTranslate2's ``use_vmap`` over the
-batch's union, ours over each sentence's shortlist (service/engine/shortlist.py).
+batch's union, ours over each sentence's shortlist (service/engine/translation/shortlist.py).
 """
 
 from __future__ import annotations

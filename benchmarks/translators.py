@@ -192,7 +192,7 @@ class OursInProcess:
 
     def __init__(self, artefact_dir: Path, threads: int, name: str, shortlist: bool = False) -> None:
         from benchmarks.embedding import Lanes
-        from service.engine.translator import OnnxTranslator
+        from service.engine.translation.translator import OnnxTranslator
 
         if threads < 1:
             raise ValueError(f"lanes must be >= 1, got {threads}")

@@ -20,7 +20,7 @@ SCHEMA_VERSION = 1
 Task = Literal["translate", "embed", "rerank"]
 Variant = Literal["fp32", "int8", "fp16"]
 # The decoder layouts today's export writes (export/graphs/translation_layout.py) and the service
-# serves, one decoder class each (service/engine/layouts.py).
+# serves, one decoder class each (service/engine/translation/layouts.py).
 DecoderLayout = Literal["per_layer_kv_slots", "per_layer_kv_positions"]
 # Layouts earlier exports wrote: their manifests still read, so that loading can name the layout and
 # the command that exports the model again, instead of failing on the manifest.
@@ -159,7 +159,7 @@ class TranslationInfo(_Strict):
     # Multilingual models (M2M-100, NLLB): the token forced first when translating into each
     # language (its code as users send it); empty for models of one pair.
     language_tokens: dict[str, int] = {}
-    # When a beam search stops (service/engine/search.py, EarlyStopping), with Hugging Face's
+    # When a beam search stops (service/engine/translation/search.py, EarlyStopping), with Hugging Face's
     # meanings: what transformers' generate does for the model (its generation config); True (at
     # beam_size finished hypotheses) for our models and artefacts from before the field.
     early_stopping: bool | Literal["never"] = True

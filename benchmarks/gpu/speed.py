@@ -82,7 +82,7 @@ class OursOnDevice:
     server_pids: Sequence[int] = ()
 
     def __init__(self, artefact_dir: Path, provider: str, name: str) -> None:
-        from service.engine.translator import OnnxTranslator
+        from service.engine.translation.translator import OnnxTranslator
 
         self.name = name
         self.engine = OnnxTranslator(artefact_dir, SessionConfig(provider, ENGINE_THREADS))

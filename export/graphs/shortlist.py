@@ -4,7 +4,7 @@ A translation artefact exported with a vocabulary map (``python -m export SOURCE
 carries, beside ``decoder.onnx``, this rewrite of it. Two inputs are added:
 
 * ``vocabulary`` int64 (vocab,): the target tokens the running rows may produce, ascending
-  (the union of their sentences' shortlists, service/engine/shortlist.py);
+  (the union of their sentences' shortlists, service/engine/translation/shortlist.py);
 * ``vocabulary_mask`` bool (batch, vocab): where a row's own sentence allows the token, so each
   row is scored over its own sentence's shortlist only.
 

@@ -33,7 +33,7 @@ step writes the new column there and outputs the whole buffer as ``present_keys_
 ``present_values_i`` (export/sources/cached_attention.py: onnxruntime's GroupQueryAttention, with the
 Q/K/V projections fused). Bound to the same memory as the input, the output is written in place:
 no step concatenates or copies a cache, and rows join, leave or follow a beam by writing only
-their own slot (service/engine/slots.py). It holds the cross-attention memory once per sentence,
+their own slot (service/engine/translation/slots.py). It holds the cross-attention memory once per sentence,
 not per row: ``memory_*_i`` (sentences, n_heads, src_len, d_head) and ``source_mask``
 (sentences, src_len), with ``sentence_rows`` int64 (sentences, width), each sentence's rows
 (padded by repeating one), and ``beam_index`` int64 (batch,), each row's place among the

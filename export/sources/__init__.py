@@ -23,7 +23,7 @@ from service.artefacts import SpecialIds
 
 
 class IncrementalDecoder(Protocol):
-    """The search's decoder protocol (see ``service.engine.search``), restated for type checking."""
+    """The search's decoder protocol (``service.engine.translation.search``), restated for typing."""
 
     def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]: ...
 

@@ -13,7 +13,7 @@ In onnxruntime this is the ``GroupQueryAttention`` contrib operator (``kv_num_he
 = positions). When the service binds one buffer as both the ``cache_*`` input and the
 ``present_*`` output, the operator writes the new column in place: a step copies no cache,
 and rows can join, leave or be reordered by writing only the rows that change
-(service/engine/slots.py). Runs on CPU (float32, float16) and CUDA (float16).
+(service/engine/translation/slots.py). Runs on CPU (float32, float16) and CUDA (float16).
 
 Cross-attention reads each sentence's memory K, V (N, h, S, d_head) once for all its beams: the
 rows' queries are gathered into (N, h, W, d_head) by ``sentence_rows`` (each sentence's rows side

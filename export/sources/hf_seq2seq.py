@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from export.sources import IncrementalDecoder
 from export.sources.decoder_step import QKV, KeyValue
-from service.engine.sentence_search import EarlyStopping
+from service.engine.translation.sentence_search import EarlyStopping
 
 # --- attention, as the eager path of transformers' BART-family attention --------------------------
 

@@ -48,8 +48,8 @@ from export.verify.translation_checks import (
 )
 from service.artefacts import ReferenceCheck, Variant
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.engine.shortlist import VocabularyMap
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.shortlist import VocabularyMap
+from service.engine.translation.translator import OnnxTranslator
 
 FP32_TOLERANCE = 1e-4  # max |ONNX - PyTorch| on memory K/V, log-probs and alignments
 MAX_BLEU_DROP = 0.5  # int8/fp16 vs fp32, sacreBLEU points on the test set

@@ -28,10 +28,10 @@ from export.sources.ours.data import (
 )
 from export.verify import VerificationError
 from service.engine.base import TranslateItem, TranslateOptions
-from service.engine.decoding import Decoder
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.decoding import Decoder
+from service.engine.translation.translator import OnnxTranslator
 
 NEAR_TIE = 1e-3  # a greedy divergence where PyTorch's top two log-probs are closer is a tie, not a bug
 EVAL_BEAM, EVAL_BATCH = 4, 32

@@ -61,7 +61,7 @@ class TranslateOptions:
     source_token: int | None = None
     # Target-language phrases that must each appear in every hypothesis (glossary terms and
     # do-not-translate placeholders the serving layer chose for this sentence), spelled as inside
-    # a sentence; the search enforces them (service/engine/constraints.py). Empty: a free search.
+    # a sentence; the search enforces them (service/engine/translation/constraints.py). Empty: a free search.
     required: tuple[str, ...] = ()
 
 

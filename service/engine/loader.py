@@ -42,7 +42,7 @@ def load_engine(
 
         return OnnxReranker(directory, session, SubBatches(max_batch_size, max_batch_tokens))
     if task == "translate":
-        from service.engine.translator import OnnxTranslator
+        from service.engine.translation.translator import OnnxTranslator
 
         return OnnxTranslator(directory, session, max_decode_rows=max_decode_rows, shortlist=shortlist)
     raise ArtefactError(f"{directory / 'manifest.json'}: unknown task {task!r}")

@@ -4,5 +4,5 @@ the output must keep (``placeholders``).
 
 What a sentence requires of its translation is handed to the engine as
 ``TranslateOptions.required``; the constrained beam search puts every required phrase in the
-output or refuses the sentence (``service.engine.constraints.ConstraintUnsatisfiable``).
+output or refuses the sentence (``service.engine.translation.constraints.ConstraintUnsatisfiable``).
 """

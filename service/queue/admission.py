@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.engine.base import TranslateItem, Translation
-from service.engine.running import RunningDecode
 from service.engine.tokenizer import Encoded
+from service.engine.translation.running import RunningDecode
 from service.queue.express import Worker
 from service.queue.forming import Pending, round_robin
 

@@ -4,7 +4,7 @@ decode between any two decoder steps.
 The whole-batch executor decodes a batch to the end and only then starts the next, so a short
 sentence that arrives while long ones decode waits for all of them. ``ContinuousExecutor`` runs
 the same request queue (bound → 429, deadlines → 504, disconnects, fair order, drain) with a
-``RunningDecode`` (``service/engine/running.py``) per worker, each driven by the worker's own
+``RunningDecode`` (``service/engine/translation/running.py``) per worker, each driven by the worker's own
 thread: ``BatchPolicy.worker_threads`` of them, and with ``BatchPolicy.express_max_tokens`` the
 express worker (``express.py``) with a quarter of the memory budget, which takes small requests'
 sentences when the worker threads are full or busy, so a one-word request is never held behind
@@ -42,8 +42,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from service.engine.base import Abandoned, TranslateItem, Translation
-from service.engine.running import ContinuousEngine
-from service.engine.sentence_search import TokenHypothesis
+from service.engine.translation.running import ContinuousEngine
+from service.engine.translation.sentence_search import TokenHypothesis
 from service.metrics import ADMITTED_PER_STEP, DECODE_FREE_ROWS, DECODE_RUNNING, DECODE_STEP, ITEM_ERRORS
 from service.queue.admission import (
     DecodeBudget,

@@ -14,7 +14,7 @@ from typing import Any, Literal, cast
 
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.reranker import RerankEngine, RerankItem
-from service.engine.running import ContinuousEngine
+from service.engine.translation.running import ContinuousEngine
 from service.languages import ModelLanguages, canonical
 from service.memory import FrozenHeap, trim_when_idle
 from service.metrics import MODEL_INFO, READY

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import langcodes
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.engine.constraints import ConstraintUnsatisfiable
+from service.engine.translation.constraints import ConstraintUnsatisfiable
 from service.languages import canonical
 from service.serving.detection import AUTO, Detection, detect
 from service.serving.failures import InvalidRequest, Problem, problem

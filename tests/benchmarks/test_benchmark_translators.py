@@ -11,7 +11,7 @@ import pytest
 from benchmarks.translators import OursInProcess
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.translator import OnnxTranslator
 
 TEXTS = [
     "a man rides a bike",

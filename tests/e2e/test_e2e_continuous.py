@@ -12,7 +12,7 @@ import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.translator import OnnxTranslator
 from tests.e2e.real_models import served_env, start_service
 from tests.servers import ServerProcess
 

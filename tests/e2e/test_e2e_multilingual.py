@@ -19,7 +19,7 @@ import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.translator import OnnxTranslator
 from tests.servers import ServerProcess, artefact_env, server_process, service_command
 
 TEXTS = ["a man rides the big red bike .", "two dogs run", "small cat sits on the street", "the red cat"]

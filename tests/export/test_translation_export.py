@@ -46,7 +46,7 @@ from service.artefacts import (
     load_and_verify,
     read_manifest,
 )
-from service.engine.slots import SlotDecoder
+from service.engine.translation.slots import SlotDecoder
 from service.serving.startup import is_stale
 from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 

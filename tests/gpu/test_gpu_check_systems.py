@@ -10,7 +10,7 @@ from benchmarks.translators import TextCodec, Workload
 from service.artefacts import read_manifest
 from service.engine.base import TranslateItem, TranslateOptions
 from tests.service.engine.test_embedder import TEXTS as EMBED_TEXTS
-from tests.service.engine.test_translator import TEXTS, ok
+from tests.service.engine.translation.test_translator import TEXTS, ok
 
 
 def codec_of(directory: Path) -> TextCodec:

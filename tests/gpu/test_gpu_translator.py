@@ -18,13 +18,13 @@ import pytest
 
 from service.artefacts import INPUT_IDS, POSITIONS, SOURCE_MASK, TOP_K
 from service.engine.base import TranslateItem, TranslateOptions
-from service.engine.decoding import DeviceBackend
 from service.engine.loader import load_engine
-from service.engine.search import Candidates
 from service.engine.session import SessionConfig, resolve_providers, session_options
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.decoding import DeviceBackend
+from service.engine.translation.search import Candidates
+from service.engine.translation.translator import OnnxTranslator
 from tests.gpu.conftest import PROVIDER_NAMES
-from tests.service.engine.test_translator import TEXTS, ids_of, items, ok, torch_ids
+from tests.service.engine.translation.test_translator import TEXTS, ids_of, items, ok, torch_ids
 
 SMALL_FEEDS = {INPUT_IDS, SOURCE_MASK, POSITIONS, TOP_K}  # what may cross to the device every step
 SCORE_TOLERANCE = 5e-2  # fp16 against fp32, per hypothesis (length-normalised log-probability)

@@ -90,5 +90,5 @@ async def test_a_translate_request_passes_each_module_at_most_twice(
             with traced_stacks() as stacks:
                 response = await client.post("/v1/translate", json={"text": "a b c. d e f."})
     assert response.status_code == 200, response.text
-    assert any("service.engine.translator" in s for s in stacks)  # the trace reached the engine
+    assert any("service.engine.translation.translator" in s for s in stacks)  # the trace reached the engine
     assert not over_passes(stacks), "\n".join(over_passes(stacks))

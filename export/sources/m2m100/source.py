@@ -7,7 +7,7 @@ and the final encoder/decoder LayerNorms, embeddings scaled inside ``embed_token
 (M2M100ScaledWordEmbedding), sinusoidal positions whose row for position p is ``p + pad + 1``
 (a pad token gets the zero row ``pad``), no ``final_logits_bias``, ``</s>`` as the decoder start,
 the source language's token before the text and the target language's forced as the first
-output token (``forced_bos_token_id``; the engine forces it, service/engine/search.py).
+output token (``forced_bos_token_id``; the engine forces it, service/engine/translation/search.py).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from service.artefacts import (
     read_manifest,
     sha256_of_files,
 )
-from service.engine.slots import fold_beams
+from service.engine.translation.slots import fold_beams
 from tests.tiny_models import tiny_translation_checkpoint
 
 ROWS = 5

@@ -7,7 +7,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from export.graphs.vmap import build_vmap, main
-from service.engine.shortlist import VocabularyMap
+from service.engine.translation.shortlist import VocabularyMap
 
 PAIRS = [
     ("a dog", "ein Hund"),

@@ -1,4 +1,4 @@
-"""The project's beam search (service/engine/search.py) over transformers' own cached forward
+"""The project's beam search (service/engine/translation/search.py) over transformers' own cached forward
 gives the tokens of transformers' ``generate(num_beams=4)``: which hypotheses finish, how they are
 scored under a length penalty and when a sentence stops, for each of Hugging Face's
 ``early_stopping`` settings, on a random M2M-100 (the target language's token forced first)."""
@@ -16,8 +16,8 @@ pytest.importorskip("transformers")
 from export.sources.hf_seq2seq import Seq2SeqReference
 from export.translation import load_source
 from export.verify.translation_checks import encode_sources
-from service.engine.search import beam_search
-from service.engine.sentence_search import EarlyStopping
+from service.engine.translation.search import beam_search
+from service.engine.translation.sentence_search import EarlyStopping
 from tests.tiny_models import WORDS, tiny_m2m100_dir
 
 BEAM = 4

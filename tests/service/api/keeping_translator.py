@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from service.engine.base import TranslateItem, Translation
-from service.engine.constraints import ConstraintUnsatisfiable
+from service.engine.translation.constraints import ConstraintUnsatisfiable
 from tests.service.small_engines import ReverseTranslator
 
 UNSPELLABLE = "{}"

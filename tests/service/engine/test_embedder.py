@@ -14,7 +14,7 @@ from service.engine.embedder import OnnxEmbedder
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig
 from service.engine.tokenizer import SubBatches
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.translator import OnnxTranslator
 from service.metrics import INPUT_TOKENS
 
 TEXTS = [

@@ -10,7 +10,7 @@ import pytest
 from service.artefacts import ArtefactError, file_entry, read_manifest, write_manifest
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.translator import OnnxTranslator
 
 
 @pytest.fixture

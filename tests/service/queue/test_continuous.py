@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.engine.running import RunningDecode
-from service.engine.sentence_search import SentenceSearch
 from service.engine.session import SessionConfig
-from service.engine.slots import SlotDecoder
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.running import RunningDecode
+from service.engine.translation.sentence_search import SentenceSearch
+from service.engine.translation.slots import SlotDecoder
+from service.engine.translation.translator import OnnxTranslator
 from service.queue import (
     BatchPolicy,
     ContinuousExecutor,

@@ -52,10 +52,10 @@ from service.artefacts import (
     ArtefactError,
     per_layer,
 )
-from service.engine.decoding import Decoder, Tensor, candidate_log_probs, wanted_log_probs
-from service.engine.search import Candidates
 from service.engine.session import ELEMENT_NUMPY
-from service.engine.shortlist import StepVocabulary
+from service.engine.translation.decoding import Decoder, Tensor, candidate_log_probs, wanted_log_probs
+from service.engine.translation.search import Candidates
+from service.engine.translation.shortlist import StepVocabulary
 
 _FIRST_CACHE_LEN = 16  # columns a fresh cache holds before it first grows
 

@@ -4,8 +4,8 @@ texts, scores, token pieces and alignments)."""
 from __future__ import annotations
 
 from service.engine.base import Translation, TranslationHypothesis
-from service.engine.sentence_search import TokenHypothesis
 from service.engine.tokenizer import Encoded, TextTokenizer
+from service.engine.translation.sentence_search import TokenHypothesis
 
 
 def to_translation(

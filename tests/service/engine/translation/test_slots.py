@@ -1,4 +1,4 @@
-"""engine/slots.py: row slots for the cache, one memory slot per sentence whatever its beams."""
+"""engine/translation/slots.py: row slots for the cache, one memory slot per sentence whatever its beams."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.engine.running import RunningDecode
-from service.engine.sentence_search import SentenceSearch, TokenHypothesis
 from service.engine.session import SessionConfig
-from service.engine.slots import SlotDecoder, fold_beams
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.running import RunningDecode
+from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
+from service.engine.translation.slots import SlotDecoder, fold_beams
+from service.engine.translation.translator import OnnxTranslator
 
 TEXTS = ["a small cat sits on the big red street", "two dogs run", "red"]
 

@@ -1,4 +1,4 @@
-"""Greedy and beam search (service/engine/search.py) against scripted decoders (over the PyTorch
+"""Greedy and beam search (service/engine/translation/search.py) against scripted decoders (over the PyTorch
 model: tests/export/sources/ours/test_translate.py)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.search import Search, beam_search
-from service.engine.sentence_search import SentenceSearch, TokenHypothesis
+from service.engine.translation.search import Search, beam_search
+from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 
 PAD, BOS, EOS, A, B, C = range(6)
 V, S = 6, 3  # vocabulary, source length
@@ -242,7 +242,7 @@ def test_alignments_follow_the_hypothesis_rows() -> None:
 def test_block_top_k_equals_a_full_sort(vocab: int, beam: int) -> None:
     """The block pre-selection finds exactly the best continuations a full sort of every
     candidate finds, with -inf log-probs and dead beams (-inf scores) among them."""
-    from service.engine.ranking import best_continuations
+    from service.engine.translation.ranking import best_continuations
 
     rng = np.random.default_rng(vocab + beam)
     sentences, n = 5, 2 * beam
@@ -294,7 +294,7 @@ def test_the_search_ends_at_once_when_every_sentence_is_abandoned() -> None:
 def test_ranking_each_rows_top_candidates_equals_the_full_vocabulary_ranking(vocab: int, beam: int) -> None:
     """What a graph's TopK hands the search (each row's 2·beam best tokens) ranks to exactly the
     continuations the full (rows, vocab) log-probs give, dead beams and -inf log-probs included."""
-    from service.engine.ranking import best_candidates, best_continuations
+    from service.engine.translation.ranking import best_candidates, best_continuations
 
     rng = np.random.default_rng(vocab * 7 + beam)
     sentences, n = 5, 2 * beam
@@ -323,7 +323,7 @@ class CandidateScriptedDecoder(ScriptedDecoder):
         self.n = n
 
     def step(self, last_tokens: np.ndarray) -> tuple[Any, np.ndarray | None]:
-        from service.engine.search import Candidates
+        from service.engine.translation.search import Candidates
 
         logp, attn = super().step(last_tokens)
         order = np.argsort(-logp, axis=1, kind="stable")[:, : self.n]

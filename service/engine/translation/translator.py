@@ -37,11 +37,6 @@ from service.engine.base import (
     TranslateOptions,
     Translation,
 )
-from service.engine.constraints import PhraseSpeller
-from service.engine.decoding import Backend, Decoder, DeviceBackend, HostBackend
-from service.engine.layouts import decoder_class
-from service.engine.running import DecodeShape, RunningDecode, output_limit, sentence_constraints
-from service.engine.sentence_search import TokenHypothesis
 from service.engine.session import (
     DEFAULT_SESSION,
     NUMPY_DTYPE,
@@ -52,9 +47,14 @@ from service.engine.session import (
     device_type,
     used_provider,
 )
-from service.engine.shortlist import VocabularyMap
 from service.engine.tokenizer import Encoded, TextTokenizer
-from service.engine.translation_results import empty_translation, to_translation
+from service.engine.translation.constraints import PhraseSpeller
+from service.engine.translation.decoding import Backend, Decoder, DeviceBackend, HostBackend
+from service.engine.translation.layouts import decoder_class
+from service.engine.translation.results import empty_translation, to_translation
+from service.engine.translation.running import DecodeShape, RunningDecode, output_limit, sentence_constraints
+from service.engine.translation.sentence_search import TokenHypothesis
+from service.engine.translation.shortlist import VocabularyMap
 from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, labelled, observe_stage, timed
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ class OnnxTranslator:
     device (default: when running on CUDA). max_decode_rows: sentences × beam per running decode,
     bounding cache memory for large batches. truncate_source: cut over-long sources (keeping
     </s>) instead of failing them with ``TextTooLong``. shortlist: decode each sentence over its
-    vocabulary shortlist (service/engine/shortlist.py; the artefact must carry a vocabulary map).
+    vocabulary shortlist (service/engine/translation/shortlist.py; the artefact must carry a vocabulary map).
     One ``translate`` call is one running decode; the service runs several side by side on its
     worker threads (``service/queue/``).
     """

@@ -19,12 +19,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
-from service.engine.constraints import Constraints, PhraseSpeller
-from service.engine.decoding import Backend, Decoder
-from service.engine.search import Search
-from service.engine.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
-from service.engine.shortlist import VocabularyMap
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
+from service.engine.translation.constraints import Constraints, PhraseSpeller
+from service.engine.translation.decoding import Backend, Decoder
+from service.engine.translation.search import Search
+from service.engine.translation.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
+from service.engine.translation.shortlist import VocabularyMap
 from service.metrics import CONSTRAINED_SENTENCES, labelled
 
 ENCODER_ROWS = 64  # sentences per encoder run at most: more gain nothing, and it bounds the cut's search

@@ -46,8 +46,8 @@ from service.artefacts import (
     TOP_TOKENS,
     past_of,
 )
-from service.engine.search import Candidates
 from service.engine.session import DeviceGather
+from service.engine.translation.search import Candidates
 
 Tensor = Any  # np.ndarray on the host backend, ort.OrtValue on the device backend
 

@@ -30,8 +30,8 @@ from service.artefacts import (
     TOP_K,
     per_layer,
 )
-from service.engine.decoding import Decoder, Tensor
-from service.engine.search import Candidates
+from service.engine.translation.decoding import Decoder, Tensor
+from service.engine.translation.search import Candidates
 
 
 class PositionsDecoder(Decoder):

@@ -19,11 +19,11 @@ from service.engine.base import (
     Translation,
     TranslationHypothesis,
 )
-from service.engine.decoding import DeviceBackend, HostBackend
-from service.engine.positions import PositionsDecoder
-from service.engine.running import RunningDecode
 from service.engine.session import SessionConfig
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.decoding import DeviceBackend, HostBackend
+from service.engine.translation.positions import PositionsDecoder
+from service.engine.translation.running import RunningDecode
+from service.engine.translation.translator import OnnxTranslator
 from service.metrics import OUTPUT_TOKENS
 
 TEXTS = [

@@ -13,8 +13,8 @@ import pytest
 from service.artefacts import ArtefactError
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
-from service.engine.shortlist import StepVocabulary, VocabularyMap
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.shortlist import StepVocabulary, VocabularyMap
+from service.engine.translation.translator import OnnxTranslator
 
 IDS = {"▁a": 10, "▁man": 11, "▁rides": 12, "▁ein": 20, "▁Mann": 21, "▁fährt": 22, ".": 5}
 TEXTS = ["a man rides a bike", "two dogs run", "a small cat sits on the big red street", "red"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.artefacts import ArtefactError, Manifest, TranslationInfo, decoder_layout_of
-from service.engine.decoding import Decoder
-from service.engine.positions import PositionsDecoder
-from service.engine.slots import SlotDecoder
+from service.engine.translation.decoding import Decoder
+from service.engine.translation.positions import PositionsDecoder
+from service.engine.translation.slots import SlotDecoder
 
 DECODERS: dict[str, type[Decoder]] = {
     "per_layer_kv_slots": SlotDecoder,

@@ -12,12 +12,12 @@ from prometheus_client import REGISTRY
 
 from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import TranslateItem, TranslateOptions, Translation, TranslationHypothesis
-from service.engine.constraints import ConstraintUnsatisfiable
-from service.engine.decoding import DeviceBackend, HostBackend
-from service.engine.sentence_search import TokenHypothesis
 from service.engine.session import SessionConfig
-from service.engine.translator import OnnxTranslator
-from tests.service.engine.test_translator import TEXTS, artefact_with_layout
+from service.engine.translation.constraints import ConstraintUnsatisfiable
+from service.engine.translation.decoding import DeviceBackend, HostBackend
+from service.engine.translation.sentence_search import TokenHypothesis
+from service.engine.translation.translator import OnnxTranslator
+from tests.service.engine.translation.test_translator import TEXTS, artefact_with_layout
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Required phrases: spellings in a target vocabulary and the per-hypothesis state
-(service/engine/constraints.py)."""
+(service/engine/translation/constraints.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from service.engine.constraints import Constraints, ConstraintUnsatisfiable, PhraseSpeller, phrase_token_ids
-from service.engine.search import beam_search
-from service.engine.sentence_search import TokenHypothesis
+from service.engine.translation.constraints import (
+    Constraints,
+    ConstraintUnsatisfiable,
+    PhraseSpeller,
+    phrase_token_ids,
+)
+from service.engine.translation.search import beam_search
+from service.engine.translation.sentence_search import TokenHypothesis
 
 CORPUS = ["der Warenkorb ist voll", "ein Haus mit Tür", "Warenkorb und Haustür"] * 20
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from service.engine.constraints import Constraints, ConstraintState, constrained_step
-from service.engine.ranking import in_place
+from service.engine.translation.constraints import Constraints, ConstraintState, constrained_step
+from service.engine.translation.ranking import in_place
 
 
 @dataclass(frozen=True)

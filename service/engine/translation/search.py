@@ -22,9 +22,9 @@ from typing import Protocol
 
 import numpy as np
 
-from service.engine.constraints import Constraints
-from service.engine.ranking import best_candidates, best_continuations
-from service.engine.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
+from service.engine.translation.constraints import Constraints
+from service.engine.translation.ranking import best_candidates, best_continuations
+from service.engine.translation.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
 
 
 @dataclass(frozen=True)

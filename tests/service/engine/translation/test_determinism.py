@@ -33,7 +33,7 @@ from service.artefacts import read_manifest, write_manifest
 from service.engine.base import Embedding, EmbedEngine, EmbedItem, TranslateEngine
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig
-from service.engine.translator import OnnxTranslator
+from service.engine.translation.translator import OnnxTranslator
 
 SENTENCES = load_reference().sentences
 
