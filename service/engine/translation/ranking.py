@@ -11,7 +11,7 @@ _BLOCK = 64  # columns per block of the top-k pre-selection
 
 def best_continuations(
     scores: np.ndarray, logp: np.ndarray, k: int, n: int
-) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``n`` best (row, token, score) continuations of each sentence's ``k`` rows, best first.
 
     score = scores[row] + logp[row, token]. An argpartition over every sentence's k × vocab
@@ -44,12 +44,12 @@ def best_continuations(
     top = np.take_along_axis(top, np.argsort(-np.take_along_axis(cand, top, 1), axis=1), 1)
     top_rows = np.take_along_axis(row, top // _BLOCK, 1)
     top_tokens = np.take_along_axis(cols.reshape(sentences, m * _BLOCK), top, 1)
-    return top_rows.tolist(), top_tokens.tolist(), np.take_along_axis(cand, top, 1).tolist()
+    return top_rows, top_tokens, np.take_along_axis(cand, top, 1)
 
 
 def best_candidates(
     scores: np.ndarray, log_probs: np.ndarray, tokens: np.ndarray, k: int, n: int
-) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``best_continuations`` from each row's best tokens (``log_probs``, ``tokens``: (rows,
     width), a decoder's candidates): a sentence's ``n`` best continuations are among its rows'
     ``n`` best tokens each, so ranking the k × n candidates is exact."""
@@ -60,7 +60,7 @@ def best_candidates(
     top = np.argsort(-cand, axis=1, kind="stable")[:, :m]
     sentence = np.arange(sentences)[:, None]
     top_tokens = tokens.reshape(sentences, k * width)[sentence, top]
-    return (sentence * k + top // width).tolist(), top_tokens.tolist(), cand[sentence, top].tolist()
+    return sentence * k + top // width, top_tokens, cand[sentence, top]
 
 
 def in_place(going: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:

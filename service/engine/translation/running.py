@@ -194,8 +194,7 @@ class RunningDecode:
             repeats = [s.k for s, _ in run]
             shortlists = None if vmap is None else [_shortlist(vmap, s, source) for s, source in run]
             self.decoder.admit(self.backend.encode(ids), mask, repeats, shortlists)
-            for s, _ in starting[start:end]:
-                self.search.add(s)
+            self.search.extend([s for s, _ in run])
 
     def step(self) -> list[SentenceSearch]:
         """One decoder step over every running row (the sentences starting again under their
@@ -203,8 +202,8 @@ class RunningDecode:
         if self._again and self.can_admit():
             again, self._again = self._again, []
             self._start(again)
-        self.decoder.with_attention = any(s.with_attention for s in self.search.sentences)
-        width = min(2 * max(s.k for s in self.search.sentences), self.shape.vocab_size)
+        self.decoder.with_attention = self.search.with_attention
+        width = min(2 * self.search.widest_beam, self.shape.vocab_size)
         wanted = self.search.wanted_tokens()
         scores, attention = self.decoder.step_candidates(self.search.last_tokens(), width, wanted)
         rows, finished = self.search.advance(scores, attention)

@@ -22,6 +22,15 @@ from typing import Protocol
 
 import numpy as np
 
+from service.engine.translation import beam_step
+from service.engine.translation.beam_step import (
+    EARLY_NEVER,
+    FreeSentences,
+    Ranked,
+    StepOutcome,
+    block_order,
+    widened,
+)
 from service.engine.translation.constraints import Constraints
 from service.engine.translation.ranking import best_candidates, best_continuations
 from service.engine.translation.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
@@ -52,28 +61,93 @@ class IncrementalDecoder(Protocol):
 
 class Search:
     """The sentences decoding together, in row order: sentence j holds rows
-    [offset_j, offset_j + k_j) of the decoder's running batch."""
+    [offset_j, offset_j + k_j) of the decoder's running batch.
+
+    Its state is arrays over the sentences and over the rows, so that a step of the free ones
+    (no required phrases, no alignments kept: the common case) is array operations over all of
+    them (``beam_step.py``); the others step through their own ``SentenceSearch``.
+    """
 
     def __init__(self, bos_id: int, eos_id: int) -> None:
         self.bos_id = bos_id
         self.eos_id = eos_id
-        self.sentences: list[SentenceSearch] = []
+        self._sentences = np.empty(0, dtype=object)  # the running SentenceSearch, in row order
+        self._k = np.zeros(0, dtype=np.int64)
+        self._steps = np.zeros(0, dtype=np.int64)  # tokens generated (free sentences)
+        self._max_len = np.zeros(0, dtype=np.int64)
+        self._length_penalty = np.zeros(0)
+        self._early = np.zeros(0, dtype=np.int64)
+        self._forced = np.zeros(0, dtype=np.int64)  # the forced first token, -1: none
+        self._free = np.zeros(0, dtype=bool)  # stepped by ``beam_step`` (else by its SentenceSearch)
+        self._constrained = np.zeros(0, dtype=bool)
+        self._attention = np.zeros(0, dtype=bool)
+        self._finished = np.zeros((0, 1))  # free sentences' finished scores, best first, -inf: none
+        self._finished_tokens = np.empty((0, 1), dtype=object)  # … and their token lists
+        self._scores = np.zeros(0)  # per row: the running log-prob
+        self._last = np.zeros(0, dtype=np.int64)  # per row: its last token (<s> before the first)
+        self._history = np.zeros((0, 16), dtype=np.int32)  # per row: a free sentence's tokens
+
+    @property
+    def sentences(self) -> list[SentenceSearch]:
+        return list(self._sentences)
+
+    @property
+    def with_attention(self) -> bool:
+        return bool(self._attention.any())
+
+    @property
+    def widest_beam(self) -> int:
+        return int(self._k.max(initial=0))
 
     def add(self, sentence: SentenceSearch) -> None:
-        """A new sentence's rows go after the running ones (the decoder appends them alike)."""
-        self.sentences.append(sentence)
+        self.extend([sentence])
+
+    def extend(self, sentences: Sequence[SentenceSearch]) -> None:
+        """New sentences' rows go after the running ones (the decoder appends them alike)."""
+        if not sentences:
+            return
+        new = np.empty(len(sentences), dtype=object)
+        new[:] = sentences
+        k = np.array([s.k for s in sentences], dtype=np.int64)
+        free = np.array([steps_in_batch(s) for s in sentences], dtype=bool)
+        early = [EARLY_NEVER if s.early_stopping == "never" else int(not s.early_stopping) for s in sentences]
+        forced = [-1 if s.forced_first is None else s.forced_first for s in sentences]
+        self._sentences = np.concatenate([self._sentences, new])
+        self._k = np.concatenate([self._k, k])
+        self._steps = np.concatenate([self._steps, np.zeros(len(new), dtype=np.int64)])
+        self._max_len = np.concatenate([self._max_len, [s.max_len for s in sentences]])
+        self._length_penalty = np.concatenate([self._length_penalty, [s.length_penalty for s in sentences]])
+        self._early = np.concatenate([self._early, early])
+        self._forced = np.concatenate([self._forced, forced])
+        self._free = np.concatenate([self._free, free])
+        self._constrained = np.concatenate(
+            [self._constrained, [s.constraints is not None for s in sentences]]
+        )
+        self._attention = np.concatenate([self._attention, [s.with_attention for s in sentences]])
+        width = max(self._finished.shape[1], int(k.max()))
+        self._finished = np.concatenate(
+            [widened(self._finished, width, -np.inf), np.full((len(new), width), -np.inf)]
+        )
+        empty = np.empty((len(new), width), dtype=object)
+        self._finished_tokens = np.concatenate([widened(self._finished_tokens, width, None), empty])
+        scores = np.full(int(k.sum()), -np.inf)
+        scores[np.cumsum(k) - k] = 0.0  # only the first beam is alive at the start
+        self._scores = np.concatenate([self._scores, scores])
+        self._last = np.concatenate([self._last, np.full(len(scores), self.bos_id, dtype=np.int64)])
+        history = np.zeros((len(scores), self._history.shape[1]), dtype=np.int32)
+        self._history = np.concatenate([self._history, history])
 
     def last_tokens(self) -> np.ndarray:
-        return np.concatenate([s.last_tokens(self.bos_id) for s in self.sentences])
+        return self._last.copy()
 
     def wanted_tokens(self) -> np.ndarray | None:
         """(rows, m) the tokens whose log-probs the next step must give beside each row's best
         ones (``Candidates.wanted``): the constrained sentences' next constraint tokens, padded
         with </s>; None when no row wants any (no running sentence is constrained, or each
         constrained row has met its phrases)."""
-        if all(s.constraints is None for s in self.sentences):
+        if not self._constrained.any():
             return None
-        rows = [tokens for s in self.sentences for tokens in s.wanted()]
+        rows = [tokens for s in self._sentences for tokens in s.wanted()]
         width = max(map(len, rows))
         if not width:
             return None
@@ -84,99 +158,185 @@ class Search:
 
     def remove(self, gone: Callable[[SentenceSearch], bool]) -> np.ndarray:
         """Drop the sentences ``gone`` flags; → the rows to keep."""
-        blocks: list[tuple[SentenceSearch, np.ndarray | None]] = []
-        offset = 0
-        for s in self.sentences:
-            blocks.append((s, None if gone(s) else np.arange(offset, offset + s.k)))
-            offset += s.k
-        return self._settle(blocks)
-
-    def _settle(self, blocks: list[tuple[SentenceSearch, np.ndarray | None]]) -> np.ndarray:
-        """The running sentences' new order and rows, from (sentence, rows it keeps or None when it
-        leaves) in row order: a block that leaves is filled by the last running block of the same
-        size, so the decoder moves that one block instead of shifting every later one."""
-        for i in range(len(blocks)):
-            s, kept = blocks[i]
-            if kept is not None:
-                continue
-            for j in range(len(blocks) - 1, i, -1):
-                if blocks[j][1] is not None and blocks[j][0].k == s.k:
-                    blocks[i], blocks[j] = blocks[j], blocks[i]
-                    break
-        running = [(s, kept) for s, kept in blocks if kept is not None]
-        self.sentences = [s for s, _ in running]
-        return np.concatenate([kept for _, kept in running]) if running else np.zeros(0, dtype=np.int64)
+        leaving = np.array([gone(s) for s in self._sentences], dtype=bool)
+        for j in np.flatnonzero(leaving & self._free).tolist():  # they leave with what they have
+            self._hand_over(j)
+        return self._settle(leaving, np.arange(len(self._scores)), None)
 
     def advance(
         self, log_probs: np.ndarray | Candidates, attention: np.ndarray | None
     ) -> tuple[np.ndarray, list[SentenceSearch]]:
         """One step's scores for every row → the rows to keep, in order, and the sentences that
         finished (no longer in ``sentences``). Sentences of one beam size are ranked together."""
-        offsets = np.cumsum([0] + [s.k for s in self.sentences])
-        ranked: dict[int, tuple[list[int], list[int], list[float]]] = {}
-        by_k: dict[int, list[int]] = {}
-        for j, s in enumerate(self.sentences):
-            by_k.setdefault(s.k, []).append(j)
-        for k, members in by_k.items():
-            every = len(members) == len(self.sentences)  # one beam size: every row, in order
-            rows = slice(None) if every else (offsets[members][:, None] + np.arange(k)).reshape(-1)
-            scores = np.concatenate([self.sentences[j].scores for j in members])
-            if isinstance(log_probs, Candidates):
-                width = min(2 * k, log_probs.log_probs.shape[1])
-                group = log_probs.log_probs[rows, :width], log_probs.tokens[rows, :width]
-                top = best_candidates(scores, *group, k, 2 * k)
-            else:
-                top = best_continuations(scores, log_probs[rows], k, 2 * k)
-            for i, j in enumerate(members):  # group rows i·k … i·k + k - 1 are sentence j's
-                ranked[j] = ([r - i * k for r in top[0][i]], top[1][i], top[2][i])
-        blocks: list[tuple[SentenceSearch, np.ndarray | None]] = []
-        for j, s in enumerate(self.sentences):
-            start = int(offsets[j])
-            block = None
-            if attention is not None and s.with_attention:
-                block = attention[start : start + s.k, : s.source_len]
-            continuations = s.forced() or [
-                *zip(*ranked[j], strict=True),
-                *_constraint_continuations(s, start, log_probs),
-            ]
-            kept = s.advance(continuations, block, self.eos_id)
-            blocks.append((s, None if kept is None else kept + start))
-        finished = [s for s, kept in blocks if kept is None]
-        return self._settle(blocks), finished
+        offsets = np.cumsum(self._k) - self._k
+        done = np.zeros(len(self._k), dtype=bool)
+        parents = np.arange(len(self._scores))  # each row's new parent row
+        tokens = np.zeros(len(self._scores), dtype=np.int64)
+        for k in np.unique(self._k).tolist():
+            members = np.flatnonzero(self._k == k)
+            ranked = self._ranked(log_probs, members, offsets, k)
+            free = self._free[members]
+            if free.any():
+                self._step_free(members[free], ranked.part(free), offsets, (done, parents, tokens))
+            for i in np.flatnonzero(~free).tolist():
+                j = int(members[i])
+                kept = self._step_own(j, ranked.part(slice(i, i + 1)), int(offsets[j]), log_probs, attention)
+                done[j] = kept is None
+                if kept is not None:
+                    parents[offsets[j] : offsets[j] + k] = kept + offsets[j]
+        finished = self._sentences[done].tolist()
+        return self._settle(done, parents, tokens), finished
 
-
-def _constraint_continuations(
-    s: SentenceSearch, start: int, log_probs: np.ndarray | Candidates
-) -> list[tuple[int, int, float]]:
-    """A constrained sentence's continuations beside its best ones (Post & Vilar): each row's
-    next constraint tokens and its own best token, from the full log-probs or the candidates'
-    ``wanted`` scores (asked for in ``Search.wanted_tokens``'s order)."""
-    if s.constraints is None:
-        return []
-    block = slice(start, start + s.k)
-    wanted = s.wanted()
-    if isinstance(log_probs, Candidates):
-        best_tokens = log_probs.tokens[block, 0].tolist()
-        best_scores = log_probs.log_probs[block, 0].tolist()
-        if log_probs.wanted is not None:
-            scores_of = log_probs.wanted[block].tolist()
-        elif any(wanted):
-            raise ValueError("a constrained sentence's step needs its constraint tokens' log-probs")
+    def _ranked(
+        self, log_probs: np.ndarray | Candidates, members: np.ndarray, offsets: np.ndarray, k: int
+    ) -> Ranked:
+        """The ``members``' (all of beam ``k``) 2·k best continuations each, rows within their block."""
+        every = len(members) == len(self._k)  # one beam size: every row, in order
+        rows = slice(None) if every else (offsets[members][:, None] + np.arange(k)).reshape(-1)
+        scores = self._scores[rows]
+        if isinstance(log_probs, Candidates):
+            width = min(2 * k, log_probs.log_probs.shape[1])
+            group = log_probs.log_probs[rows, :width], log_probs.tokens[rows, :width]
+            top = best_candidates(scores, *group, k, 2 * k)
         else:
-            scores_of = [[]] * s.k
-    else:
-        rows = log_probs[block]
-        best_tokens = rows.argmax(axis=1).tolist()
-        best_scores = rows.max(axis=1).tolist()
-        scores_of = [rows[row, tokens].tolist() for row, tokens in enumerate(wanted)]
-    extra: list[tuple[int, int, float]] = []
-    for row, score in enumerate(s.scores.tolist()):
-        if score == -np.inf:
-            continue
-        tokens = wanted[row]
-        extra += [(row, t, score + lp) for t, lp in zip(tokens, scores_of[row][: len(tokens)], strict=True)]
-        extra.append((row, best_tokens[row], score + best_scores[row]))
-    return extra
+            top = best_continuations(scores, log_probs[rows], k, 2 * k)
+        return Ranked(top[0] - np.arange(len(members))[:, None] * k, top[1], top[2])
+
+    def _step_free(self, members: np.ndarray, ranked: Ranked, offsets: np.ndarray, out: _StepRows) -> None:
+        """``beam_step.step`` for the free ``members`` (of one beam size): the finished
+        hypotheses kept, the done ones' results handed to their ``SentenceSearch``, each running
+        row's parent, token and score written into ``out`` (done, parents, tokens) and the arrays."""
+        k = int(self._k[members[0]])
+        starts, steps = offsets[members], self._steps[members]
+        forced = (steps == 0) & (self._forced[members] >= 0)
+        if forced.any():  # the first step's one continuation: the forced token, scored 0
+            ranked.rows[forced], ranked.tokens[forced, 0] = 0, self._forced[members[forced]]
+            ranked.scores[forced] = -np.inf
+            ranked.scores[forced, 0] = self._scores[starts[forced]]
+        state = FreeSentences(
+            k,
+            steps,
+            self._max_len[members],
+            self._length_penalty[members],
+            self._early[members],
+            self._finished[members, :k],
+        )
+        outcome = beam_step.step(state, ranked, self.eos_id)
+        self._keep_finished(members, starts, outcome, k)
+        done, parents, tokens = out
+        done[members] = outcome.done
+        going = ~outcome.done
+        rows = (starts[:, None] + np.arange(k))[going]
+        parents[rows] = (starts[:, None] + outcome.parents)[going]
+        tokens[rows] = outcome.tokens[going]
+        self._scores[rows] = outcome.scores[going]
+        self._steps[members[going]] += 1
+        for j in members[outcome.done].tolist():
+            self._hand_over(j)
+            self._sentences[j].done = True
+
+    def _keep_finished(self, members: np.ndarray, starts: np.ndarray, outcome: StepOutcome, k: int) -> None:
+        """The step's finished hypotheses' tokens (read from the rows' history), kept in the
+        ``k`` best of each sentence as ``outcome`` ranked them."""
+        f = outcome.finishing
+        offered = np.empty((len(members), k), dtype=object)
+        steps, forced = self._steps[members], self._forced[members]
+        for i, row, column, token, appended in zip(
+            f.sentence.tolist(),
+            f.row.tolist(),
+            f.column.tolist(),
+            f.token.tolist(),
+            f.appended.tolist(),
+            strict=True,
+        ):
+            tokens = self._history[starts[i] + row, : steps[i]].tolist() + ([token] if appended else [])
+            offered[i, column] = tokens[1:] if forced[i] >= 0 else tokens
+        pool = np.concatenate([self._finished_tokens[members, :k], offered], axis=1)
+        self._finished_tokens[members, :k] = np.take_along_axis(pool, outcome.order, 1)
+        self._finished[members, :k] = outcome.finished
+
+    def _hand_over(self, j: int) -> None:
+        """A free sentence's finished hypotheses become its ``SentenceSearch``'s (it leaves)."""
+        s = self._sentences[j]
+        s.finished = [
+            TokenHypothesis(tokens, float(score), None)
+            for tokens, score in zip(
+                self._finished_tokens[j].tolist(), self._finished[j].tolist(), strict=True
+            )
+            if score != -np.inf
+        ]
+
+    def _step_own(
+        self,
+        j: int,
+        ranked: Ranked,
+        start: int,
+        log_probs: np.ndarray | Candidates,
+        attention: np.ndarray | None,
+    ) -> np.ndarray | None:
+        """A constrained sentence's or one keeping alignments: its ``SentenceSearch`` steps it."""
+        s: SentenceSearch = self._sentences[j]
+        block = None
+        if attention is not None and s.with_attention:
+            block = attention[start : start + s.k, : s.source_len]
+        continuations = s.forced() or [
+            *zip(ranked.rows[0].tolist(), ranked.tokens[0].tolist(), ranked.scores[0].tolist(), strict=True),
+            *s.constraint_continuations(start, log_probs),
+        ]
+        return s.advance(continuations, block, self.eos_id)
+
+    def _settle(self, leaving: np.ndarray, parents: np.ndarray, tokens: np.ndarray | None) -> np.ndarray:
+        """The running sentences' new order and rows once ``leaving`` ones leave: a block that
+        leaves is filled by the last running block of the same size, so the decoder moves that
+        one block instead of shifting every later one. Row i of the old order becomes a child of
+        ``parents[i]`` with ``tokens[i]`` (None: no step, the rows only move); → the rows the
+        decoder keeps, in order."""
+        offsets = np.cumsum(self._k) - self._k
+        order = block_order(self._k, leaving)
+        k = self._k[order]
+        row_idx = np.repeat(offsets[order] - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))
+        rows: np.ndarray = parents[row_idx]
+        for name in _PER_SENTENCE:
+            setattr(self, name, getattr(self, name)[order])
+        self._scores = self._scores[row_idx]
+        self._history = self._history[rows]
+        self._last = self._last[rows]
+        if tokens is not None:
+            free = np.repeat(self._free, k)
+            column = np.repeat(self._steps, k)[free] - 1
+            if len(column) and column.max() >= self._history.shape[1]:
+                self._history = widened(self._history, 2 * self._history.shape[1], 0)
+            self._history[np.flatnonzero(free), column] = tokens[row_idx][free]
+            self._last[free] = tokens[row_idx][free]
+        new_offsets = np.cumsum(k) - k
+        for j in np.flatnonzero(~self._free).tolist():  # their own search holds their rows' state
+            s, block = self._sentences[j], slice(new_offsets[j], new_offsets[j] + k[j])
+            self._scores[block] = s.scores
+            self._last[block] = s.last_tokens(self.bos_id)
+        return rows
+
+
+def steps_in_batch(s: SentenceSearch) -> bool:
+    """Whether ``beam_step`` steps the sentence with the other free ones: no required phrases and
+    no alignments kept (those step through their own ``SentenceSearch``)."""
+    return s.constraints is None and not s.with_attention
+
+
+_PER_SENTENCE = (
+    "_sentences",
+    "_k",
+    "_steps",
+    "_max_len",
+    "_length_penalty",
+    "_early",
+    "_forced",
+    "_free",
+    "_constrained",
+    "_attention",
+    "_finished",
+    "_finished_tokens",
+)
+_StepRows = tuple[np.ndarray, np.ndarray, np.ndarray]  # done (sentences,), parents and tokens (rows,)
 
 
 def beam_search(
@@ -220,9 +380,7 @@ def beam_search(
         for i in range(batch_size)
     ]
     search = Search(bos_id, eos_id)
-    for s in sentences:
-        if not s.done:
-            search.add(s)
+    search.extend([s for s in sentences if not s.done])
     decoder.reorder(np.repeat(np.array([s.key for s in search.sentences], dtype=np.int64), beam_size))
     while search.sentences:
         if abandoned is not None:

@@ -120,6 +120,40 @@ class SentenceSearch:
             self._wanted = self.steps, rows
         return self._wanted[1]
 
+    def constraint_continuations(self, start: int, log_probs: Any) -> list[tuple[int, int, float]]:
+        """A constrained sentence's continuations beside its best ones (Post & Vilar): each row's
+        next constraint tokens and its own best token, from the step's full log-probs or its
+        candidates' ``wanted`` scores (asked for in ``Search.wanted_tokens``'s order); its rows
+        start at ``start``."""
+        if self.constraints is None:
+            return []
+        block = slice(start, start + self.k)
+        wanted = self.wanted()
+        if not isinstance(log_probs, np.ndarray):  # a decoder's ``search.Candidates``
+            best_tokens = log_probs.tokens[block, 0].tolist()
+            best_scores = log_probs.log_probs[block, 0].tolist()
+            if log_probs.wanted is not None:
+                scores_of = log_probs.wanted[block].tolist()
+            elif any(wanted):
+                raise ValueError("a constrained sentence's step needs its constraint tokens' log-probs")
+            else:
+                scores_of = [[]] * self.k
+        else:
+            rows = log_probs[block]
+            best_tokens = rows.argmax(axis=1).tolist()
+            best_scores = rows.max(axis=1).tolist()
+            scores_of = [rows[row, tokens].tolist() for row, tokens in enumerate(wanted)]
+        extra: list[tuple[int, int, float]] = []
+        for row, score in enumerate(self.scores.tolist()):
+            if score == -np.inf:
+                continue
+            tokens = wanted[row]
+            extra += [
+                (row, t, score + lp) for t, lp in zip(tokens, scores_of[row][: len(tokens)], strict=True)
+            ]
+            extra.append((row, best_tokens[row], score + best_scores[row]))
+        return extra
+
     def advance(
         self, candidates: Sequence[tuple[int, int, float]], attention: np.ndarray | None, eos_id: int
     ) -> np.ndarray | None:

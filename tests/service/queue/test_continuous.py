@@ -15,6 +15,7 @@ import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
+from service.engine.translation import search
 from service.engine.translation.running import RunningDecode
 from service.engine.translation.sentence_search import SentenceSearch
 from service.engine.translation.slots import SlotDecoder
@@ -48,14 +49,17 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def endless(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Sentences with max_length ``ENDLESS`` ignore </s> and decode to their limit: long decodes
-    from the tiny model, whose own outputs are a few tokens."""
+    """Sentences with max_length ``ENDLESS`` ignore </s> and decode to their limit (each through
+    its own ``SentenceSearch``): long decodes from the tiny model, whose own outputs are a few
+    tokens."""
     real = SentenceSearch.advance
 
     def advance(self: SentenceSearch, candidates: Any, attention: Any, eos_id: int) -> Any:
         return real(self, candidates, attention, -1 if self.max_len == ENDLESS else eos_id)
 
     monkeypatch.setattr(SentenceSearch, "advance", advance)
+    steps_alone = search.steps_in_batch
+    monkeypatch.setattr(search, "steps_in_batch", lambda s: s.max_len != ENDLESS and steps_alone(s))
 
 
 @pytest.fixture(scope="module")

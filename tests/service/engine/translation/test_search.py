@@ -306,7 +306,7 @@ def test_ranking_each_rows_top_candidates_equals_the_full_vocabulary_ranking(voc
     for scores in (rng.normal(size=sentences * beam) * 3, np.tile([0.0] + [-np.inf] * (beam - 1), sentences)):
         rows, tokens, got = best_candidates(scores, *candidates, beam, n)
         want_rows, want_tokens, want = best_continuations(scores, logp, beam, n)
-        assert got == want
+        np.testing.assert_array_equal(got, want)
         finite = [[s != -np.inf for s in row] for row in got]
         for j in range(sentences):  # the same (row, token) wherever the score is finite
             pick = [i for i, f in enumerate(finite[j]) if f]

@@ -1,0 +1,163 @@
+"""One decoder step of many free beam searches of one beam size, as array operations.
+
+``SentenceSearch.advance`` takes one sentence's step in Python; this is the same rule for every
+free sentence of a step at once (``search.Search`` sends the others, constrained or keeping
+alignments, through ``SentenceSearch``): of each sentence's 2·k ranked continuations, the k best
+that end in </s> (all k best at its length limit) are offered to its finished hypotheses, which
+keep the k best by normalised score, the k best others run on, and the sentence stops as its
+``EarlyStopping`` rule says. Step for step, token for token and score for score the same as
+``SentenceSearch``; nothing in a sentence's rows depends on another sentence's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+EARLY_TRUE, EARLY_FALSE, EARLY_NEVER = 0, 1, 2  # ``EarlyStopping``'s meanings, as codes
+
+
+@dataclass
+class Ranked:
+    """Each sentence's continuations, best first: its row (within its block), token and score;
+    -inf scores pad a sentence that has fewer."""
+
+    rows: np.ndarray  # (n, m) int64
+    tokens: np.ndarray  # (n, m) int64
+    scores: np.ndarray  # (n, m) float64
+
+    def part(self, which: np.ndarray | slice) -> Ranked:
+        return Ranked(self.rows[which], self.tokens[which], self.scores[which])
+
+
+@dataclass
+class FreeSentences:
+    """What the step reads of n sentences of beam ``k``, gathered from ``Search``'s arrays."""
+
+    k: int
+    steps: np.ndarray  # (n,) tokens generated so far
+    max_len: np.ndarray  # (n,)
+    length_penalty: np.ndarray  # (n,) float64
+    early: np.ndarray  # (n,) EARLY_* codes
+    finished: np.ndarray  # (n, k) float64: normalised scores of the finished hypotheses, best first
+
+
+@dataclass
+class Finishing:
+    """The step's newly finished hypotheses (sentence index, the continuation's column among the
+    sentence's ranked ones, its row, token, normalised score, whether the token is appended: not
+    at </s>), in the order they were offered."""
+
+    sentence: np.ndarray
+    column: np.ndarray
+    row: np.ndarray
+    token: np.ndarray
+    score: np.ndarray
+    appended: np.ndarray
+
+
+@dataclass
+class StepOutcome:
+    finishing: Finishing
+    finished: np.ndarray  # (n, k) the finished scores after the step, best first
+    order: np.ndarray  # (n, 2k) which of old finished (0…k-1) and finishing (k…2k-1) each slot holds
+    done: np.ndarray  # (n,) bool
+    parents: np.ndarray  # (n, k) each new row's parent row, for the sentences not done
+    tokens: np.ndarray  # (n, k)
+    scores: np.ndarray  # (n, k) float64
+
+
+def normalised(logprob: np.ndarray, length: np.ndarray, length_penalty: np.ndarray) -> np.ndarray:
+    """``sentence_search._normalise`` over arrays."""
+    out: np.ndarray = logprob / np.maximum(length, 1).astype(np.float64) ** length_penalty
+    return out
+
+
+def step(s: FreeSentences, ranked: Ranked, eos_id: int) -> StepOutcome:
+    """One step of every sentence in ``s`` from its ranked continuations."""
+    k, n = s.k, len(s.steps)
+    at_limit = s.steps >= s.max_len - 1
+    head_tokens, head_scores = ranked.tokens[:, :k], ranked.scores[:, :k]
+    ends = (head_scores != -np.inf) & ((head_tokens == eos_id) | at_limit[:, None])
+    # </s> counts in a hypothesis' length, an appended token too: steps + 1 either way
+    offered = normalised(head_scores, s.steps[:, None] + 1, s.length_penalty[:, None])
+    offered = np.where(ends, offered, -np.inf)
+    pool = np.concatenate([s.finished, offered], axis=1)
+    order = np.argsort(-pool, axis=1, kind="stable")  # kept best first, the earlier of equals first
+    finished = np.take_along_axis(pool, order[:, :k], 1)
+    where = np.nonzero(ends)
+    finishing = Finishing(
+        where[0],
+        where[1],
+        ranked.rows[:, :k][where],
+        head_tokens[where],
+        offered[where],
+        head_tokens[where] != eos_id,
+    )
+    # the k best continuations that run on, padded with the last one at -inf
+    runs = (ranked.tokens != eos_id) & (ranked.scores != -np.inf) & ~at_limit[:, None]
+    count = runs.sum(axis=1)
+    first = np.argsort(~runs, axis=1, kind="stable")[:, :k]
+    last = first[np.arange(n), np.maximum(np.minimum(count, k) - 1, 0)]
+    take = np.where(np.arange(k) < count[:, None], first, last[:, None])
+    parents = np.take_along_axis(ranked.rows, take, 1)
+    tokens = np.take_along_axis(ranked.tokens, take, 1)
+    scores = np.where(np.arange(k) < count[:, None], np.take_along_axis(ranked.scores, take, 1), -np.inf)
+    done = (count == 0) | _stops(s, finished, scores[:, 0])
+    parents, tokens, scores = in_place(parents, tokens, scores)
+    return StepOutcome(finishing, finished, order[:, :k], done, parents, tokens, scores)
+
+
+def _stops(s: FreeSentences, finished: np.ndarray, best_running: np.ndarray) -> np.ndarray:
+    """``SentenceSearch._stops`` over arrays: with k finished hypotheses, EARLY_TRUE stops; the
+    others stop once the best running beam, normalised, cannot beat the worst finished one."""
+    enough = (finished != -np.inf).sum(axis=1) >= s.k
+    length = np.where((s.early == EARLY_NEVER) & (s.length_penalty > 0), s.max_len, s.steps + 1)
+    with np.errstate(invalid="ignore"):
+        beaten = normalised(best_running, length, s.length_penalty) <= finished[:, -1]
+    stops: np.ndarray = enough & ((s.early == EARLY_TRUE) | beaten)
+    return stops
+
+
+def in_place(parents: np.ndarray, tokens: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``ranking.in_place`` over arrays: each sentence's first child of a parent row takes that
+    row, the others the rows left free, in order."""
+    n, k = parents.shape
+    if k == 1:
+        return parents, tokens, scores
+    earlier = np.tri(k, k, -1, dtype=bool).T  # [i, j]: i before j
+    repeat = ((parents[:, :, None] == parents[:, None, :]) & earlier).any(axis=1)  # (n, k)
+    taken = np.zeros((n, k), dtype=bool)
+    sentence = np.repeat(np.arange(n), k).reshape(n, k)
+    taken[sentence[~repeat], parents[~repeat]] = True
+    free = np.argsort(taken, axis=1, kind="stable")  # the free rows first, in order
+    later = np.cumsum(repeat, axis=1) - 1
+    target = np.where(repeat, np.take_along_axis(free, np.maximum(later, 0), 1), parents)
+    placed = [np.empty_like(x) for x in (parents, tokens, scores)]
+    for out, x in zip(placed, (parents, tokens, scores), strict=True):
+        out[sentence, target] = x
+    return tuple(placed)
+
+
+def block_order(k: np.ndarray, leaving: np.ndarray) -> np.ndarray:
+    """The running sentences' new order (their old indices): each leaving block, first to last,
+    takes the last running block of its size after it that has not moved yet."""
+    place = np.arange(len(k))
+    for size in np.unique(k).tolist():
+        at = np.flatnonzero(k == size)
+        gone, running = at[leaving[at]], at[~leaving[at]][::-1]
+        n = min(len(gone), len(running))
+        swaps = int((gone[:n] < running[:n]).sum())
+        place[gone[:swaps]], place[running[:swaps]] = running[:swaps], gone[:swaps]
+    order: np.ndarray = place[~leaving[place]]
+    return order
+
+
+def widened(x: np.ndarray, width: int, fill: object) -> np.ndarray:
+    """``x`` with columns of ``fill`` added up to ``width``."""
+    if x.shape[1] >= width:
+        return x
+    wide = np.full((x.shape[0], width), fill, dtype=x.dtype)
+    wide[:, : x.shape[1]] = x
+    return wide
