@@ -36,6 +36,14 @@ class Figure(StrEnum):
     KERNELS_ONE_CT2_INT8 = "small.kernels.beam4_one.ct2_int8"
     KERNELS_ONE_OURS_WHOLE = "small.kernels.beam4_one.ours_whole"
     KERNELS_ONE_OURS_GRAPHS = "small.kernels.beam4_one.ours_graphs"
+    # the host side of a decode with free onnxruntime runs (stage host), beam 4: µs a
+    # sentence-step at batch 128 and ms a step for one sentence, per decoder layout (the CPU's,
+    # the device's), and the device layout's onnxruntime runs per decoder step
+    HOST_CPU_BATCH128 = "host.translate.cpu.batch128"
+    HOST_DEVICE_BATCH128 = "host.translate.device.batch128"
+    HOST_CPU_ONE = "host.translate.cpu.one"
+    HOST_DEVICE_ONE = "host.translate.device.one"
+    HOST_DEVICE_RUNS = "host.translate.device.runs_per_step"
     # embed, sentences/s
     EMBED_SENTENCE_TRANSFORMERS = "embed.sentence_transformers"
     EMBED_OURS_FP32 = "embed.ours_fp32"

@@ -11,6 +11,7 @@ from benchmarks import (
     detection,
     embedding,
     files,
+    host,
     memory,
     mixed_traffic,
     nllb,
@@ -22,6 +23,7 @@ from benchmarks.harness import Stage
 
 STAGES: tuple[Stage, ...] = (
     translation.STAGE,
+    host.STAGE,
     base_marian.STAGE,
     nllb.STAGE,
     terminology.STAGE,
