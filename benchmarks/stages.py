@@ -11,6 +11,7 @@ from benchmarks import (
     detection,
     embedding,
     files,
+    host,
     memory,
     mixed_traffic,
     nllb,
@@ -26,6 +27,7 @@ STAGES: tuple[Stage, ...] = (
     nllb.STAGE,
     terminology.STAGE,
     embedding.STAGE,
+    host.STAGE,
     detection.STAGE,  # before serving, which stops the shared service
     files.STAGE,
     serving.STAGE,
