@@ -85,7 +85,8 @@ def replayed_service(bench: Bench, artefact: Path, path: str) -> Service:
         variant=artefact.name,
         threads=bench.threads,
         log=bench.out / f"service-host-{path}.log",
-        extra_env={PROVIDER_VARIABLE: PATHS[path]},
+        # a 4 × 128 level's requests are over the default limit of texts a request
+        extra_env={PROVIDER_VARIABLE: PATHS[path], "TSERVE_MAX_ITEMS_PER_REQUEST": str(BATCH)},
         module="benchmarks.host.replay",
     )
 
