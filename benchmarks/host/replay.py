@@ -88,11 +88,11 @@ def replaying(provider: str | None = None) -> Iterator[list[ReplaySession]]:
         made.append(ReplaySession(real(*args, **kwargs), provider))
         return made[-1]
 
-    ort.InferenceSession = replayed  # type: ignore[assignment,misc]
+    ort.InferenceSession = replayed
     try:
         yield made
     finally:
-        ort.InferenceSession = real  # type: ignore[misc]
+        ort.InferenceSession = real
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ from benchmarks.host.embedding import (
 )
 from benchmarks.host.replay import ReplaySession
 from service.cuda import CUDA
-from service.engine.base import EmbedItem, Embedding
+from service.engine.base import Embedding, EmbedItem
 from service.engine.embedder import OnnxEmbedder
 from service.engine.tokenizer import DEVICE_RUN_COST_TOKENS
 
@@ -59,7 +59,7 @@ class CountingSession:
 
 def test_a_replayed_session_runs_the_graph_once_and_answers_every_shape_after() -> None:
     real = CountingSession()
-    session = ReplaySession(real, CUDA)  # type: ignore[arg-type]
+    session = ReplaySession(real, CUDA)
     assert session.get_providers() == [CUDA, "CPUExecutionProvider"]
     first = session.run(["hidden", "pooled"], {"ids": np.zeros((2, 5), np.int64)})
     for b, t in [(7, 3), (1, 9), (2, 5)]:
