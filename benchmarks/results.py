@@ -53,6 +53,14 @@ class Figure(StrEnum):
     EMBED_HTTP_4_CLIENTS_32 = "embed.http.4x32"
     EMBED_INFINITY_64_CLIENTS = "embed.infinity.64x1"
     EMBED_FLOOR_64_CLIENTS = "embed.bare_handler.64x1"  # the floor of a Python HTTP path
+    # the host's share with the compute replayed (stage host): in-process CPU µs a sentence,
+    # over HTTP sentences/s with the server's CPU µs a sentence; on the CPU and device code paths
+    HOST_EMBED_IN_PROCESS_CPU = "host.embed.in_process.cpu"
+    HOST_EMBED_IN_PROCESS_DEVICE = "host.embed.in_process.device"
+    HOST_EMBED_HTTP_4X128_CPU = "host.embed.http.4x128.cpu"
+    HOST_EMBED_HTTP_4X128_DEVICE = "host.embed.http.4x128.device"
+    HOST_EMBED_HTTP_64X1_CPU = "host.embed.http.64x1.cpu"
+    HOST_EMBED_HTTP_64X1_DEVICE = "host.embed.http.64x1.device"
     # serving efficiency
     EMBED_VS_ENGINE_HTTP = "serving.embed_vs_engine.http"
     EMBED_VS_ENGINE_IN_PROCESS = "serving.embed_vs_engine.in_process"

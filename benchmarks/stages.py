@@ -23,11 +23,11 @@ from benchmarks.harness import Stage
 
 STAGES: tuple[Stage, ...] = (
     translation.STAGE,
-    host.STAGE,
     base_marian.STAGE,
     nllb.STAGE,
     terminology.STAGE,
     embedding.STAGE,
+    host.STAGE,
     detection.STAGE,  # before serving, which stops the shared service
     files.STAGE,
     serving.STAGE,

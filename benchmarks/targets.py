@@ -166,6 +166,22 @@ TARGETS = (
         True,
     ),
     Target(
+        "embed, compute replayed, device path: host CPU a sentence in-process at batch 128",
+        Read(F.HOST_EMBED_IN_PROCESS_DEVICE),
+        None,
+        "µs",
+        15,
+        False,
+    ),
+    Target(
+        "embed, compute replayed, device path: server CPU a sentence over HTTP, 4 clients × 128",
+        Read(F.HOST_EMBED_HTTP_4X128_DEVICE, "server_cpu_us_per_sentence"),
+        None,
+        "µs",
+        40,
+        False,
+    ),
+    Target(
         "continuous decoding, short-request p99: mixed traffic / no long inputs (16 clients of captions)",
         Read(F.MIXED_SHORT_P99_CONTINUOUS),
         Read(F.UNIFORM_CONTINUOUS, "p99_ms"),

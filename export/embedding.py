@@ -1,9 +1,9 @@
 """Export a BERT-family sentence-embedding model to verified ONNX artefacts (fp32, int8, fp16).
 
-Each variant lands in ``<out_root>/<name>/<variant>/``: ``encoder.onnx`` (inputs and output
+Each variant lands in ``<out_root>/<name>/<variant>/``: ``encoder.onnx`` (inputs and outputs
 named in ``service.artefacts.EMBEDDING_*``: ids, mask [, token type ids] int64 [batch, seq] →
-last hidden state float32 [batch, seq, dim]), ``tokenizer.json`` (truncation at ``max_len``,
-padding off: the service pads its own batches) and ``manifest.json``.
+the pooled vectors and the same L2-normalised, float32 [batch, dim]), ``tokenizer.json``
+(truncation at ``max_len``, padding off: the service pads its own batches) and ``manifest.json``.
 
 The stages: the source (export/sources/bert.py: what the directory holds, read without torch),
 its graph (export/graphs/embedding.py), verification through the service's loader and

@@ -83,12 +83,16 @@ def served_decoder_layout(manifest: Manifest) -> bool:
     return manifest.translation is None or manifest.translation.decoder_layout in get_args(DecoderLayout)
 
 
-# The embedding graph's I/O (encoder.onnx of an "embed" artefact): int64 [batch, sequence] in,
-# float32 [batch, sequence, dim] out; token type ids only where EmbeddingInfo.needs_token_type_ids.
+# The embedding graph's I/O (encoder.onnx of an "embed" artefact): int64 [batch, sequence] in;
+# token type ids only where EmbeddingInfo.needs_token_type_ids. Out: float32 [batch, dim], each
+# row pooled (EmbeddingInfo.pooling) and the same L2-normalised: the service writes its answers
+# from these arrays. Artefacts whose graph returned the hidden states are stale.
 EMBEDDING_INPUT_IDS = INPUT_IDS
 EMBEDDING_ATTENTION_MASK = "attention_mask"
 EMBEDDING_TOKEN_TYPE_IDS = "token_type_ids"
-EMBEDDING_OUTPUT = "last_hidden_state"
+EMBEDDING_OUTPUT = "sentence_embedding"
+EMBEDDING_UNIT_OUTPUT = "unit_embedding"
+EMBEDDING_OUTPUTS = (EMBEDDING_OUTPUT, EMBEDDING_UNIT_OUTPUT)
 # The rerank graph (reranker.onnx of a "rerank" artefact): the embedding graph's inputs, a query and
 # a document as one pair (token type ids 1 on the document where RerankInfo.needs_token_type_ids),
 # the classifier's float32 [batch, 1] logits out; the manifest lists it as graphs[RERANK_GRAPH].
@@ -253,6 +257,15 @@ class Manifest(_Strict):
         """False for an int8 artefact of 8-bit weights (before ``INT8_WEIGHT_BITS``), which CPUs
         without VNNI compute wrongly: the export and the service's start export it again."""
         return self.variant != "int8" or self.int8_weight_bits == INT8_WEIGHT_BITS
+
+    @property
+    def embedding_graph_current(self) -> bool:
+        """False for an embedding artefact whose graph returns hidden states (pooled by the
+        service before the graph did it): the export and the service's start export it again."""
+        if self.task != "embed":
+            return True
+        graph = self.graphs.get("encoder")
+        return graph is not None and tuple(o.name for o in graph.outputs) == EMBEDDING_OUTPUTS
 
 
 def sha256_of(path: Path) -> str:

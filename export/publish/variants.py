@@ -89,10 +89,12 @@ def published_manifest(
     unverifiable = manifest.parity.get("cpu_verified") == 0.0  # fp16 the CPU provider cannot run
     # Older forms still load, but the current one is faster: an int8 graph of the per-axis form
     # (before opset 21), a CPU graph with SkipLayerNormalization (export/graphs/translation.py: build_fp32).
-    # An int8 graph of 8-bit weights is wrong on CPUs without VNNI.
+    # An int8 graph of 8-bit weights is wrong on CPUs without VNNI. An embedding graph returning
+    # hidden states left the pooling to the service.
     current_form = (
         (manifest.variant != "int8" or manifest.opset >= BLOCKED_QUANTIZE_OPSET)
         and manifest.int8_weights_current
+        and manifest.embedding_graph_current
         and (manifest.variant == "fp16" or "SkipLayerNormalization" not in manifest.fusions)
     )
     return manifest if same and current_form and (measured or unverifiable) else None

@@ -6,8 +6,8 @@ Normalize module and max_seq_length are read from there; a plain HF model gets m
 no normalisation, as sentence-transformers gives it) and config_sentence_transformers.json's
 prompts (the text each input is prefixed with, by name, and the default one).
 :func:`inspect_source` reads only JSON files (no torch), so an unsupported directory fails fast;
-:func:`hidden_states_module` is the graph the export traces: the model with exactly the I/O of
-the artefact's ``encoder.onnx`` (``service.artefacts.EMBEDDING_*``).
+:func:`pooled_module` is the graph the export traces: the model with exactly the I/O of
+the artefact's ``encoder.onnx`` (``service.artefacts.EMBEDDING_*``), its pooling included.
 """
 
 from __future__ import annotations
@@ -228,14 +228,50 @@ def special_ids(source: EmbeddingSource, tokenizer: Tokenizer) -> SpecialIds:
     return SpecialIds(pad=int(pad), unk=unk)
 
 
-def hidden_states_module(source: EmbeddingSource) -> torch.nn.Module:
+def pooled_module(source: EmbeddingSource) -> torch.nn.Module:
     """The model (eager attention: the pattern onnxruntime's optimizer fuses) as a module whose
-    positional inputs are ``source.input_names`` and whose output is the last hidden state:
-    pooling happens in the service (NumPy), not in the graph."""
+    positional inputs are ``source.input_names`` and whose outputs are the pooled vectors and
+    the same L2-normalised (``service.artefacts.EMBEDDING_OUTPUTS``): pooling and normalisation
+    are in the graph, so that the service gets (batch, dim) float32 rows it writes as they are.
+
+    Numerics follow sentence-transformers: mean pooling divides by the token count clamped at
+    1e-9, normalisation by max(norm, 1e-12) (``torch.nn.functional.normalize``); last-token
+    pooling takes each row's last real token (the service pads on the right); a row with no
+    token pools to zeros."""
+    import torch
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(str(source.directory), attn_implementation="eager").float().eval()
-    return called_by_position(model, source.input_names, "last_hidden_state")
+    names, pooling = source.input_names, source.pooling
+
+    class Pooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            feeds = dict(zip(names, inputs, strict=True))
+            hidden = self.model(**feeds).last_hidden_state.float()
+            pooled = pool(hidden, feeds[EMBEDDING_ATTENTION_MASK], pooling)
+            return pooled, torch.nn.functional.normalize(pooled, p=2.0, dim=1, eps=1e-12)
+
+    return Pooled()
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    """(batch, seq, dim) hidden states and their (batch, seq) mask → (batch, dim), as the
+    graph computes it (``pooled_module``)."""
+    import torch
+
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "lasttoken":
+        counts = mask.sum(dim=1)
+        last = (counts - 1).clamp(min=0)
+        picked = hidden[torch.arange(hidden.shape[0]), last]
+        return picked * (counts > 0).unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
 
 
 def called_by_position(model: Any, names: Sequence[str], output: str) -> torch.nn.Module:

@@ -59,8 +59,8 @@ async def embeddings(body: OpenAIEmbeddingRequest, request: Request, runtime: Em
 
 def _encode(vector: np.ndarray, as_base64: bool) -> np.ndarray | str:
     """float32 values (written as JSON numbers), or OpenAI's base64 of little-endian float32."""
-    if as_base64:
-        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    if as_base64:  # from the array's own bytes (a float32 row of the engine's output is already "<f4")
+        return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").data).decode("ascii")
     return vector
 
 

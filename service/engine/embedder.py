@@ -1,11 +1,12 @@
 """Sentence embeddings with one encoder ONNX graph: batch in, one pooled vector per item out.
 
-pre: tokenize (over-long texts are cut or fail alone). core: sort by length and run the
-encoder on the padded sub-batches that cost least (``SubBatches``), so short texts do not
-pay for a long one's padding. post: pool each sub-batch (mean over real tokens or [CLS]) and
-put the vectors back in request order. Vectors are returned un-normalised; L2 normalisation is
-an API option, and so is keeping only the first dimensions (Matryoshka models), which comes
-before the normalisation so that a shortened vector is a unit vector again.
+pre: tokenize the batch's texts in one call (over-long texts are cut or fail alone). core: sort
+by length and run the encoder on the padded sub-batches that cost least (``SubBatches``), so
+short texts do not pay for a long one's padding. The graph pools and normalises (its two outputs,
+``EMBEDDING_OUTPUTS``): post takes each item's row of the one it asked for, a view of the
+sub-batch's float32 array that the API writes as it is. L2 normalisation is an API option, and
+so is keeping only the first dimensions (Matryoshka models), which comes before the
+normalisation so that a shortened vector is a unit vector again (the one case computed here).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from service.artefacts import (
     EMBEDDING_ATTENTION_MASK,
     EMBEDDING_INPUT_IDS,
-    EMBEDDING_OUTPUT,
+    EMBEDDING_OUTPUTS,
     EMBEDDING_TOKEN_TYPE_IDS,
     ArtefactError,
     EmbeddingInfo,
@@ -27,7 +28,7 @@ from service.artefacts import (
     load_and_verify,
 )
 from service.engine.base import Embedding, EmbedItem, Encoded
-from service.engine.pooling import l2_normalize, pool
+from service.engine.pooling import l2_normalize
 from service.engine.session import DEFAULT_SESSION, SessionConfig, open_graph, used_provider, warmup
 from service.engine.tokenizer import DEFAULT_SUB_BATCHES, SubBatches, TextTokenizer
 from service.metrics import INPUT_TOKENS, labelled, observe_stage, timed
@@ -52,7 +53,6 @@ class OnnxEmbedder:
         self.session, self._inputs = open_graph(directory, self.manifest, "encoder", session)
         self.provider: str = used_provider(self.session)
         self.sub_batches = sub_batches.for_provider(self.provider)
-        self._output = EMBEDDING_OUTPUT
 
     # -- Engine protocol --
 
@@ -65,9 +65,11 @@ class OnnxEmbedder:
     def warmup(self) -> None:
         """Two batch shapes through the graph, without metrics."""
         texts = ["warm up", "a longer warm-up sentence"]
-        encoded = [e for e in self.tokenizer.encode_batch(texts, [True, True]) if isinstance(e, Encoded)]
-        warmup(self.session, self._feeds([e.ids for e in encoded])[0])
-        warmup(self.session, self._feeds([encoded[0].ids])[0])
+        encoded = [
+            e for e in self.tokenizer.encode_ids(texts, [True, True], [None, None]) if isinstance(e, Encoded)
+        ]
+        warmup(self.session, self._feeds([e.ids for e in encoded]))
+        warmup(self.session, self._feeds([encoded[0].ids]))
 
     def embed(self, items: list[EmbedItem]) -> list[Embedding | Exception]:
         results: list[Embedding | Exception | None] = [None] * len(items)
@@ -81,7 +83,7 @@ class OnnxEmbedder:
         self, items: Sequence[EmbedItem], results: list[Embedding | Exception | None]
     ) -> dict[int, Encoded]:
         with timed(self.name, "tokenize"):
-            encoded = self.tokenizer.encode_batch(
+            encoded = self.tokenizer.encode_ids(
                 [it.text for it in items], [it.truncate for it in items], [it.encoded for it in items]
             )
         todo: dict[int, Encoded] = {}
@@ -101,15 +103,16 @@ class OnnxEmbedder:
         todo: dict[int, Encoded],
         results: list[Embedding | Exception | None],
     ) -> None:
-        encoder_s = pool_s = 0.0
+        encoder_s = post_s = 0.0
         for chunk in self.sub_batches.cut({i: e.n_tokens for i, e in todo.items()}):
             try:
                 start = time.perf_counter()
-                feeds, mask = self._feeds([todo[i].ids for i in chunk])
-                (hidden,) = self.session.run([self._output], feeds)
+                pooled, unit = self.session.run(
+                    list(EMBEDDING_OUTPUTS), self._feeds([todo[i].ids for i in chunk])
+                )
                 mid = time.perf_counter()
-                vectors = self._post(self._pool(hidden, mask), [items[i] for i in chunk])
-                pool_s += time.perf_counter() - mid
+                vectors = self._post(pooled, unit, [items[i] for i in chunk])
+                post_s += time.perf_counter() - mid
                 encoder_s += mid - start
             except Exception as e:  # a failing sub-batch fails its own items only
                 for i in chunk:
@@ -119,34 +122,33 @@ class OnnxEmbedder:
                 results[i] = Embedding(vector=vector, n_tokens=todo[i].n_tokens)
         if todo:
             observe_stage(self.name, "encoder", encoder_s)
-            observe_stage(self.name, "pool", pool_s)
+            observe_stage(self.name, "pool", post_s)
 
-    def _feeds(self, ids: Sequence[Sequence[int]]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def _feeds(self, ids: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         input_ids, mask = self.tokenizer.pad(ids)
         feeds = {EMBEDDING_INPUT_IDS: input_ids, EMBEDDING_ATTENTION_MASK: mask}
         if EMBEDDING_TOKEN_TYPE_IDS in self._inputs:
             feeds[EMBEDDING_TOKEN_TYPE_IDS] = np.zeros_like(input_ids)
-        return {k: v for k, v in feeds.items() if k in self._inputs}, mask
+        return {k: v for k, v in feeds.items() if k in self._inputs}
 
     @staticmethod
-    def _post(pooled: np.ndarray, items: Sequence[EmbedItem]) -> list[np.ndarray]:
-        """Each item's vector: cut to its ``dimensions``, then L2-normalised where it asks."""
-        unit = [k for k, it in enumerate(items) if it.normalize and it.dimensions is None]
-        if unit:  # the usual case, one call for the sub-batch
-            pooled[unit] = l2_normalize(pooled[unit])
-        vectors = list(pooled)
+    def _post(pooled: np.ndarray, unit: np.ndarray, items: Sequence[EmbedItem]) -> list[np.ndarray]:
+        """Each item's row of the graph's output it asked for; cut to its ``dimensions``, then
+        L2-normalised where it asks."""
+        vectors = [unit[k] if it.normalize else pooled[k] for k, it in enumerate(items)]
         for k, it in enumerate(items):
             if it.dimensions is not None:
                 cut = np.ascontiguousarray(pooled[k, : it.dimensions])
-                vectors[k] = l2_normalize(cut) if it.normalize else cut
+                vectors[k] = l2_normalize(cut[None])[0] if it.normalize else cut
         return vectors
-
-    def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """(B, T, D) → (B, D) float32 (float16 graphs too), per the manifest's pooling."""
-        return pool(hidden, mask, self.info.pooling)
 
 
 def _embedding_info(manifest: Manifest, directory: Path) -> EmbeddingInfo:
     if manifest.task != "embed" or manifest.embedding is None:
         raise ArtefactError(f"{directory / 'manifest.json'}: task {manifest.task!r} is not an embedding")
+    if not manifest.embedding_graph_current:
+        raise ArtefactError(
+            f"{directory / 'manifest.json'}: its graph returns hidden states, from before pooling moved "
+            "into the graph: export it again"
+        )
     return manifest.embedding

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from service.artefacts import ArtefactError
 from service.cuda import CUDA
@@ -73,8 +73,11 @@ class SubBatches:
     run_cost_tokens: int = RUN_COST_TOKENS
 
     def on_device(self) -> SubBatches:
-        """The same limits for an engine on CUDA (``DEVICE_RUN_COST_TOKENS``)."""
-        return replace(self, run_cost_tokens=DEVICE_RUN_COST_TOKENS)
+        """These limits for an engine on CUDA: a run costs its launches (``DEVICE_RUN_COST_TOKENS``),
+        and only the token budget bounds its rows (a GPU computes many short rows as fast as a few)."""
+        return replace(
+            self, max_rows=max(self.max_rows, self.max_tokens), run_cost_tokens=DEVICE_RUN_COST_TOKENS
+        )
 
     def for_provider(self, provider: str) -> SubBatches:
         """These limits for an engine whose session runs on ``provider``: a run on CUDA costs
@@ -84,6 +87,12 @@ class SubBatches:
     def cut(self, lengths: Mapping[int, int]) -> list[list[int]]:
         """Item → token count in; the items, shortest first, in their runs out."""
         order = sorted(lengths, key=lengths.__getitem__)
+        if not order:
+            return []
+        padded = len(order) * lengths[order[-1]]
+        if len(order) <= self.max_rows and padded <= min(self.max_tokens, self.run_cost_tokens):
+            # one run: it fits, and no cut could save more padding than a second run costs
+            return [order]
         lengths_in_order = [lengths[i] for i in order]
         runs = padded_partition(lengths_in_order, self.max_rows, self.max_tokens, self.run_cost_tokens)
         return [order[start:end] for start, end in runs]
@@ -138,10 +147,7 @@ class TextTokenizer:
 
     def encode(self, texts: Sequence[str]) -> list[Encoded]:
         """Every token of each text, special tokens included, before any truncation."""
-        # one text: no hand-off to the library's thread pool
-        one = len(texts) == 1
-        encodings = [self._full.encode(texts[0])] if one else self._full.encode_batch(list(texts))
-        return [Encoded(enc.ids, enc.tokens, truncated=False) for enc in encodings]
+        return [Encoded(enc.ids, enc.tokens, truncated=False) for enc in _encode_all(self._full, texts)]
 
     def encode_batch(
         self,
@@ -168,10 +174,35 @@ class TextTokenizer:
                 cut = self._truncating.encode(text)
                 out.append(Encoded(cut.ids, cut.tokens, truncated=True))
             else:
-                out.append(
-                    TextTooLong(f"text has {n} tokens; the model takes at most {self.max_len}", self.max_len)
-                )
+                out.append(self._too_long(n))
         return out
+
+    def encode_ids(
+        self, texts: Sequence[str], truncate: Sequence[bool], given: Sequence[Encoded | None]
+    ) -> list[Encoded | TextTooLong]:
+        """``encode_batch`` for an engine that reads only the ids (embeddings): the texts that may
+        be cut tokenized in one call that cuts them, the others in one call whole, and no token
+        strings made; ``given`` encodings (None where not) go through ``encode_batch``."""
+        out: list[Encoded | TextTooLong | None] = [None] * len(texts)
+        known = [i for i, enc in enumerate(given) if enc is not None]
+        if known:
+            made = self.encode_batch(
+                [texts[i] for i in known], [truncate[i] for i in known], [given[i] for i in known]
+            )
+            for i, result in zip(known, made, strict=True):
+                out[i] = result
+        for tokenizer, may_cut in ((self._truncating, True), (self._full, False)):
+            todo = [i for i, enc in enumerate(given) if enc is None and truncate[i] == may_cut]
+            for i, enc in zip(todo, _encode_all(tokenizer, [texts[i] for i in todo]), strict=True):
+                out[i] = (
+                    Encoded(enc.ids, [], truncated=bool(enc.overflowing))
+                    if may_cut or len(enc.ids) <= self.max_len
+                    else self._too_long(len(enc.ids))
+                )
+        return [r for r in out if r is not None]
+
+    def _too_long(self, n: int) -> TextTooLong:
+        return TextTooLong(f"text has {n} tokens; the model takes at most {self.max_len}", self.max_len)
 
     def pad(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Right-pad to the longest sequence: ids (B, T) int64 and mask (B, T) int64, 1 = real."""
@@ -191,3 +222,10 @@ class TextTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self._full.token_to_id(token)
+
+
+def _encode_all(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoding]:
+    """Each text's encoding, in one call; one text without the hand-off to the library's thread pool."""
+    if len(texts) == 1:
+        return [tokenizer.encode(texts[0])]
+    return tokenizer.encode_batch(list(texts)) if texts else []

@@ -1,12 +1,14 @@
 """Embeddings, whichever API asked (``/v1/embed``, OpenAI's ``/v1/embeddings``): the model →
-limits → the model's options (prompt, dimensions) → tokenize → submit.
+limits → the model's options (prompt, dimensions) → submit.
 
-Each text is tokenized once, here, after the prompt is put before it (as sentence-transformers
-does: the model's default prompt when the request names none): its encoding is the queue's cost
-and the engine's input. Token ids (OpenAI's, TEI's and vLLM's other input form) are the model's
-whole input as given, special tokens included; cut at the model's length like a text (keeping
-the closing special token). The engine cuts vectors to ``dimensions`` and normalises them when
-asked (on its worker thread, not on the event loop).
+Each text goes to the queue with the prompt put before it (as sentence-transformers does: the
+model's default prompt when the request names none) and is tokenized on the engine's worker
+thread, with every other text of its batch in one call: nothing of it is tokenized on the event
+loop. Its cost in the queue is estimated from its characters (``_cost``); the engine's sub-batches
+hold to the token budget by the real counts. Token ids (OpenAI's, TEI's and vLLM's other input
+form) are the model's whole input as given, special tokens included; cut at the model's length
+like a text (keeping the closing special token). The engine cuts vectors to ``dimensions`` and
+normalises them when asked (on its worker thread, not on the event loop).
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ from dataclasses import dataclass
 
 from service.artefacts import EmbeddingInfo, Manifest
 from service.engine.base import Embedding, EmbedItem, Encoded
-from service.queue import off_the_loop_if_large
 from service.serving.failures import InvalidRequest, Problem, problem
 from service.serving.limits import text_problems
 from service.serving.routing import choose_embedding_model
-from service.serving.runtime import EmbeddingModel, Runtime
+from service.serving.runtime import Runtime
 from service.serving.submit import Client, all_or_nothing, submit
 
 _EMBED = ("embed", "queue wait and encoding (batched with other requests)")
@@ -65,21 +66,18 @@ async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> 
     if problems:
         raise InvalidRequest(problems)
     prompt = info.prompt(request.prompt_name)
-    texts = [prompt + x for x in inputs if isinstance(x, str)]
-    made = await off_the_loop_if_large(sum(len(t) for t in texts), lambda: served.engine.encode(texts))
-    encoded = iter(made)
-    frame = served.engine.encode([""])[0].ids if len(texts) < len(inputs) else []
+    frame = [] if all(isinstance(x, str) for x in inputs) else served.engine.encode([""])[0].ids
     normalize = info.normalize if request.normalize is None else request.normalize
     dimensions = None if request.dimensions == info.dim else request.dimensions
-    encodings = [
-        next(encoded) if isinstance(x, str) else _given_ids(x, frame, info.max_len, request.truncate)
+    items = [
+        EmbedItem(prompt + x, request.truncate, None, normalize, dimensions)
+        if isinstance(x, str)
+        else EmbedItem(
+            "", request.truncate, _given_ids(x, frame, info.max_len, request.truncate), normalize, dimensions
+        )
         for x in inputs
     ]
-    items = [
-        EmbedItem(prompt + x if isinstance(x, str) else "", request.truncate, e, normalize, dimensions)
-        for x, e in zip(inputs, encodings, strict=True)
-    ]
-    costs = [_cost(e, request.truncate, served) for e in encodings]
+    costs = [_cost(item, info) for item in items]
     results = await submit(client, served.queue, items, costs, runtime.settings.request_timeout_s, _EMBED)
     return Embedded(manifest.name, all_or_nothing(results, field))
 
@@ -126,9 +124,14 @@ def _given_ids(ids: TokenIds, frame: list[int], max_len: int, truncate: bool) ->
     return Encoded(ids[: max_len - len(closing)] + closing, [], truncated=True)
 
 
-def _cost(encoded: Encoded, truncate: bool, served: EmbeddingModel) -> int:
-    """Tokens the engine will compute: a truncated text costs at most the max length."""
-    info = served.engine.manifest.embedding
-    if truncate and info is not None:
-        return min(encoded.n_tokens, info.max_len)
-    return encoded.n_tokens
+CHARS_PER_TOKEN = 3
+"""A text's tokens estimated from its characters for the queue's token budget: a word-piece
+covers about four characters of English, so three over-counts a little (and the batches stay
+within the budget); the engine cuts its runs by the real counts."""
+
+
+def _cost(item: EmbedItem, info: EmbeddingInfo) -> int:
+    """Tokens the engine will compute (a truncated input at most the max length): the count of
+    given ids, else the estimate of a text's."""
+    n = item.encoded.n_tokens if item.encoded is not None else len(item.text) // CHARS_PER_TOKEN + 2
+    return min(n, info.max_len) if item.truncate else n

@@ -9,9 +9,10 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
+from service.cuda import CUDA
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
 from service.engine.reranker import RerankEngine, RerankItem
 from service.engine.translation.running import ContinuousEngine
@@ -163,13 +164,24 @@ class Runtime:
                 rerank: RerankEngine = engine  # type: ignore[assignment]
                 self.rerank_model = RerankModel(
                     rerank,
-                    RequestQueue(name, _rerank_cost(rerank), policy, WholeBatchExecutor(rerank.rerank)),
+                    RequestQueue(
+                        name,
+                        _rerank_cost(rerank),
+                        _encoder_policy(rerank, policy),
+                        WholeBatchExecutor(rerank.rerank),
+                    ),
                 )
                 self.rerank_model.queue.start()
             else:
                 embed: EmbedEngine = engine  # type: ignore[assignment]
                 self.embedding_model = EmbeddingModel(
-                    embed, RequestQueue(name, _embed_cost(embed), policy, WholeBatchExecutor(embed.embed))
+                    embed,
+                    RequestQueue(
+                        name,
+                        _embed_cost(embed),
+                        _encoder_policy(embed, policy),
+                        WholeBatchExecutor(embed.embed),
+                    ),
                 )
                 self.embedding_model.queue.start()
             MODEL_INFO.labels(
@@ -233,6 +245,15 @@ class Runtime:
 
 def _translate_cost(engine: TranslateEngine) -> Callable[[TranslateItem], int]:
     return lambda item: engine.count_tokens(item.text)
+
+
+def _encoder_policy(engine: Engine, policy: BatchPolicy) -> BatchPolicy:
+    """An encoder-only model's batch limits: on CUDA only the token budget bounds a batch (a GPU
+    computes many short rows as fast as a few; the engine's sub-batches do the same), elsewhere
+    its sentences too."""
+    if engine.provider != CUDA:
+        return policy
+    return replace(policy, max_batch_size=max(policy.max_batch_size, policy.max_batch_tokens))
 
 
 def _embed_cost(engine: EmbedEngine) -> Callable[[EmbedItem], int]:

@@ -91,6 +91,7 @@ def is_stale(directory: Path) -> bool:
             manifest.reference_check is None
             or not served_decoder_layout(manifest)
             or not manifest.int8_weights_current
+            or not manifest.embedding_graph_current
         )
     except ArtefactError:
         return False  # loading will say what is wrong with it

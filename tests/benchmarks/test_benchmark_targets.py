@@ -45,7 +45,10 @@ def _floor(of: Figure, over: Figure) -> str:
 def test_the_table_lists_exactly_the_open_targets() -> None:
     """Issue 43: ours / CTranslate2 at its best on both models, the decode loop's share at batch
     32 and one sentence, one short request, HTTP against its bare-handler floor, continuous
-    decoding's short p99 against its no-long-input bound, the two memory budgets."""
+    decoding's short p99 against its no-long-input bound, the two memory budgets; issue 52: the
+    host's CPU a sentence with the compute replayed, in-process and over HTTP (device path);
+    issue 51: the host's µs a sentence-step at batch 128 and ms a step for one sentence on both
+    decoder layouts, and one onnxruntime run per decoder step on the device's."""
     got = {
         (t.of.figure, t.of.column, t.over.figure if t.over else None, t.over.column if t.over else None): (
             t.bound,
@@ -60,6 +63,13 @@ def test_the_table_lists_exactly_the_open_targets() -> None:
         (F.KERNELS_ONE_OURS_WHOLE, None, F.KERNELS_ONE_OURS_GRAPHS, None): (0.9, True),
         (F.SHORT_P50_OURS_INT8, None, F.SHORT_P50_CT2_INT8, None): (1.0, False),
         (F.EMBED_HTTP_64_CLIENTS, None, F.EMBED_FLOOR_64_CLIENTS, None): (0.9, True),
+        (F.HOST_CPU_BATCH128, None, None, None): (6, False),
+        (F.HOST_DEVICE_BATCH128, None, None, None): (6, False),
+        (F.HOST_CPU_ONE, None, None, None): (0.15, False),
+        (F.HOST_DEVICE_ONE, None, None, None): (0.15, False),
+        (F.HOST_DEVICE_RUNS, None, None, None): (1, False),
+        (F.HOST_EMBED_IN_PROCESS_DEVICE, None, None, None): (15, False),
+        (F.HOST_EMBED_HTTP_4X128_DEVICE, "server_cpu_us_per_sentence", None, None): (40, False),
         (F.MIXED_SHORT_P99_CONTINUOUS, None, F.UNIFORM_CONTINUOUS, "p99_ms"): (1.1, False),
         (F.SERVICE_RSS_THREE_MODELS_PEAK, None, None, None): (500, False),
         (F.SERVICE_RSS_AFTER_LOAD, None, None, None): (400, False),
@@ -182,6 +192,6 @@ def test_the_report_prints_the_targets_then_the_floors() -> None:
 )
 def test_every_figure_read_is_filed_by_a_stage(figure: Figure) -> None:
     """A key that no stage files would leave its target not measured in every run."""
-    stages = [p for p in BENCHMARKS.glob("*.py") if p.name not in ("results.py", "targets.py")]
+    stages = [p for p in BENCHMARKS.rglob("*.py") if p.name not in ("results.py", "targets.py")]
     pattern = re.compile(rf"\b(Figure|F)\.{figure.name}\b")
     assert any(pattern.search(p.read_text()) for p in stages), figure.name

@@ -28,8 +28,15 @@ from export.publish.variants import published_manifest
 from export.sources import bert
 from export.verify import VerificationError
 from export.verify.embedding import Tolerances, read_sts
-from service.artefacts import ArtefactError, Manifest, load_and_verify, read_manifest, write_manifest
-from service.engine.pooling import l2_normalize, mean_pool
+from service.artefacts import (
+    EMBEDDING_OUTPUTS,
+    EMBEDDING_UNIT_OUTPUT,
+    ArtefactError,
+    Manifest,
+    load_and_verify,
+    read_manifest,
+    write_manifest,
+)
 from service.engine.session import SessionConfig, create_session
 from tests.tiny_bert import TINY_BERT_SIZES, write_wordpiece_tokenizer
 
@@ -138,7 +145,7 @@ def test_layout_and_manifest(exported: Path) -> None:
             (n, "int64", ["batch", "sequence"]) for n in ("input_ids", "attention_mask", "token_type_ids")
         ]
         assert [(t.name, t.dtype, t.shape) for t in graph.outputs] == [
-            ("last_hidden_state", "float32", ["batch", "sequence", 32])
+            (name, "float32", ["batch", 32]) for name in EMBEDDING_OUTPUTS
         ]
         # int8's per-row QuantizeLinear is blocked (opset 21); the others stay at the export's 17
         assert manifest.opset == (BLOCKED_QUANTIZE_OPSET if variant == "int8" else OPSET)
@@ -149,7 +156,7 @@ def test_layout_and_manifest(exported: Path) -> None:
 
 def test_parity_figures_recorded(exported: Path) -> None:
     fp32 = read_manifest(exported / "tiny" / "fp32").parity
-    assert fp32["max_abs_hidden"] <= 1e-4
+    assert fp32["max_abs_pooled"] <= 1e-4
     assert fp32["min_cosine_vs_st"] >= 0.9999
     assert abs(fp32["sts_spearman"] - fp32["sts_spearman_st"]) <= 0.05
     int8 = read_manifest(exported / "tiny" / "int8").parity
@@ -168,7 +175,7 @@ def test_parity_figures_recorded(exported: Path) -> None:
 
 
 def test_served_path_matches_sentence_transformers(exported: Path, tiny_source: Path) -> None:
-    """Independently of the built-in checks: tokenizer copy + ONNX + NumPy pooling vs ST.encode."""
+    """Independently of the built-in checks: tokenizer copy + the graph's pooling vs ST.encode."""
     from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
 
@@ -186,7 +193,7 @@ def test_served_path_matches_sentence_transformers(exported: Path, tiny_source: 
         mask[row, : len(enc.ids)] = 1
     session = create_session(directory / "encoder.onnx", SessionConfig("cpu", 1, allow_spinning=False))
     feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    ours = l2_normalize(mean_pool(session.run(None, feed)[0], mask))
+    (ours,) = session.run([EMBEDDING_UNIT_OUTPUT], feed)
     reference = SentenceTransformer(str(tiny_source), device="cpu").encode(texts, convert_to_numpy=True)
     np.testing.assert_allclose((ours * reference).sum(axis=1), 1.0, atol=1e-5)
 
@@ -232,8 +239,8 @@ def test_second_run_is_up_to_date(
 
 
 def test_out_of_tolerance_leaves_no_manifest(tiny_source: Path, tmp_path: Path) -> None:
-    impossible = Tolerances(max_abs_hidden=-1.0)
-    with pytest.raises(VerificationError, match="max-abs hidden"):
+    impossible = Tolerances(max_abs_pooled=-1.0)
+    with pytest.raises(VerificationError, match="max-abs pooled"):
         export_embedding(tiny_source, tmp_path, ["fp32"], name="tiny", tolerances=impossible)
     assert not list(tmp_path.rglob("manifest.json"))
     assert not (tmp_path / "tiny" / "fp32").exists()
@@ -341,7 +348,7 @@ def test_real_minilm_fp32(tmp_path: Path) -> None:
     assert manifest.embedding is not None and manifest.embedding.dim == 384
     assert manifest.embedding.max_len == 256 and manifest.embedding.normalize
     assert manifest.parity["min_cosine_vs_st"] >= 0.9999
-    assert manifest.parity["max_abs_hidden"] <= 1e-4
+    assert manifest.parity["max_abs_pooled"] <= 1e-4
 
 
 def test_every_variant_carries_its_reference_check(exported: Path) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from service.artefacts import ArtefactError, read_manifest, write_manifest
+from service.artefacts import ArtefactError
 from service.engine.base import Embedding, EmbedItem, TextTooLong
 from service.engine.embedder import OnnxEmbedder
 from service.engine.loader import load_engine
@@ -109,23 +108,6 @@ def test_dimensions_keep_the_first_ones_normalised_after_the_cut(embedder: OnnxE
     assert short_unit.flags.c_contiguous and short_unit.dtype == np.float32
 
 
-def test_last_token_pooling_takes_each_texts_last_real_token(
-    embedding_artefact: Path, embedding_source: Path, tmp_path: Path
-) -> None:
-    """The pooling follows the manifest (switched to lasttoken): [SEP] of each right-padded row."""
-    directory = Path(shutil.copytree(embedding_artefact, tmp_path / "fp32"))
-    manifest = read_manifest(directory)
-    assert manifest.embedding is not None
-    info = manifest.embedding.model_copy(update={"pooling": "lasttoken"})
-    write_manifest(directory, manifest.model_copy(update={"embedding": info}))
-    engine = OnnxEmbedder(directory, SessionConfig("cpu", 1))
-    hidden, mask = torch_hidden(embedding_source, TEXTS[:3])
-    got = np.stack([ok(r).vector for r in engine.embed([EmbedItem(t) for t in TEXTS[:3]])])
-    last = mask.sum(axis=1) - 1
-    np.testing.assert_allclose(got, hidden[np.arange(3), last], atol=1e-5)
-    assert len(set(last.tolist())) > 1  # rows of different lengths, padded in one batch
-
-
 def test_mixed_lengths_and_sub_batches_do_not_change_results(embedding_artefact: Path) -> None:
     """Length-sorted, padded sub-batches give each text what it gets alone, in request order."""
     engine = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), SubBatches(2, 24))
@@ -177,21 +159,6 @@ def test_input_tokens_are_counted(embedder: OnnxEmbedder) -> None:
     before = counter._value.get()
     results = embedder.embed([EmbedItem(t) for t in TEXTS[:3]])
     assert counter._value.get() - before == sum(ok(r).n_tokens for r in results)
-
-
-def test_cls_pooling_takes_the_first_token(
-    embedding_artefact: Path, embedding_source: Path, tmp_path: Path
-) -> None:
-    """The pooling follows the manifest (here switched to cls; the manifest itself is not hashed)."""
-    directory = Path(shutil.copytree(embedding_artefact, tmp_path / "fp32"))
-    manifest = read_manifest(directory)
-    assert manifest.embedding is not None
-    info = manifest.embedding.model_copy(update={"pooling": "cls"})
-    write_manifest(directory, manifest.model_copy(update={"embedding": info}))
-    engine = OnnxEmbedder(directory, SessionConfig("cpu", 1))
-    hidden, _ = torch_hidden(embedding_source, TEXTS[:2])
-    got = np.stack([ok(r).vector for r in engine.embed([EmbedItem(t) for t in TEXTS[:2]])])
-    np.testing.assert_allclose(got, hidden[:, 0], atol=1e-5)
 
 
 def test_loader_and_task_checks(embedding_artefact: Path, translation_artefact: Path) -> None:

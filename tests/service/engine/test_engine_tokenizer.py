@@ -91,13 +91,16 @@ def test_padded_partition_splits_off_what_would_be_mostly_padding() -> None:
 
 def test_on_a_device_a_batch_is_cut_only_where_its_limits_force() -> None:
     """On CUDA a run costs its launches, not its padding: short and long sentences share a run
-    while the rows and tokens allow, where the CPU's run cost splits them."""
+    while the tokens allow (the rows are bounded by the tokens only), where the CPU's run cost
+    splits them."""
     lengths = dict(enumerate([5] * 20 + [50]))
     cpu, device = SubBatches(64, 16384), SubBatches(64, 16384).on_device()
     assert cpu.cut(lengths) == [list(range(20)), [20]]
     assert device.cut(lengths) == [list(range(21))]
-    by_eights = [list(range(i, min(i + 8, 21))) for i in (0, 8, 16)]
-    assert SubBatches(8, 16384).on_device().cut(lengths) == by_eights
+    assert SubBatches(8, 16384).on_device().cut(lengths) == [list(range(21))]
+    assert SubBatches(8, 16384).cut(dict(enumerate([5] * 20))) == [list(range(i, i + 8)) for i in (0, 8)] + [
+        list(range(16, 20))
+    ]
     assert SubBatches(64, 500).on_device().cut(lengths) == [list(range(20)), [20]]  # 21 × 50 > 500
 
 

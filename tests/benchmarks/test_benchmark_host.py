@@ -1,0 +1,100 @@
+"""The host stage: sessions replayed with the shapes the feeds ask for, and its embedding
+measurements on the tiny embedding artefact, in-process and over HTTP, on both code paths."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benchmarks.harness import Bench
+from benchmarks.host.embedding import (
+    PATHS,
+    http_load,
+    in_process_cost,
+    replayed_engine,
+    replayed_service,
+)
+from benchmarks.host.replay import ReplaySession
+from service.cuda import CUDA
+from service.engine.base import Embedding, EmbedItem
+from service.engine.embedder import OnnxEmbedder
+from service.engine.tokenizer import DEVICE_RUN_COST_TOKENS
+
+SENTENCES = [f"sentence number {i} is {'rather ' * (i % 7)}long" for i in range(300)]
+
+
+class Dim:
+    def __init__(self, name: str, shape: list[Any]) -> None:
+        self.name, self.shape = name, shape
+
+
+class CountingSession:
+    """A graph of ids (batch, sequence) → hidden (batch, sequence, 3) and pooled (batch, 3)."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def get_inputs(self) -> list[Dim]:
+        return [Dim("ids", ["batch", "sequence"])]
+
+    def get_outputs(self) -> list[Dim]:
+        return [Dim("hidden", ["batch", "sequence", 3]), Dim("pooled", ["batch", 3])]
+
+    def get_providers(self) -> list[str]:
+        return ["CPUExecutionProvider"]
+
+    def run(self, names: list[str], feeds: dict[str, np.ndarray], options: Any = None) -> list[np.ndarray]:
+        self.runs += 1
+        b, t = feeds["ids"].shape
+        out = {
+            "hidden": np.ones((b, t, 3), np.float16),
+            "pooled": np.arange(b * 3, dtype=np.float32).reshape(b, 3),
+        }
+        return [out[n] for n in names]
+
+
+def test_a_replayed_session_runs_the_graph_once_and_answers_every_shape_after() -> None:
+    real = CountingSession()
+    session = ReplaySession(real, CUDA)
+    assert session.get_providers() == [CUDA, "CPUExecutionProvider"]
+    first = session.run(["hidden", "pooled"], {"ids": np.zeros((2, 5), np.int64)})
+    for b, t in [(7, 3), (1, 9), (2, 5)]:
+        hidden, pooled = session.run(["hidden", "pooled"], {"ids": np.zeros((b, t), np.int64)})
+        assert hidden.shape == (b, t, 3) and hidden.dtype == np.float16
+        assert pooled.shape == (b, 3) and pooled.dtype == np.float32
+    assert real.runs == 1 and session.runs == 4
+    (again,) = session.run(["pooled"], {"ids": np.zeros((2, 5), np.int64)})  # other outputs: captured anew
+    assert real.runs == 2
+    np.testing.assert_array_equal(again, first[1])
+    assert again is not first[1]  # a fresh array each run, as a real one returns
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_the_in_process_figure_on_each_code_path(embedding_artefact: Path, path: str) -> None:
+    engine = replayed_engine(embedding_artefact, PATHS[path])
+    assert engine.provider == PATHS[path]
+    assert (engine.sub_batches.run_cost_tokens == DEVICE_RUN_COST_TOKENS) == (path == "device")
+    real = OnnxEmbedder(embedding_artefact)
+    items = [EmbedItem(s, normalize=True) for s in SENTENCES[:5]]
+    for replayed, computed in zip(engine.embed(items), real.embed(items), strict=True):
+        assert isinstance(replayed, Embedding) and isinstance(computed, Embedding)
+        assert (
+            replayed.vector.shape == computed.vector.shape and replayed.vector.dtype == computed.vector.dtype
+        )
+    cost = in_process_cost(engine, SENTENCES, min_seconds=0.05)
+    assert 0 < cost.cpu_us < 1e5 and 0 < cost.wall_us < 1e5
+
+
+def test_the_http_figures_from_a_replayed_service(embedding_artefact: Path, tmp_path: Path) -> None:
+    args = argparse.Namespace(quick=True, threads=1, out=tmp_path, data_dir=tmp_path, duration=1.0, rounds=1)
+    service = replayed_service(Bench(args), embedding_artefact, "device")
+    try:
+        res, extra = http_load(f"{service.base}/v1/embeddings", service.pid, SENTENCES, 2, 4, 0.5)
+    finally:
+        service.stop()
+    assert res.requests > 0 and res.errors == 0
+    assert extra["server_cpu_us_per_sentence"] > 0
