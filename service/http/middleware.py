@@ -36,6 +36,7 @@ _LIBRETRANSLATE_PATHS = (
     "/detect",
     "/languages",
     "/frontend/settings",
+    "/suggest",
 )  # {"error": ...}
 
 
