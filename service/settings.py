@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     # in memory (read-only roots), each for this long, all of them within this many bytes.
     translated_file_ttl_s: float = Field(default=600.0, gt=0)
     translated_files_max_bytes: int = Field(default=64 << 20, ge=1)
+    # DeepL's /v2/document translates in the background: at most this many documents queued or
+    # translating at once (more: DeepL's 429); the finished ones are kept as the files above.
+    max_documents_in_flight: int = Field(default=16, ge=1, le=10_000)
 
     # Access
     api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list)  # empty: auth off

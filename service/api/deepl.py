@@ -1,7 +1,7 @@
 """DeepL's API (v2), so its clients (the official ``deepl`` libraries with ``server_url``, tools
 built on them) work against this service: ``/v2/translate``, ``/v2/glossaries`` (create from TSV
 or CSV entries, list, get, ``/entries``, delete), ``/v2/glossary-language-pairs``,
-``/v2/languages`` and ``/v2/usage``.
+``/v2/languages`` and ``/v2/usage``; documents are ``service/api/deepl_documents.py``.
 
 Bodies come as JSON or as forms (``text`` repeated), as DeepL takes them; the key as DeepL sends
 it, ``Authorization: DeepL-Auth-Key <key>`` (or a bearer token, or the legacy ``auth_key``
@@ -13,7 +13,7 @@ Language codes are DeepL's (``DE``, ``EN-US``, ``PT-BR``): a regional variant is
 (``EN-GB`` and ``EN-US`` both ask for the model's English). Translation runs ``/v1/translate``'s
 path (limits, sentence batching, quotas, glossaries as the constrained search enforces them).
 Not offered: ``formality`` other than ``default``/``prefer_*`` (no model has formal and informal
-registers), ``tag_handling=xml``, document translation (``/v2/document``), ``context``, and
+registers), ``tag_handling=xml``, ``context``, and
 ``split_sentences`` other than as a hint (sentences are always split: the models translate
 sentence by sentence, and line breaks are always kept).
 """
@@ -60,9 +60,9 @@ _QUOTA_EXCEEDED = 456  # DeepL's status for a spent quota (here: the glossaries'
 async def translate(request: Request) -> Response:
     """Translate ``text`` (one or many) into ``target_lang``; DeepL's answer shape."""
     try:
-        key, fields = await _admitted(request)
+        key, fields = await admitted(request)
         body = _validated(DeepLTranslateRequest, fields)
-        source = _ours(body.source_lang) if body.source_lang else AUTO
+        source = ours(body.source_lang) if body.source_lang else AUTO
         if body.glossary_id and source == AUTO:
             raise _invalid("source_lang", "source_lang is required when a glossary_id is given")
         asked = translation.TranslationRequest(
@@ -70,7 +70,7 @@ async def translate(request: Request) -> Response:
             field="text",
             format="html" if body.tag_handling == "html" else "text",
             source=source,
-            target=_ours(body.target_lang),
+            target=ours(body.target_lang),
             first_of_several=True,  # DeepL's clients cannot name a model
             api_key=key,
             terminology=Terminology(glossary_store(request), body.glossary_id, key, field="glossary_id"),
@@ -104,7 +104,7 @@ async def translate(request: Request) -> Response:
 async def languages(request: Request) -> Response:
     """Source languages, or with ``type=target`` the target ones (in query or body)."""
     try:
-        _, fields = await _admitted(request)
+        _, fields = await admitted(request)
         kind = fields.get("type") or request.query_params.get("type") or "source"
         if kind not in ("source", "target"):
             raise _invalid("type", "type must be source or target")
@@ -122,7 +122,7 @@ async def languages(request: Request) -> Response:
 async def glossary_language_pairs(request: Request) -> Response:
     """Every pair some model translates: a glossary may be made for each."""
     try:
-        await _admitted(request)
+        await admitted(request)
         served = translation_models(ready(runtime_of(request)))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
@@ -137,7 +137,7 @@ async def usage(request: Request) -> Response:
     """Characters the key translated through ``/v2/translate`` since the service started, and
     its ``characters_per_day`` quota as the limit (DeepL's figure for no limit otherwise)."""
     try:
-        key, _ = await _admitted(request)
+        key, _ = await admitted(request)
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     quota = runtime_of(request).settings.api_key_quotas.get(key or "")
@@ -155,14 +155,14 @@ def translated_characters(request: Request) -> Counter[str]:
 @router.post("/v2/glossaries", status_code=201)
 async def create(request: Request) -> Response:
     try:
-        key, fields = await _admitted(request)
+        key, fields = await admitted(request)
         body = _validated(DeepLGlossaryRequest, fields)
         try:
             entries = parse_entries(body.entries, body.entries_format)
         except GlossaryProblem as e:
             raise refused(e) from e
         runtime = ready(runtime_of(request))
-        languages = (_ours(body.source_lang), _ours(body.target_lang))
+        languages = (ours(body.source_lang), ours(body.target_lang))
         made = await asyncio.to_thread(
             create_glossary,
             runtime,
@@ -183,7 +183,7 @@ async def create(request: Request) -> Response:
 @router.get("/v2/glossaries")
 async def listed(request: Request) -> Response:
     try:
-        key, _ = await _admitted(request)
+        key, _ = await admitted(request)
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     return JSONResponse({"glossaries": [_info(g) for g in glossary_store(request).list(key)]})
@@ -209,7 +209,7 @@ async def _with_glossary(
 ) -> Response:
     """The key's glossary ``glossary_id`` as ``answer_with`` answers it, or DeepL's refusal."""
     try:
-        key, _ = await _admitted(request)
+        key, _ = await admitted(request)
         found = glossary_of(glossary_store(request), key, glossary_id)
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
@@ -220,7 +220,7 @@ async def _with_glossary(
 async def delete(glossary_id: str, request: Request) -> Response:
     store = glossary_store(request)
     try:
-        key, _ = await _admitted(request)
+        key, _ = await admitted(request)
         await asyncio.to_thread(store.delete, key, glossary_id)
     except GlossaryNotFound as e:
         return deepl_error(Failure(404, UnknownGlossary.type, str(e)))
@@ -251,18 +251,18 @@ def _described(found: Any) -> str:
     return f"{where}: {found.get('msg')}" if where else str(found.get("msg"))
 
 
-async def _admitted(request: Request) -> tuple[str | None, dict[str, Any]]:
+async def admitted(request: Request) -> tuple[str | None, dict[str, Any]]:
     """The body's fields (JSON or a form; none for a GET without one) once the key it offers
     is accepted, and that key."""
     fields = await _fields(request)
-    offered = [_deepl_key(request), fields.get("auth_key"), request.query_params.get("auth_key")]
+    offered = [deepl_key(request), fields.get("auth_key"), request.query_params.get("auth_key")]
     key = check_api_key(
         runtime_of(request).settings.api_keys, [k if isinstance(k, str) else None for k in offered]
     )
     return key, fields
 
 
-def _deepl_key(request: Request) -> str | None:
+def deepl_key(request: Request) -> str | None:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     return token.strip() if scheme.lower() in ("deepl-auth-key", "bearer") and token.strip() else None
 
@@ -301,7 +301,7 @@ def _invalid(field: str, message: str) -> InvalidRequest:
     return InvalidRequest([problem("invalid_parameter", (field,), message)])
 
 
-def _ours(code: str) -> str:
+def ours(code: str) -> str:
     """A DeepL code as the service's: ``EN-US`` → ``en``, ``ZH-HANT`` → ``zh-Hant``."""
     lowered = code.strip().lower()
     return "zh-Hant" if lowered == "zh-hant" else lowered.split("-")[0]

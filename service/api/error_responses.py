@@ -124,6 +124,26 @@ def libretranslate_error(failure: Failure, request_id: str | None = None) -> JSO
     return JSONResponse({"error": failure.message}, failure.status, headers=headers)
 
 
+# TEI's error types (its ``ErrorType``) of the statuses it answers; the others take the nearest.
+_TEI_TYPES = {424: "backend", 429: "overloaded", 503: "unhealthy"}
+
+
+def tei_error(failure: Failure, request_id: str | None = None) -> JSONResponse:
+    """Hugging Face text-embeddings-inference's shape, ``{"error", "error_type"}``, and its
+    statuses: 422 ``validation`` for an invalid request, 400 ``empty`` for no inputs, 424
+    ``backend`` for an engine failure, 429 ``overloaded``, 503 ``unhealthy``; ours (401, 403, 404,
+    413, 415, 504) where TEI has none."""
+    status, message, error_type = failure.status, failure.message, "validation"
+    if failure.problems is not None:
+        empty = all(p.get("type") == "too_short" for p in failure.problems)
+        status, message = (400 if empty else 422), _listed(failure.problems)
+        error_type = "empty" if empty else "validation"
+    else:
+        status = 424 if failure.type == "internal_error" else status
+        error_type = _TEI_TYPES.get(status, "backend" if status >= 500 else "validation")
+    return JSONResponse({"error": message, "error_type": error_type}, status, headers=dict(failure.headers))
+
+
 def answer(request: Request, error: Exception, render: Renderer) -> JSONResponse:
     """``error`` (one of ``SERVING_ERRORS``) in ``render``'s shape; an internal error is logged."""
     assert isinstance(error, SERVING_ERRORS)

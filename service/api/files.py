@@ -66,7 +66,7 @@ async def translate_v1_file(
         done.data,
         media_type=done.media_type,
         headers={
-            "Content-Disposition": _attachment(done.filename),
+            "Content-Disposition": attachment(done.filename),
             "Content-Language": done.target_language,
             "X-Translation-Model": done.model,
         },
@@ -172,7 +172,7 @@ async def download_file(
     return Response(
         stored.data,
         media_type=stored.media_type,
-        headers={"Content-Disposition": _attachment(stored.filename)},
+        headers={"Content-Disposition": attachment(stored.filename)},
     )
 
 
@@ -196,7 +196,7 @@ def _missing(field: str) -> InvalidRequest:
     return InvalidRequest([problem("missing", (field,), f"missing {field} parameter")])
 
 
-def _attachment(filename: str) -> str:
+def attachment(filename: str) -> str:
     """A Content-Disposition naming the uploaded file (RFC 6266: ASCII fallback, UTF-8 name)."""
     ascii_name = "".join(c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename)
     return f"attachment; filename=\"{ascii_name or 'file'}\"; filename*=UTF-8''{quote(filename)}"

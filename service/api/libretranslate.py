@@ -1,5 +1,5 @@
 """LibreTranslate's HTTP API, so its clients (scripts, browser extensions, ``libretranslatepy``)
-work unchanged: ``POST /translate``, ``GET /languages``, ``GET /frontend/settings``.
+work unchanged: ``POST /translate``, ``GET /languages``, ``GET /frontend/settings``, ``POST /suggest``.
 
 Bodies come as JSON, URL-encoded or multipart forms, as LibreTranslate accepts them; the API key
 as ``api_key`` in the body or query (LibreTranslate's way) or as a bearer token. Errors have
@@ -123,12 +123,12 @@ async def translate(request: Request) -> Response:
     return JSONResponse(out)
 
 
-@router.get("/languages", response_model=list[Language], responses=error_responses(403, 503))
+@router.get("/languages", response_model=list[Language], responses=error_responses(503))
 async def languages(request: Request) -> Response:
-    """Every language the service reads or writes, with every target some model translates it into."""
+    """Every language the service reads or writes, with every target some model translates it into.
+    Open without a key, as LibreTranslate's is: its web page lists them before a key is entered."""
     runtime = runtime_of(request)
     try:
-        check_api_key(runtime.settings.api_keys, offered_keys(request, None))
         served = translation_models(ready(runtime))
     except SERVING_ERRORS as e:
         return answer(request, e, libretranslate_error)
@@ -169,6 +169,13 @@ async def frontend_settings(request: Request) -> Response:
             },
         }
     )
+
+
+@router.post("/suggest", status_code=403, responses=error_responses(403))
+async def suggest() -> Response:
+    """LibreTranslate's answer when suggestions are off (``"suggestions": false`` in the settings):
+    no model learns from them here."""
+    return JSONResponse({"error": "Suggestions are disabled on this server."}, 403)
 
 
 async def admitted_body(request: Request, schema: type[Body]) -> tuple[Body, bool, str | None]:

@@ -27,7 +27,8 @@ from service.metrics import FILE_BYTES, FILES, labelled
 from service.serving.failures import SERVING_ERRORS, InternalError, failure_of
 from service.serving.runtime import Runtime
 from service.serving.submit import Client
-from service.serving.translation import TranslationRequest, translate
+from service.serving.terminology import Terminology
+from service.serving.translation import NO_TERMINOLOGY, TranslationRequest, translate
 from service.settings import Settings
 
 
@@ -79,6 +80,7 @@ class FileRequest:
     model: str | None = None
     first_of_several: bool = False
     api_key: str | None = None
+    terminology: Terminology = NO_TERMINOLOGY
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class TranslatedFile:
     model: str
     source_language: str
     target_language: str
+    characters: int  # of the text sent to translation (DeepL bills these)
 
 
 def file_format(filename: str) -> FileFormat:
@@ -152,6 +155,7 @@ async def _translate_file(runtime: Runtime, client: Client, request: FileRequest
         target=request.target,
         first_of_several=request.first_of_several,
         api_key=request.api_key,
+        terminology=request.terminology,
     )
     done = await translate(runtime, client, asked)
     translated_lines = done.texts[0].hypotheses[0].text.split("\n") if lines else []
@@ -168,4 +172,5 @@ async def _translate_file(runtime: Runtime, client: Client, request: FileRequest
         model=done.model,
         source_language=done.source_language,
         target_language=done.target_language,
+        characters=len(document),
     )

@@ -16,6 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import (
     deepl,
+    deepl_documents,
     detect,
     embed,
     files,
@@ -24,6 +25,7 @@ from service.api import (
     libretranslate,
     openai,
     rerank,
+    tei,
     translate,
 )
 from service.api.dependencies import require_api_key
@@ -82,7 +84,9 @@ def create_app(
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
     app.include_router(detect.router)  # LibreTranslate's too
     app.include_router(deepl.router)  # DeepL's key header: checked in its routes
+    app.include_router(deepl_documents.router)  # DeepL's too
     app.include_router(files.router)  # /v1's behind the key; LibreTranslate's check theirs
+    app.include_router(tei.router)  # answers in TEI's error shape, the key's refusals too
     if settings.playground:
         install_playground(app)  # open like /docs: the page asks for a key and sends it itself
     # Added first, so innermost: below every middleware, ahead of the router for the routes

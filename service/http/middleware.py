@@ -19,6 +19,7 @@ from service.api.error_responses import (
     error_response,
     is_json,
     libretranslate_error,
+    tei_error,
 )
 from service.api.extensions import BODY_RECEIVED_EXTENSION, SERVER_TIMING_STAGES
 from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS, labelled
@@ -36,7 +37,9 @@ _LIBRETRANSLATE_PATHS = (
     "/detect",
     "/languages",
     "/frontend/settings",
+    "/suggest",
 )  # {"error": ...}
+_TEI_PATHS = ("/", "/embed", "/similarity", "/tokenize", "/decode", "/info")  # {"error", "error_type"}
 
 
 def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
@@ -106,7 +109,14 @@ class BodyLimitMiddleware:
         headers = dict(scope.get("headers") or [])
         refusal = self._refusal(headers)
         if refusal is not None:
-            render = libretranslate_error if scope.get("path") in _LIBRETRANSLATE_PATHS else error_response
+            path = scope.get("path")
+            render = (
+                libretranslate_error
+                if path in _LIBRETRANSLATE_PATHS
+                else tei_error
+                if path in _TEI_PATHS
+                else error_response
+            )
             response = render(refusal, None)
             response.headers["Connection"] = "close"
             await response(scope, receive, send)

@@ -69,8 +69,8 @@ class ResponseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def json_response(body: BaseModel | dict[str, Any], status_code: int = 200) -> Response:
-    """A model serialised by pydantic-core, or a plain dict (NumPy arrays included) by orjson:
+def json_response(body: BaseModel | dict[str, Any] | list[Any], status_code: int = 200) -> Response:
+    """A model serialised by pydantic-core, or a plain dict or list (NumPy arrays included) by orjson:
     the embedding routes build their bodies as dicts of float32 arrays, which orjson writes
     without a Python float per value and without validating what the service itself built.
     Both are Rust; neither writes ``None`` fields of a model."""

@@ -138,8 +138,22 @@ async def test_api_key_in_the_body_the_query_or_a_bearer_token() -> None:
         assert (await served.client.post("/translate", data={**body, "api_key": "k1"})).status_code == 200
         bearer = {"Authorization": "Bearer k1"}
         assert (await served.client.post("/translate", json=body, headers=bearer)).status_code == 200
-        assert (await served.client.get("/languages")).status_code == 403
-        assert (await served.client.get("/languages", params={"api_key": "k1"})).status_code == 200
+
+
+async def test_with_keys_the_page_loads_before_a_key_is_entered() -> None:
+    """LibreTranslate serves its languages and settings to anyone; only what costs needs the key."""
+    async with serving(small_settings(api_keys=["k1"])) as served:
+        assert (await served.client.get("/languages")).status_code == 200
+        settings = (await served.client.get("/frontend/settings")).json()
+        assert settings["keyRequired"] is True and settings["apiKeys"] is True
+        assert "required" in lt_error(await served.client.post("/detect", json={"q": "a b"}), 403)
+        refused = await served.client.post("/translate_file", data={"source": "en", "target": "de"})
+        assert lt_error(refused, 403)
+
+
+async def test_suggest_is_refused_as_libretranslate_refuses_it(served: Served) -> None:
+    r = await served.client.post("/suggest", json={"q": "a", "s": "b", "source": "en", "target": "de"})
+    assert lt_error(r, 403) == "Suggestions are disabled on this server."
 
 
 async def test_queue_full_is_429_with_retry_after() -> None:

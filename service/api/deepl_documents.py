@@ -1,0 +1,135 @@
+"""DeepL's document API, so the official clients' ``translate_document`` works: ``POST
+/v2/document`` (multipart upload), ``POST /v2/document/{id}`` (status), ``POST
+/v2/document/{id}/result`` (the file, once).
+
+A document is translated in the background (``service/files/documents.py``) by the file path of
+``/v1/translate/file``: the same formats, limits and queue. ``output_format`` may only name the
+uploaded format (no conversion is offered), ``formality`` is accepted and ignored (no model has
+registers), ``glossary_id`` (or the newer clients' ``glossary_ids``, one id) needs ``source_lang``.
+Keys and error shapes are ``service/api/deepl.py``'s.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
+
+from service.api.deepl import admitted, deepl_error, deepl_key, ours
+from service.api.dependencies import runtime_of
+from service.api.error_responses import answer, http_failure
+from service.api.files import attachment
+from service.api.glossaries import glossary_store
+from service.files.documents import Documents
+from service.files.refusals import FileTooLarge
+from service.files.registry import FileRequest, file_format
+from service.serving.access import check_api_key, ready
+from service.serving.failures import SERVING_ERRORS, InvalidRequest, problem
+from service.serving.terminology import Terminology
+
+router = APIRouter(tags=["deepl"], include_in_schema=False)  # as deepl.py's: DeepL documents them
+
+_MAX_FORM_FIELDS = 16
+
+
+@router.post("/v2/document")
+async def upload(request: Request) -> Response:
+    """Accept a document for translation: ``{"document_id", "document_key"}``."""
+    runtime = runtime_of(request)
+    try:
+        form = await request.form(max_files=1, max_fields=_MAX_FORM_FIELDS)
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        key = check_api_key(runtime.settings.api_keys, [deepl_key(request), fields.get("auth_key")])
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise _invalid("file", "missing the file")
+        if not fields.get("target_lang"):
+            raise _invalid("target_lang", "missing target_lang")
+        filename = upload.filename or ""
+        extension = file_format(filename).extension  # 415 for a format not translated
+        wanted = fields.get("output_format", "").lower().lstrip(".")
+        if wanted and f".{wanted}" != extension:
+            raise _invalid("output_format", f"{extension} documents are translated into {extension} only")
+        source = ours(fields["source_lang"]) if fields.get("source_lang") else "auto"
+        glossary = fields.get("glossary_id") or fields.get("glossary_ids") or None
+        if glossary and source == "auto":
+            raise _invalid("source_lang", "source_lang is required when a glossary_id is given")
+        asked = FileRequest(
+            filename=filename,
+            data=await upload.read(),
+            source=source,
+            target=ours(fields["target_lang"]),
+            first_of_several=True,  # DeepL's clients cannot name a model
+            api_key=key,
+            terminology=Terminology(glossary_store(request), glossary, key, field="glossary_id"),
+        )
+        if len(asked.data) > runtime.settings.max_file_bytes:  # refused now, not in the background
+            limit = runtime.settings.max_file_bytes
+            raise FileTooLarge(f"the file has {len(asked.data)} bytes, more than {limit}", limit=limit)
+        document = documents(request).submit(ready(runtime), asked)
+    except HTTPException as e:  # the body's and the form parser's limits
+        return deepl_error(http_failure(e))
+    except SERVING_ERRORS as e:
+        return answer(request, e, deepl_error)
+    return JSONResponse({"document_id": document.id, "document_key": document.key})
+
+
+@router.post("/v2/document/{document_id}")
+async def status(document_id: str, request: Request) -> Response:
+    """Where the document is: ``queued``, ``translating``, ``done`` or ``error``."""
+    try:
+        key, fields = await admitted(request)
+        document = documents(request).find(document_id, str(fields.get("document_key", "")), key)
+    except HTTPException as e:
+        return deepl_error(http_failure(e))
+    except SERVING_ERRORS as e:
+        return answer(request, e, deepl_error)
+    out: dict[str, Any] = {"document_id": document.id, "status": document.status}
+    if document.result is not None:
+        out["billed_characters"] = document.result.characters
+    elif document.error is not None:
+        out["error_message"] = document.error
+    else:  # at most the translation's deadline
+        elapsed = runtime_of(request).settings.request_timeout_s - (time.monotonic() - document.started_at)
+        out["seconds_remaining"] = max(1, round(elapsed))
+    return JSONResponse(out)
+
+
+@router.post("/v2/document/{document_id}/result")
+async def result(document_id: str, request: Request) -> Response:
+    """The translated document, once it is done; given once."""
+    try:
+        key, fields = await admitted(request)
+        store = documents(request)
+        translated = store.take(store.find(document_id, str(fields.get("document_key", "")), key))
+    except HTTPException as e:
+        return deepl_error(http_failure(e))
+    except SERVING_ERRORS as e:
+        return answer(request, e, deepl_error)
+    return Response(
+        translated.data,
+        media_type=translated.media_type,
+        headers={"Content-Disposition": attachment(translated.filename)},
+    )
+
+
+def documents(request: Request) -> Documents:
+    """The app's documents, made on first use with the settings' bounds."""
+    state = request.app.state
+    if not hasattr(state, "deepl_documents"):
+        settings = runtime_of(request).settings
+        state.deepl_documents = Documents(
+            settings.max_documents_in_flight,
+            settings.translated_file_ttl_s,
+            settings.translated_files_max_bytes,
+        )
+    store: Documents = state.deepl_documents
+    return store
+
+
+def _invalid(field: str, message: str) -> InvalidRequest:
+    return InvalidRequest([problem("invalid", (field,), message)])
