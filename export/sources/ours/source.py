@@ -30,7 +30,7 @@ from export.sources.ours.data import pad
 from export.sources.ours.model import DecoderLayer, Transformer
 from export.sources.ours.translate import TorchDecoder
 from service.artefacts import SpecialIds
-from service.engine.translation.search import beam_search
+from service.engine.translation.search_loop import beam_search
 
 
 class EncoderGraph(nn.Module):

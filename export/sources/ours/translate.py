@@ -23,7 +23,7 @@ from export.sources import generation_length_penalty
 from export.sources.ours.checkpoint import load_checkpoint
 from export.sources.ours.data import encode_source, length_sorted_batches, output_limits, pad
 from export.sources.ours.model import KeyValue, Transformer, padding_mask
-from service.engine.translation.search import beam_search
+from service.engine.translation.search_loop import beam_search
 from service.engine.translation.sentence_search import TokenHypothesis
 
 DEFAULT_CHECKPOINT = Path(__file__).parents[2] / "checkpoints" / "transformer-en-de" / "model.safetensors"

@@ -59,9 +59,10 @@ class Finishing:
 
 @dataclass
 class StepOutcome:
-    finishing: Finishing
+    finishing: Finishing | None  # None: no hypothesis finished this step
     finished: np.ndarray  # (n, k) the finished scores after the step, best first
-    order: np.ndarray  # (n, 2k) which of old finished (0…k-1) and finishing (k…2k-1) each slot holds
+    # (n, k) which of the old finished (0 … k-1) and the finishing (k … 2k-1) each slot holds
+    order: np.ndarray | None
     done: np.ndarray  # (n,) bool
     parents: np.ndarray  # (n, k) each new row's parent row, for the sentences not done
     tokens: np.ndarray  # (n, k)
@@ -77,67 +78,89 @@ def normalised(logprob: np.ndarray, length: np.ndarray, length_penalty: np.ndarr
 def step(s: FreeSentences, ranked: Ranked, eos_id: int) -> StepOutcome:
     """One step of every sentence in ``s`` from its ranked continuations."""
     k, n = s.k, len(s.steps)
+    sentence = np.arange(n)[:, None]
     at_limit = s.steps >= s.max_len - 1
-    head_tokens, head_scores = ranked.tokens[:, :k], ranked.scores[:, :k]
-    ends = (head_scores != -np.inf) & ((head_tokens == eos_id) | at_limit[:, None])
-    # </s> counts in a hypothesis' length, an appended token too: steps + 1 either way
-    offered = normalised(head_scores, s.steps[:, None] + 1, s.length_penalty[:, None])
-    offered = np.where(ends, offered, -np.inf)
-    pool = np.concatenate([s.finished, offered], axis=1)
-    order = np.argsort(-pool, axis=1, kind="stable")  # kept best first, the earlier of equals first
-    finished = np.take_along_axis(pool, order[:, :k], 1)
-    where = np.nonzero(ends)
-    finishing = Finishing(
-        where[0],
-        where[1],
-        ranked.rows[:, :k][where],
-        head_tokens[where],
-        offered[where],
-        head_tokens[where] != eos_id,
-    )
+    eos = ranked.tokens == eos_id
+    live = ranked.scores != -np.inf
+    ends = (eos[:, :k] | at_limit[:, None]) & live[:, :k]
+    finishing, finished, order = _finish(s, ranked, ends, eos_id) if ends.any() else (None, s.finished, None)
     # the k best continuations that run on, padded with the last one at -inf
-    runs = (ranked.tokens != eos_id) & (ranked.scores != -np.inf) & ~at_limit[:, None]
+    runs = ~eos & live
+    runs[at_limit] = False
     count = runs.sum(axis=1)
-    first = np.argsort(~runs, axis=1, kind="stable")[:, :k]
-    last = first[np.arange(n), np.maximum(np.minimum(count, k) - 1, 0)]
-    take = np.where(np.arange(k) < count[:, None], first, last[:, None])
-    parents = np.take_along_axis(ranked.rows, take, 1)
-    tokens = np.take_along_axis(ranked.tokens, take, 1)
-    scores = np.where(np.arange(k) < count[:, None], np.take_along_axis(ranked.scores, take, 1), -np.inf)
-    done = (count == 0) | _stops(s, finished, scores[:, 0])
-    parents, tokens, scores = in_place(parents, tokens, scores)
-    return StepOutcome(finishing, finished, order[:, :k], done, parents, tokens, scores)
+    take = np.argsort(~runs, axis=1, kind="stable")[:, :k]
+    short = np.arange(k) >= count[:, None]
+    if short.any():
+        last = take[sentence[:, 0], np.clip(count - 1, 0, k - 1)]
+        take = np.where(short, last[:, None], take)
+    parents, tokens, scores = (
+        ranked.rows[sentence, take],
+        ranked.tokens[sentence, take],
+        ranked.scores[sentence, take],
+    )
+    scores[short] = -np.inf
+    done = count == 0
+    full = finished[:, k - 1] != -np.inf  # k finished hypotheses: the stopping rule decides
+    if full.any():
+        done |= full & _stops(s, finished, scores[:, 0])
+    parents, tokens, scores = in_place(parents, tokens, scores, sentence)
+    return StepOutcome(finishing, finished, order, done, parents, tokens, scores)
+
+
+def _finish(
+    s: FreeSentences, ranked: Ranked, ends: np.ndarray, eos_id: int
+) -> tuple[Finishing, np.ndarray, np.ndarray]:
+    """The step's finishing continuations among each sentence's k best (``ends``), offered to its
+    finished hypotheses: → them, the k best finished scores, and where each came from (``order``)."""
+    k = s.k
+    # </s> counts in a hypothesis' length, an appended token too: steps + 1 either way
+    offered = normalised(ranked.scores[:, :k], s.steps[:, None] + 1, s.length_penalty[:, None])
+    offered[~ends] = -np.inf
+    pool = np.concatenate([s.finished, offered], axis=1)
+    order = np.argsort(-pool, axis=1, kind="stable")[:, :k]  # best first, the earlier of equals first
+    where = np.nonzero(ends)
+    tokens = ranked.tokens[:, :k][where]
+    finishing = Finishing(
+        where[0], where[1], ranked.rows[:, :k][where], tokens, offered[where], tokens != eos_id
+    )
+    return finishing, pool[np.arange(len(pool))[:, None], order], order
 
 
 def _stops(s: FreeSentences, finished: np.ndarray, best_running: np.ndarray) -> np.ndarray:
-    """``SentenceSearch._stops`` over arrays: with k finished hypotheses, EARLY_TRUE stops; the
-    others stop once the best running beam, normalised, cannot beat the worst finished one."""
-    enough = (finished != -np.inf).sum(axis=1) >= s.k
+    """``SentenceSearch._stops`` over arrays, for sentences with k finished hypotheses:
+    EARLY_TRUE stops; the others stop once the best running beam, normalised, cannot beat the
+    worst finished one."""
     length = np.where((s.early == EARLY_NEVER) & (s.length_penalty > 0), s.max_len, s.steps + 1)
-    with np.errstate(invalid="ignore"):
-        beaten = normalised(best_running, length, s.length_penalty) <= finished[:, -1]
-    stops: np.ndarray = enough & ((s.early == EARLY_TRUE) | beaten)
+    beaten = normalised(best_running, length, s.length_penalty) <= finished[:, -1]
+    stops: np.ndarray = (s.early == EARLY_TRUE) | beaten
     return stops
 
 
-def in_place(parents: np.ndarray, tokens: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, ...]:
+_EARLIER: dict[int, np.ndarray] = {}  # k → [i, j]: child i comes before child j
+
+
+def in_place(
+    parents: np.ndarray, tokens: np.ndarray, scores: np.ndarray, sentence: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``ranking.in_place`` over arrays: each sentence's first child of a parent row takes that
-    row, the others the rows left free, in order."""
-    n, k = parents.shape
+    row, the others the rows left free, in order (``sentence``: (n, 1) the sentences' indices)."""
+    k = parents.shape[1]
     if k == 1:
         return parents, tokens, scores
-    earlier = np.tri(k, k, -1, dtype=bool).T  # [i, j]: i before j
-    repeat = ((parents[:, :, None] == parents[:, None, :]) & earlier).any(axis=1)  # (n, k)
-    taken = np.zeros((n, k), dtype=bool)
-    sentence = np.repeat(np.arange(n), k).reshape(n, k)
-    taken[sentence[~repeat], parents[~repeat]] = True
+    if k not in _EARLIER:
+        _EARLIER[k] = np.tri(k, k, -1, dtype=bool).T
+    repeat = ((parents[:, :, None] == parents[:, None, :]) & _EARLIER[k]).any(axis=1)  # (n, k)
+    taken = ((parents[:, :, None] == np.arange(k)) & ~repeat[:, :, None]).any(axis=1)  # (n, rows)
     free = np.argsort(taken, axis=1, kind="stable")  # the free rows first, in order
     later = np.cumsum(repeat, axis=1) - 1
-    target = np.where(repeat, np.take_along_axis(free, np.maximum(later, 0), 1), parents)
-    placed = [np.empty_like(x) for x in (parents, tokens, scores)]
-    for out, x in zip(placed, (parents, tokens, scores), strict=True):
-        out[sentence, target] = x
-    return tuple(placed)
+    target = np.where(repeat, free[sentence, np.maximum(later, 0)], parents)
+    placed = np.empty_like(parents), np.empty_like(tokens), np.empty_like(scores)
+    placed[0][sentence, target], placed[1][sentence, target], placed[2][sentence, target] = (
+        parents,
+        tokens,
+        scores,
+    )
+    return placed
 
 
 def block_order(k: np.ndarray, leaving: np.ndarray) -> np.ndarray:

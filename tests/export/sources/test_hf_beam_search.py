@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 from export.sources.hf_seq2seq import Seq2SeqReference
 from export.translation import load_source
 from export.verify.translation_checks import encode_sources
-from service.engine.translation.search import beam_search
+from service.engine.translation.search_loop import beam_search
 from service.engine.translation.sentence_search import EarlyStopping
 from tests.tiny_models import WORDS, tiny_m2m100_dir
 

@@ -14,7 +14,7 @@ from export.sources.ours.checkpoint import load_checkpoint, save_checkpoint
 from export.sources.ours.data import encode_source, pad, train_tokenizer
 from export.sources.ours.model import Transformer, TransformerConfig
 from export.sources.ours.translate import EnsembleDecoder, TorchDecoder, main, translate, translate_ids
-from service.engine.translation.search import beam_search
+from service.engine.translation.search_loop import beam_search
 from service.engine.translation.sentence_search import TokenHypothesis
 from tests.tiny_models import WORDS
 

@@ -15,7 +15,7 @@ from service.engine.translation.constraints import (
     PhraseSpeller,
     phrase_token_ids,
 )
-from service.engine.translation.search import beam_search
+from service.engine.translation.search_loop import beam_search
 from service.engine.translation.sentence_search import TokenHypothesis
 
 CORPUS = ["der Warenkorb ist voll", "ein Haus mit Tür", "Warenkorb und Haustür"] * 20

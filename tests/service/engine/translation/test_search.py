@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.translation.search import Search, beam_search
+from service.engine.translation.search import Search
+from service.engine.translation.search_loop import beam_search
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 
 PAD, BOS, EOS, A, B, C = range(6)
