@@ -122,7 +122,11 @@ def html_document(
             if isinstance(unit, int):
                 out.append(run.join([h.text for h in hypotheses[at : at + n]]))
             elif not n and unit.elements:  # no sentence to put them on: the text as it was
-                out.append(unit.render(unit.text, [(e.start, e.end) for e in unit.elements], range(len(unit.elements))))
+                out.append(
+                    unit.render(
+                        unit.text, [(e.start, e.end) for e in unit.elements], range(len(unit.elements))
+                    )
+                )
             else:
                 parts = [_escaped(run.gaps[0])]
                 for j in range(at, at + n):
@@ -160,13 +164,19 @@ def _clipped(block: Block, ids: list[int], span: tuple[int, int]) -> tuple[Eleme
 
 
 def _placed(
-    block: Block, sentence: Sentence, ids: list[int], h: TranslationHypothesis, translated: SentenceTranslation
+    block: Block,
+    sentence: Sentence,
+    ids: list[int],
+    h: TranslationHypothesis,
+    translated: SentenceTranslation,
 ) -> str:
     """The sentence's translation, escaped, with its elements where the alignment puts them."""
     if not ids:
         return _escaped(h.text)
     if sentence.aligned:
-        ranges = place(sentence.text, sentence.elements, translated.source_tokens, h.text, h.tokens, h.alignment or [])
+        ranges = place(
+            sentence.text, sentence.elements, translated.source_tokens, h.text, h.tokens, h.alignment or []
+        )
     else:
         ranges = [(0, len(h.text))] * len(ids)
     return block.render(h.text, ranges, ids)
