@@ -79,6 +79,9 @@ class Figure(StrEnum):
     UNIFORM_CONTINUOUS = "mixed.uniform.continuous"
     UNIFORM_BATCH = "mixed.uniform.batch"
     HOSTILE_ONE_WORD_P99 = "mixed.hostile.one_word_p99"
+    # a dictionary term in <b> (stage markup): the plain sentences and the marked-up ones, sent/s
+    MARKUP_PLAIN = "markup.plain"
+    MARKUP_HTML = "markup.html"
 
 
 @dataclass

@@ -12,6 +12,7 @@ from benchmarks import (
     embedding,
     files,
     host,
+    markup,
     memory,
     mixed_traffic,
     nllb,
@@ -26,6 +27,7 @@ STAGES: tuple[Stage, ...] = (
     base_marian.STAGE,
     nllb.STAGE,
     terminology.STAGE,
+    markup.STAGE,
     embedding.STAGE,
     host.STAGE,
     detection.STAGE,  # before serving, which stops the shared service

@@ -77,6 +77,30 @@ CT2_BEST = "CTranslate2 int8 at its best (intra-op threads or replicas)"
 ONE_THREAD = "1 thread, beam 4"
 TARGETS = (
     Target(
+        "markup, a dictionary term in <b>: HTML outputs whose text is the plain translation's (%)",
+        Read(F.MARKUP_HTML, "identical_text_pct"),
+        None,
+        "%",
+        100,
+        True,
+    ),
+    Target(
+        "markup, a dictionary term in <b>: <b> on the target term, of the outputs holding it (%)",
+        Read(F.MARKUP_HTML, "bold_on_term_pct"),
+        None,
+        "%",
+        90,
+        True,
+    ),
+    Target(
+        "markup, a dictionary term in <b>: the cost of the HTML against plain text (sent/s plain / HTML)",
+        Read(F.MARKUP_PLAIN),
+        Read(F.MARKUP_HTML),
+        "×",
+        1.1,
+        False,
+    ),
+    Target(
         f"translate, our model, beam 4, batch 32: ours int8 / {CT2_BEST} (tok/s)",
         Read(F.SMALL_BEAM4_BATCH32_OURS_INT8),
         Read(F.SMALL_BEAM4_BATCH32_CT2_INT8),

@@ -85,6 +85,7 @@ def _card(engine: Engine) -> ModelCard:
         card.max_input_tokens = m.translation.max_source_len
         card.max_output_tokens = m.translation.max_target_len
         card.length_penalty = m.translation.length_penalty
+        card.alignments = m.translation.has_alignments
         languages = ModelLanguages.of(m.translation)  # as requests name them: de, not deu_Latn
         card.source_languages = languages.sources
         card.target_languages = languages.targets

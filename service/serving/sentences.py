@@ -36,6 +36,8 @@ class Sentences:
     # each unit as the engine gets it (kept spans masked), and the phrases its output must hold
     masked: list[list[Masked]]
     required: list[list[tuple[str, ...]]]
+    # each unit whose inline elements are placed by the alignment (HTML): it asks for one
+    aligned: list[list[bool]]
 
     @property
     def count(self) -> int:
@@ -57,9 +59,10 @@ class Sentences:
         encodings = [e for per_text in self.encodings for e in per_text]
         units = [m.text for per_text in self.masked for m in per_text]
         required = [r for per_text in self.required for r in per_text]
+        aligned = [a for per_text in self.aligned for a in per_text]
         items = [
-            TranslateItem(u, dataclasses.replace(options, required=r) if r else options, encoded=e)
-            for u, e, r in zip(units, encodings, required, strict=True)
+            TranslateItem(u, _with(options, r, a), encoded=e)
+            for u, e, r, a in zip(units, encodings, required, aligned, strict=True)
         ]
         return items, [e.n_tokens for e in encodings]
 
@@ -91,6 +94,12 @@ async def split(
     return await off_the_loop_if_large(chars, lambda: _split(texts, fmt, language, engine, terms))
 
 
+def _with(options: TranslateOptions, required: tuple[str, ...], aligned: bool) -> TranslateOptions:
+    if not required and (options.alignments or not aligned):
+        return options
+    return dataclasses.replace(options, required=required, alignments=options.alignments or aligned)
+
+
 def _restored(result: Translation | Exception, masked: Masked) -> Translation | Exception:
     """``result`` with each hypothesis's placeholders replaced by the spans they stand for."""
     if isinstance(result, Exception) or not masked.kept:
@@ -110,15 +119,20 @@ def _split(
         raise ValueError(f"{engine.manifest.name} is not a translation model")
 
     encode = EncodingCache(engine.encode)  # split_long measures every unit it returns: kept
-    build = html_document if fmt == "html" else plain_document
     documents: list[Document | HtmlError] = []
     for text in texts:
         try:
-            documents.append(build(text, language, encode.count, info.max_source_len))
+            if fmt == "html":  # inline elements are placed by the alignment where the model has one
+                documents.append(
+                    html_document(text, language, encode.count, info.max_source_len, info.has_alignments)
+                )
+            else:
+                documents.append(plain_document(text, language, encode.count, info.max_source_len))
         except HtmlError as e:
             documents.append(e)
     prepared = [[terms.prepare(u) for u in d.units] if isinstance(d, Document) else [] for d in documents]
     masked = [[m for m, _ in per_text] for per_text in prepared]
     encodings = [[encode(m.text) for m in per_text] for per_text in masked]
     required = [[r for _, r in per_text] for per_text in prepared]
-    return Sentences(documents, encodings, masked, required)
+    aligned = [d.aligned_units if isinstance(d, Document) else [] for d in documents]
+    return Sentences(documents, encodings, masked, required, aligned)

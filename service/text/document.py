@@ -22,7 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from service.engine.base import Translation, TranslationHypothesis
-from service.text.html import parse_html
+from service.text.html import RunKind, escape_run, parse_html
+from service.text.inline import Element, place
+from service.text.inline_html import Block, inline_html
 from service.text.segment import Segmented, segment, split_long
 
 
@@ -31,16 +33,31 @@ class Sentence:
     text: str
     span: tuple[int, int] | None  # [start, end) in the input text; None in HTML (decoded text runs)
     pieces: list[tuple[str, str]]  # (piece, separator after it): more than one when over the input
+    elements: tuple[Element, ...] = ()  # its inline elements (HTML), over ``text``
+
+    @property
+    def aligned(self) -> bool:
+        """Whether its elements are placed by the alignment: one holds less than all of it."""
+        return any((e.start, e.end) != (0, len(self.text)) for e in self.elements)
+
+
+# One hypothesis per sentence, and the sentences' translations (their source tokens) → the text
+Render = Callable[[Sequence[TranslationHypothesis], Sequence["SentenceTranslation"]], str]
 
 
 @dataclass(frozen=True)
 class Document:
     sentences: list[Sentence]
-    render: Callable[[list[str]], str]  # one translation per sentence → the text in its own shape
+    render: Render
 
     @property
     def units(self) -> list[str]:
         return [piece for sentence in self.sentences for piece, _ in sentence.pieces]
+
+    @property
+    def aligned_units(self) -> list[bool]:
+        """Per unit: whether its translation needs the alignment (``Sentence.aligned``)."""
+        return [sentence.aligned for sentence in self.sentences for _ in sentence.pieces]
 
 
 @dataclass(frozen=True)
@@ -75,29 +92,98 @@ def plain_document(text: str, language: str, count_tokens: CountTokens, max_toke
         Sentence(s, span, split_long(s, count_tokens, max_tokens))
         for s, span in zip(segmented.sentences, segmented.spans, strict=True)
     ]
-    return Document(sentences, segmented.join)
+    return Document(sentences, lambda hypotheses, _: segmented.join([h.text for h in hypotheses]))
 
 
-def html_document(text: str, language: str, count_tokens: CountTokens, max_tokens: int) -> Document:
-    """Text runs of the HTML (``HtmlError`` when it cannot be kept faithfully), each segmented."""
-    html = parse_html(text)
-    runs = [segment(run, language) for run in html.texts]
-    sentences = [
-        Sentence(s, None, split_long(s, count_tokens, max_tokens)) for run in runs for s in run.sentences
-    ]
+def html_document(
+    text: str, language: str, count_tokens: CountTokens, max_tokens: int, inline: bool = False
+) -> Document:
+    """Text runs of the HTML (``HtmlError`` when it cannot be kept faithfully), each segmented;
+    with ``inline``, the runs that only inline elements separate as one text, the elements put
+    back by the alignment (``service/text/inline_html.py``)."""
+    layout = inline_html(parse_html(text), inline)
+    texts = [u.text if isinstance(u, Block) else layout.document.texts[u] for u in layout.units]
+    runs = [segment(t, language) for t in texts]
+    sentences: list[Sentence] = []
+    chosen: list[list[int]] = []  # per sentence: its block's elements it holds
+    for unit, run in zip(layout.units, runs, strict=True):
+        homes = _homes(unit, run) if isinstance(unit, Block) else []
+        for i, (s, span) in enumerate(zip(run.sentences, run.spans, strict=True)):
+            ids = [e for e, touched in enumerate(homes) if i in touched]
+            assert isinstance(unit, Block) or not ids
+            elements = _clipped(unit, ids, span) if ids and isinstance(unit, Block) else ()
+            sentences.append(Sentence(s, None, split_long(s, count_tokens, max_tokens), elements))
+            chosen.append(ids)
 
-    def render(translations: list[str]) -> str:
-        return html.render(_per_run(runs, translations))
+    def render(hypotheses: Sequence[TranslationHypothesis], translated: Sequence[SentenceTranslation]) -> str:
+        out, at = [], 0
+        for unit, run in zip(layout.units, runs, strict=True):
+            n = len(run.sentences)
+            if isinstance(unit, int):
+                out.append(run.join([h.text for h in hypotheses[at : at + n]]))
+            elif not n and unit.elements:  # no sentence to put them on: the text as it was
+                out.append(
+                    unit.render(
+                        unit.text, [(e.start, e.end) for e in unit.elements], range(len(unit.elements))
+                    )
+                )
+            else:
+                parts = [_escaped(run.gaps[0])]
+                for j in range(at, at + n):
+                    parts.append(_placed(unit, sentences[j], chosen[j], hypotheses[j], translated[j]))
+                    parts.append(_escaped(run.gaps[j - at + 1]))
+                out.append("".join(parts))
+            at += n
+        return layout.render(out)
 
     return Document(sentences, render)
 
 
-def _per_run(runs: Sequence[Segmented], translations: list[str]) -> list[str]:
-    out, start = [], 0
-    for run in runs:
-        out.append(run.join(translations[start : start + len(run.sentences)]))
-        start += len(run.sentences)
-    return out
+def _homes(block: Block, run: Segmented) -> list[list[int]]:
+    """Per element of ``block``: the sentences it is put on: those it overlaps, else (whitespace
+    or nothing between sentences) the one it follows."""
+    homes = []
+    for e in block.elements:
+        touched = [i for i, (s0, s1) in enumerate(run.spans) if e.start < s1 and e.end > s0]
+        if not touched and run.spans:
+            touched = [max([i for i, (s0, _) in enumerate(run.spans) if s0 <= e.start], default=0)]
+        homes.append(touched)
+    return homes
+
+
+def _clipped(block: Block, ids: list[int], span: tuple[int, int]) -> tuple[Element, ...]:
+    """The elements ``ids`` of ``block`` over the sentence at ``span`` (parents among them)."""
+    s0, s1 = span
+    position = {index: i for i, index in enumerate(ids)}
+    out = []
+    for index in ids:
+        e = block.elements[index]
+        start = min(max(e.start - s0, 0), s1 - s0)
+        out.append(Element(start, min(max(e.end - s0, start), s1 - s0), position.get(e.parent, -1)))
+    return tuple(out)
+
+
+def _placed(
+    block: Block,
+    sentence: Sentence,
+    ids: list[int],
+    h: TranslationHypothesis,
+    translated: SentenceTranslation,
+) -> str:
+    """The sentence's translation, escaped, with its elements where the alignment puts them."""
+    if not ids:
+        return _escaped(h.text)
+    if sentence.aligned:
+        ranges = place(
+            sentence.text, sentence.elements, translated.source_tokens, h.text, h.tokens, h.alignment or []
+        )
+    else:
+        ranges = [(0, len(h.text))] * len(ids)
+    return block.render(h.text, ranges, ids)
+
+
+def _escaped(text: str) -> str:
+    return escape_run(text, RunKind.TEXT, "")
 
 
 def assemble(document: Document, translations: Sequence[Translation]) -> TextTranslation:
@@ -111,7 +197,7 @@ def assemble(document: Document, translations: Sequence[Translation]) -> TextTra
     hypotheses = []
     for k in range(n_best):
         chosen = [s.hypotheses[min(k, len(s.hypotheses) - 1)] for s in sentences]
-        text = document.render([h.text for h in chosen])
+        text = document.render(chosen, sentences)
         hypotheses.append(TextHypothesis(text, _weighted_score(chosen)))
     return TextTranslation(
         hypotheses=hypotheses,

@@ -88,7 +88,7 @@ class HtmlDocument:
             raise ValueError(f"{len(translations)} translations for {len(self.texts)} text runs")
         parts = [self.markup[0]]
         for index, translation in enumerate(translations):
-            parts.append(_escape(translation, self.kinds[index], self.quotes[index]))
+            parts.append(escape_run(translation, self.kinds[index], self.quotes[index]))
             parts.append(self.markup[index + 1])
         return "".join(parts)
 
@@ -120,9 +120,9 @@ _UNTRANSLATED_CONTENT = frozenset({"code", "kbd", "samp", "var", "pre", "math", 
 _TRANSLATED_ATTRIBUTES = frozenset({"alt", "title", "placeholder", "aria-label"})
 
 _NEWLINE = re.compile("\n")  # HTMLParser counts lines by "\n" only
-_BLANK_REFERENCE = r"&(?:nbsp|ensp|emsp|thinsp);|&#0*(?:32|160);|&#[xX]0*(?:20|[aA]0);"
-_LEADING_BLANK = re.compile(rf"(?:\s|{_BLANK_REFERENCE})*")
-_TRAILING_BLANK_REFERENCE = re.compile(rf"(?:{_BLANK_REFERENCE})\Z")  # searched in the last 16 characters
+BLANK_REFERENCE = r"&(?:nbsp|ensp|emsp|thinsp);|&#0*(?:32|160);|&#[xX]0*(?:20|[aA]0);"
+_LEADING_BLANK = re.compile(rf"(?:\s|{BLANK_REFERENCE})*")
+_TRAILING_BLANK_REFERENCE = re.compile(rf"(?:{BLANK_REFERENCE})\Z")  # searched in the last 16 characters
 _TAG_NAME = re.compile(r"<[^\t\n\r\f />]+")
 # One attribute of a start tag as HTML tokenizes it: name, then an optional quoted or bare value.
 _ATTRIBUTE = re.compile(
@@ -349,7 +349,8 @@ def _decode_attribute(value: str) -> str:
     return _ATTRIBUTE_REFERENCE.sub(decode, value)
 
 
-def _escape(text: str, kind: RunKind, quote: str) -> str:
+def escape_run(text: str, kind: RunKind, quote: str) -> str:
+    """``text`` as it is written in a run of ``kind`` (in an attribute value: within ``quote``)."""
     if quote:  # a quoted attribute value: '<' and '>' are plain characters there
         return text.replace("&", "&amp;").replace(quote, _QUOTE_REFERENCES[quote]).replace("\xa0", "&nbsp;")
     escaped = escape(text, quote=False).replace("\xa0", "&nbsp;")

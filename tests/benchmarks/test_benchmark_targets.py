@@ -48,7 +48,8 @@ def test_the_table_lists_exactly_the_open_targets() -> None:
     decoding's short p99 against its no-long-input bound, the two memory budgets; issue 52: the
     host's CPU a sentence with the compute replayed, in-process and over HTTP (device path);
     issue 51: the host's µs a sentence-step at batch 128 and ms a step for one sentence on both
-    decoder layouts, and one onnxruntime run per decoder step on the device's."""
+    decoder layouts, and one onnxruntime run per decoder step on the device's; issue 56: the markup
+    stage's identical text, <b> on the term and cost against plain text."""
     got = {
         (t.of.figure, t.of.column, t.over.figure if t.over else None, t.over.column if t.over else None): (
             t.bound,
@@ -57,6 +58,9 @@ def test_the_table_lists_exactly_the_open_targets() -> None:
         for t in TARGETS
     }
     assert got == {
+        (F.MARKUP_HTML, "identical_text_pct", None, None): (100, True),
+        (F.MARKUP_HTML, "bold_on_term_pct", None, None): (90, True),
+        (F.MARKUP_PLAIN, None, F.MARKUP_HTML, None): (1.1, False),
         (F.SMALL_BEAM4_BATCH32_OURS_INT8, None, F.SMALL_BEAM4_BATCH32_CT2_INT8, None): (1.2, True),
         (F.BASE_BEAM4_BATCH32_OURS_INT8, None, F.BASE_BEAM4_BATCH32_CT2_INT8, None): (1.2, True),
         (F.KERNELS_BATCH32_OURS_WHOLE, None, F.KERNELS_BATCH32_OURS_GRAPHS, None): (0.9, True),

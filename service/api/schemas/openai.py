@@ -113,6 +113,11 @@ class ModelCard(ResponseBody):
     )
     max_output_tokens: int | None = Field(default=None, description="Translation: the most max_length")
     length_penalty: float | None = Field(default=None, description="Translation: the default length_penalty")
+    alignments: bool | None = Field(
+        default=None,
+        description="Translation: whether it gives alignments, which place inline markup (format html, "
+        "files) on the words it belongs to; without them each text between two tags is translated alone",
+    )
     source_languages: list[str] | None = None  # as requests name them: ISO 639-1 where there is one
     target_languages: list[str] | None = None
     dim: int | None = None

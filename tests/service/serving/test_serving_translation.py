@@ -173,3 +173,45 @@ async def test_one_sentence_failing_fails_the_request_naming_its_text() -> None:
         asked = TranslationRequest(["fine", "One dog runs. This will FAIL now. Two cats sit."], "q")
         with pytest.raises(InternalError, match=r"^q\[1\] failed: RuntimeError$"):
             await translate(runtime, InProcessClient(), asked)
+
+
+async def test_inline_elements_go_around_the_words_aligned_to_theirs() -> None:
+    """The reversing model aligns each word to its mirror: the plain sentence is translated
+    whole, and each element (its attributes as written) is put back around its word."""
+    engine = translator("en-de")
+    seen: list[bool] = []
+    original = engine.translate
+
+    def spy(items: list[TranslateItem]) -> list[Translation | Exception]:
+        seen.extend(item.options.alignments for item in items)
+        return original(items)
+
+    engine.translate = spy  # type: ignore[method-assign]
+    texts = [
+        "<p>Two <b>dogs</b> play.</p>",
+        '<p>See <a href="/snow?a&amp;b">the snow</a></p>',
+        "<p><i>All</i></p>",
+    ]
+    async with started(engine) as runtime:
+        done = await translate(runtime, InProcessClient(), TranslationRequest(texts, "q", "html"))
+    assert [t.hypotheses[0].text for t in done.texts] == [
+        "<p>PLAY. <b>dogs</b> Two</p>",  # the first word upper-cased: the model's best hypothesis
+        '<p><a href="/snow?a&amp;b">SNOW the</a> See</p>',
+        "<p><i>ALL</i></p>",
+    ]
+    assert sorted(seen) == [False, True, True]  # an element over the whole sentence needs no alignment
+
+
+async def test_hostile_inline_markup_is_translated_as_before_and_loses_nothing() -> None:
+    engine = translator("en-de", max_len=4000)
+    spans = "<p>" + "<span>dog</span> " * 600 + "</p>"  # more elements than a block takes
+    unclosed = "<p>Two <b>dogs play</p>"
+    async with started(
+        engine, max_chars_per_text=len(spans), max_sentences_per_request=700, max_queue=700
+    ) as runtime:
+        done = await translate(
+            runtime, InProcessClient(), TranslationRequest([spans, unclosed], "q", "html", max_length=8)
+        )
+    many, before = (t.hypotheses[0].text for t in done.texts)
+    assert many.count("<span>DOG</span>") == 600
+    assert before == "<p>TWO <b>PLAY dogs</p>"  # each run alone, as before
