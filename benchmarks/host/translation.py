@@ -108,17 +108,19 @@ def decoder_outputs(session: ort.InferenceSession, eos_id: int, steps: int = STE
     return outputs
 
 
-def gather_outputs(axis: int) -> Outputs:
-    """``DeviceGather``'s one-node graph: ``data`` with ``indices`` in place of its ``axis``."""
+def gather_outputs(axis: int, layers: int) -> Outputs:
+    """``DeviceGather``'s graph: each ``data_j`` with ``indices`` in place of its ``axis``, cut
+    into its ``layers`` where it asks for them."""
 
     def outputs(names: list[str], feeds: Feeds) -> dict[str, np.ndarray | Unwritten]:
-        data, indices = feeds["data"], np.asarray(feeds["indices"])
-        shape = shape_of(data)
-        return {
-            "out": Unwritten(
-                shape[:axis] + indices.shape + shape[axis + 1 :], ELEMENT_NUMPY[data.data_type()]
-            )
-        }
+        indices = np.asarray(feeds["indices"])
+        made: dict[str, np.ndarray | Unwritten] = {}
+        for name in names:
+            data = feeds[f"data_{name.split('_')[1]}"]
+            shape = shape_of(data)
+            out = shape[:axis] + indices.shape + shape[axis + 1 :]
+            made[name] = Unwritten(out[1:] if layers else out, ELEMENT_NUMPY[data.data_type()])
+        return made
 
     return outputs
 
@@ -137,11 +139,13 @@ def free_translator(directory: Path, layout: str, runs: FreeRuns) -> OnnxTransla
         gather = backend.gather
         made = gather._session
 
-        def session(dtype: str, axis: int, rank: int, indices_rank: int) -> ort.InferenceSession:
-            fresh = (dtype, axis, rank, indices_rank) not in gather._sessions
-            s = made(dtype, axis, rank, indices_rank)
+        def session(
+            dtype: str, axis: int, rank: int, indices_rank: int, tensors: int, layers: int
+        ) -> ort.InferenceSession:
+            fresh = (dtype, axis, rank, indices_rank, tensors, layers) not in gather._sessions
+            s = made(dtype, axis, rank, indices_rank, tensors, layers)
             if fresh:
-                runs.patch(s, "gather", gather_outputs(axis))
+                runs.patch(s, "gather", gather_outputs(axis, layers))
             return s
 
         gather._session = session  # type: ignore[method-assign]

@@ -12,7 +12,7 @@ point of keeping it on the device.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -225,9 +225,14 @@ def _value_info(name: str, elem_type: int, rank: int) -> bytes:
     return _field_bytes(1, name) + _field_bytes(2, _field_bytes(1, tensor_type))
 
 
-def gather_model_bytes(dtype: str, axis: int, rank: int, indices_rank: int = 1) -> bytes:
-    """A one-node ONNX model ``out = Gather(data, indices, axis)``, serialised by hand; a
-    scalar index (``indices_rank`` 0) drops the axis, as ``x[i]`` does.
+def gather_model_bytes(
+    dtype: str, axis: int, rank: int, indices_rank: int = 1, tensors: int = 1, layers: int = 0
+) -> bytes:
+    """An ONNX model ``out_j = Gather(data_j, indices, axis)`` for ``tensors`` inputs of one dtype
+    and rank, serialised by hand; a scalar index (``indices_rank`` 0) drops the axis, as ``x[i]``
+    does. With ``layers`` > 0 each gathered tensor is also cut into its first axis' layers:
+    ``out_j_i = Gather(gathered_j, layer_i, 0)``, ``layer_i`` a scalar input, so that one run
+    hands out every layer of a stacked tensor.
 
     The service does not depend on the ``onnx`` package, and this graph is small enough to
     write out in protobuf wire format directly (ModelProto → GraphProto → NodeProto).
@@ -235,53 +240,79 @@ def gather_model_bytes(dtype: str, axis: int, rank: int, indices_rank: int = 1) 
     if not 0 <= axis < rank:
         raise ValueError(f"axis must be in [0, {rank}), got {axis}")
     elem = _ONNX_ELEM_TYPE[dtype]
-    attribute = _field_bytes(1, "axis") + _field_int(3, axis) + _field_int(20, 2)  # type = INT
-    node = (
-        _field_bytes(1, "data")
-        + _field_bytes(1, "indices")
-        + _field_bytes(2, "out")
-        + _field_bytes(3, "gather")
-        + _field_bytes(4, "Gather")
-        + _field_bytes(5, attribute)
-    )
+    gathered = rank - 1 + indices_rank
+    nodes, outputs = [], []
+    for j in range(tensors):
+        out = f"gathered_{j}" if layers else f"out_{j}"
+        nodes.append(_gather_node(f"data_{j}", "indices", out, axis))
+        outputs += [] if layers else [_value_info(out, elem, gathered)]
+        for i in range(layers):
+            nodes.append(_gather_node(out, f"layer_{i}", f"out_{j}_{i}", 0))
+            outputs.append(_value_info(f"out_{j}_{i}", elem, gathered - 1))
+    inputs = [_value_info(f"data_{j}", elem, rank) for j in range(tensors)]
+    inputs += [_value_info("indices", 7, indices_rank)] + [
+        _value_info(f"layer_{i}", 7, 0) for i in range(layers)
+    ]
     graph = (
-        _field_bytes(1, node)
+        b"".join(_field_bytes(1, node) for node in nodes)
         + _field_bytes(2, "reorder")
-        + _field_bytes(11, _value_info("data", elem, rank))
-        + _field_bytes(11, _value_info("indices", 7, indices_rank))
-        + _field_bytes(12, _value_info("out", elem, rank - 1 + indices_rank))
+        + b"".join(_field_bytes(11, x) for x in inputs)
+        + b"".join(_field_bytes(12, x) for x in outputs)
     )
     opset = _field_int(2, 13)  # default domain, opset 13
     ir_version = _field_int(1, 8)
     return ir_version + _field_bytes(2, "service.engine") + _field_bytes(7, graph) + _field_bytes(8, opset)
 
 
+def _gather_node(data: str, indices: str, out: str, axis: int) -> bytes:
+    attribute = _field_bytes(1, "axis") + _field_int(3, axis) + _field_int(20, 2)  # type = INT
+    return (
+        _field_bytes(1, data)
+        + _field_bytes(1, indices)
+        + _field_bytes(2, out)
+        + _field_bytes(3, out)  # the node's name
+        + _field_bytes(4, "Gather")
+        + _field_bytes(5, attribute)
+    )
+
+
 class DeviceGather:
-    """``np.take(x, rows, axis)`` for OrtValues, run where they live (CUDA or CPU)."""
+    """``np.take(x, rows, axis)`` for OrtValues, run where they live (CUDA or CPU): every tensor
+    of a call in one onnxruntime run."""
 
     def __init__(self, provider_pref: ProviderPref | str, device: str = "cpu", device_id: int = 0) -> None:
         self._providers = resolve_providers(provider_pref, device_id)
         self._device = device
         self._device_id = device_id
-        self._sessions: dict[tuple[str, int, int, int], ort.InferenceSession] = {}
+        self._sessions: dict[tuple[str, int, int, int, int, int], ort.InferenceSession] = {}
 
-    def _session(self, dtype: str, axis: int, rank: int, indices_rank: int) -> ort.InferenceSession:
-        key = (dtype, axis, rank, indices_rank)
+    def _session(
+        self, dtype: str, axis: int, rank: int, indices_rank: int, tensors: int, layers: int
+    ) -> ort.InferenceSession:
+        key = (dtype, axis, rank, indices_rank, tensors, layers)
         if key not in self._sessions:
             self._sessions[key] = ort.InferenceSession(
-                gather_model_bytes(dtype, axis, rank, indices_rank),
+                gather_model_bytes(*key),
                 sess_options=session_options(1, 1),
                 providers=self._providers,
             )
         return self._sessions[key]
 
-    def __call__(self, x: ort.OrtValue, rows: np.ndarray, axis: int) -> ort.OrtValue:
-        dtype = np.dtype(ELEMENT_NUMPY[x.data_type()]).name
-        session = self._session(dtype, axis, len(x.shape()), np.ndim(rows))
+    def __call__(
+        self, xs: Sequence[ort.OrtValue], rows: np.ndarray, axis: int, layers: int = 0
+    ) -> list[ort.OrtValue]:
+        """Each of ``xs`` (one dtype and rank) taken at ``rows`` along ``axis``; with ``layers``,
+        each result's first axis cut into that many tensors (tensor-major)."""
+        dtype = np.dtype(ELEMENT_NUMPY[xs[0].data_type()]).name
+        session = self._session(dtype, axis, len(xs[0].shape()), np.ndim(rows), len(xs), layers)
         binding = session.io_binding()
-        binding.bind_ortvalue_input("data", x)
+        for j, x in enumerate(xs):
+            binding.bind_ortvalue_input(f"data_{j}", x)
         binding.bind_cpu_input("indices", np.array(rows, dtype=np.int64))  # keeps a 0-d index 0-d
-        binding.bind_output("out", self._device, self._device_id)
+        for i in range(layers):
+            binding.bind_cpu_input(f"layer_{i}", np.array(i, dtype=np.int64))
+        for output in session.get_outputs():
+            binding.bind_output(output.name, self._device, self._device_id)
         session.run_with_iobinding(binding)
-        out: ort.OrtValue = binding.get_outputs()[0]
+        out: list[ort.OrtValue] = binding.get_outputs()
         return out

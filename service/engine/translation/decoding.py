@@ -8,9 +8,9 @@ The decoder's key/value cache lives in a backend:
   row axis, and the memory feeds are views of the encoder's stacked output.
 * ``DeviceBackend`` (CUDA): IO binding, so ``present_*`` are bound to device memory and fed back
   as the next ``past_*`` without a host round trip; only the token ids, the source mask and each
-  row's candidates cross the bus. Reordering runs a one-node ONNX ``Gather`` on the device
-  (``session.DeviceGather``). It is the same decoder code with ``take``/``run`` swapped, and it
-  also runs on CPU OrtValues, which is how the tests check it without a GPU.
+  row's candidates cross the bus. Reordering runs ONNX ``Gather`` on the device, every layer's
+  cache in one run (``session.DeviceGather``). It is the same decoder code with ``take``/``run``
+  swapped, and it also runs on CPU OrtValues, which is how the tests check it without a GPU.
 
 Each decoder layout the export writes has its decoder class, chosen once when the artefact loads
 (``layouts.py``): ``slots.SlotDecoder`` (``per_layer_kv_slots``, the CPU variants: its cache in
@@ -64,10 +64,12 @@ class Backend(Protocol):
         """(B, S) ids → memory keys, values (n_layers, B, heads, S, d_head)."""
         ...
 
-    def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor: ...
+    def take(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[Tensor]:
+        """Each of ``xs`` at ``rows`` along ``axis`` (``np.take``)."""
+        ...
 
-    def layer(self, x: Tensor, i: int) -> Tensor:
-        """Layer ``i`` of a stacked (n_layers, …) tensor."""
+    def take_layers(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[list[Tensor]]:
+        """``take``, each result of stacked (n_layers, …) tensors cut into its layers."""
         ...
 
     def step(
@@ -93,11 +95,11 @@ class HostBackend:
         keys, values = self.encoder.run([MEMORY_KEYS, MEMORY_VALUES], {INPUT_IDS: input_ids})
         return keys, values
 
-    def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor:
-        return np.take(x, rows, axis=axis)
+    def take(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[Tensor]:
+        return [np.take(x, rows, axis=axis) for x in xs]
 
-    def layer(self, x: Tensor, i: int) -> Tensor:
-        return x[i]  # a view: a stacked array's layer is contiguous
+    def take_layers(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[list[Tensor]]:
+        return [list(x) for x in self.take(xs, rows, axis)]  # views: a stacked array's layers are contiguous
 
     def step(
         self, feeds: dict[str, Tensor], with_attention: bool, wanted: np.ndarray | None = None
@@ -138,13 +140,17 @@ class DeviceBackend:
         keys, values = binding.get_outputs()
         return keys, values
 
-    def take(self, x: Tensor, rows: np.ndarray, axis: int) -> Tensor:
-        if isinstance(x, np.ndarray):  # the empty first-step cache is a host array
-            return np.take(x, rows, axis=axis)
-        return self.gather(x, rows, axis)
+    def take(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[Tensor]:
+        if isinstance(xs[0], np.ndarray):  # the empty first-step cache is host arrays
+            return [np.take(x, rows, axis=axis) for x in xs]
+        return self.gather(xs, rows, axis)
 
-    def layer(self, x: Tensor, i: int) -> Tensor:
-        return x[i] if isinstance(x, np.ndarray) else self.gather(x, np.array(i, dtype=np.int64), 0)
+    def take_layers(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[list[Tensor]]:
+        if isinstance(xs[0], np.ndarray):
+            return [list(np.take(x, rows, axis=axis)) for x in xs]
+        layers = xs[0].shape()[0]
+        out = self.gather(xs, rows, axis, layers)
+        return [out[j * layers : (j + 1) * layers] for j in range(len(xs))]
 
     def step(
         self, feeds: dict[str, Tensor], with_attention: bool, wanted: np.ndarray | None = None

@@ -115,14 +115,13 @@ class PositionsDecoder(Decoder):
     def _gather_memory(self) -> None:
         """The decoder's memory inputs, each layer's K/V of the rows' sentences (host: views)."""
         assert self._table is not None
-        rows, layers = self._row_sentence, self._cache_shape[0]
-        gathered = (self.backend.take(x, rows, 1) for x in self._table)
+        gathered = self.backend.take_layers(self._table, self._row_sentence, 1)
         self._memory = {
-            per_layer(name, i): self.backend.layer(x, i)
-            for name, x in zip((MEMORY_KEYS, MEMORY_VALUES), gathered, strict=True)
-            for i in range(layers)
+            per_layer(name, i): x
+            for name, layers in zip((MEMORY_KEYS, MEMORY_VALUES), gathered, strict=True)
+            for i, x in enumerate(layers)
         }
-        self._mask = self._table_mask[rows]
+        self._mask = self._table_mask[self._row_sentence]
 
     def _empty_cache(self, rows: int, length: int) -> dict[str, Tensor]:
         layers, heads, d_head = self._cache_shape
@@ -155,10 +154,8 @@ class PositionsDecoder(Decoder):
         else:
             # Columns older than the longest remaining history are padding for every row: cut.
             cut = self._past_len - int(self._positions.max()) if self.joins_midway else 0
-            self._past = {
-                name: self.backend.take(x[..., cut:, :] if cut else x, rows, 0)
-                for name, x in self._past.items()
-            }
+            past = [x[..., cut:, :] if cut else x for x in self._past.values()]
+            self._past = dict(zip(self._past, self.backend.take(past, rows, 0), strict=True))
             self._past_len -= cut
         sentences = self._row_sentence[rows]
         if not np.array_equal(sentences, self._row_sentence):

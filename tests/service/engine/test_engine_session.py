@@ -111,7 +111,9 @@ def test_an_unloadable_graph_is_an_artefact_error_naming_it(tmp_path: Path) -> N
 
 def test_gather_model_is_valid_onnx() -> None:
     onnx = pytest.importorskip("onnx")
-    onnx.checker.check_model(onnx.load_from_string(gather_model_bytes("float16", 3, 5)), full_check=True)
+    for tensors, layers in ((1, 0), (3, 0), (2, 4)):
+        model = gather_model_bytes("float16", 3, 5, tensors=tensors, layers=layers)
+        onnx.checker.check_model(onnx.load_from_string(model), full_check=True)
     with pytest.raises(ValueError, match="axis"):
         gather_model_bytes("float32", 5, 5)
 
@@ -124,10 +126,27 @@ def test_device_gather_equals_np_take(dtype: type[np.generic]) -> None:
     x = (rng.random((2, 4, 3, 5, 2)) * 100).astype(dtype)
     rows = np.array([3, 3, 0, 2, 1, 0])
     for axis in (1, 3):
-        out = gather(ort.OrtValue.ortvalue_from_numpy(x), rows[rows < x.shape[axis]], axis)
+        (out,) = gather([ort.OrtValue.ortvalue_from_numpy(x)], rows[rows < x.shape[axis]], axis)
         np.testing.assert_array_equal(out.numpy(), np.take(x, rows[rows < x.shape[axis]], axis))
     empty = np.zeros((2, 4, 3, 0, 2), dtype=dtype)
-    assert gather(ort.OrtValue.ortvalue_from_numpy(empty), rows[:2], 1).shape() == [2, 2, 3, 0, 2]
+    assert gather([ort.OrtValue.ortvalue_from_numpy(empty)], rows[:2], 1)[0].shape() == [2, 2, 3, 0, 2]
+
+
+def test_device_gather_takes_every_tensor_and_layer_in_one_run() -> None:
+    """A reorder of every layer's cache, or of the stacked memory cut into its layers, is one
+    onnxruntime run whatever the number of tensors."""
+    gather = DeviceGather("cpu")
+    rng = np.random.default_rng(1)
+    xs = [rng.random((3, 4, 2, 5)).astype(np.float32) for _ in range(4)]
+    rows = np.array([2, 0, 0, 1])
+    out = gather([ort.OrtValue.ortvalue_from_numpy(x) for x in xs], rows, 1)
+    for x, got in zip(xs, out, strict=True):
+        np.testing.assert_array_equal(got.numpy(), np.take(x, rows, 1))
+    layered = gather([ort.OrtValue.ortvalue_from_numpy(x) for x in xs[:2]], rows, 1, layers=3)
+    assert len(layered) == 6 and len(gather._sessions) == 2
+    for j, x in enumerate(xs[:2]):
+        for i in range(3):
+            np.testing.assert_array_equal(layered[j * 3 + i].numpy(), np.take(x, rows, 1)[i])
 
 
 def test_used_provider_reports_the_session_provider(tmp_path: Path) -> None:
@@ -135,7 +154,7 @@ def test_used_provider_reports_the_session_provider(tmp_path: Path) -> None:
     path.write_bytes(gather_model_bytes("float32", 0, 1))
     s = create_session(path, SessionConfig("auto", 1))
     assert sess.used_provider(s) in (CPU, CUDA)
-    sess.warmup(s, {"data": np.ones(3, np.float32), "indices": np.array([0], np.int64)})
+    sess.warmup(s, {"data_0": np.ones(3, np.float32), "indices": np.array([0], np.int64)})
 
 
 def test_sessions_share_the_process_cpu_arena(tmp_path: Path) -> None:
@@ -148,7 +167,7 @@ def test_sessions_share_the_process_cpu_arena(tmp_path: Path) -> None:
     x = np.arange(6, dtype=np.float32)
     for _ in range(2):
         out = create_session(path, SessionConfig("cpu", 1)).run(
-            None, {"data": x, "indices": np.array([4, 1])}
+            None, {"data_0": x, "indices": np.array([4, 1])}
         )
         np.testing.assert_array_equal(out[0], [4.0, 1.0])
 
