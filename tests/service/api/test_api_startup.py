@@ -69,9 +69,7 @@ async def test_processes_starting_together_export_the_missing_models_once(
     monkeypatch.setattr(startup, "run_export", export)
     monkeypatch.setattr(startup, "is_stale", lambda directory: False)
     monkeypatch.setattr("service.engine.loader.load_engine", lambda directory, *a, **k: _Loaded())
-    settings = Settings(
-        artefact_root=tmp_path, translate_model="", variant="fp32", provider="cpu", _env_file=None
-    )
+    settings = Settings(artefact_root=tmp_path, translate_model="", variant="fp32", provider="cpu")
     await asyncio.gather(*(load_engines(settings) for _ in range(3)))
     assert exports == ["fp32"]
 
