@@ -1,11 +1,13 @@
-"""``python -m service``: one uvicorn worker serving ``create_app(Settings())``.
+"""``python -m service``: uvicorn serving ``create_app(Settings())``, in one process or, with
+``TSERVE_WORKERS`` > 1, in that many on one socket (``service/http/workers.py``).
 
 uvicorn with httptools, bounded against hostile clients by ``service.http.limits`` (head
 deadline and size, connection cap) and ``BodyLimitMiddleware`` (body size, deadline, format).
 
-One process, one event loop: the queues' worker threads and onnxruntime's own threads do
-the parallel work, so several workers would only multiply the model memory. Scale with
-replicas instead.
+One process, one event loop: the queues' worker threads and onnxruntime's own threads do the
+parallel work, but the loop's own work (HTTP, JSON, tokenizing for the queue) runs on one core.
+Where that core is what limits (small requests at a rate a GPU keeps up with), several processes
+share the host; each holds its own models (docs/deployment.md, "Several serving processes").
 
 SIGTERM (or Ctrl-C) drains: readiness and new model requests turn 503 at once; after
 ``drain_delay_s`` the listener closes; in-flight requests get ``shutdown_grace_s`` to finish;
@@ -18,6 +20,7 @@ import asyncio
 import logging
 import math
 import signal
+import socket
 import sys
 from types import FrameType
 
@@ -26,6 +29,7 @@ from fastapi import FastAPI
 
 from service.http.app import create_app
 from service.http.limits import ConnectionLimits, LimitedHttpToolsProtocol
+from service.http.workers import Peers, run_workers
 from service.memory import limit_heaps, map_large_blocks
 from service.serving.runtime import Runtime
 from service.settings import Settings
@@ -66,8 +70,9 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def serve(app: FastAPI, settings: Settings) -> int:
-    """Run ``app`` until a signal or a fatal load error; the process's exit code."""
+def serve(app: FastAPI, settings: Settings, listener: socket.socket | None = None) -> int:
+    """Run ``app`` until a signal or a fatal load error, on ``listener`` if given (else on a
+    socket of its own); the process's exit code."""
     runtime: Runtime = app.state.runtime
     limits = ConnectionLimits.from_settings(settings)
     log.info("open connections capped at %d", limits.max_connections)
@@ -86,7 +91,7 @@ def serve(app: FastAPI, settings: Settings) -> int:
     )
     server = DrainingServer(config, runtime)
     runtime.on_fatal = server.fail
-    server.run()
+    server.run(sockets=None if listener is None else [listener])
     return server.exit_code
 
 
@@ -94,14 +99,26 @@ def prepare_process(settings: Settings) -> None:
     """What the process sets before any of its threads starts: glibc's heaps, logging."""
     limit_heaps(settings.malloc_heaps)
     map_large_blocks(settings.malloc_mmap_threshold_kb)
+    process = " [%(process)d]" if settings.workers > 1 else ""  # whose line, among the processes
     logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level.upper(), format=f"%(asctime)s %(levelname)s{process} %(name)s: %(message)s"
     )
+
+
+def serve_process(listener: socket.socket, peers: Peers) -> None:
+    """One of ``TSERVE_WORKERS`` serving processes, started by ``run_workers``."""
+    settings = Settings()
+    prepare_process(settings)
+    app = create_app(settings)
+    app.state.runtime.peers = peers
+    sys.exit(serve(app, settings, listener))
 
 
 def main() -> int:
     settings = Settings()
     prepare_process(settings)
+    if settings.workers > 1:
+        return run_workers(settings, f"service.__main__:{serve_process.__name__}")
     return serve(create_app(settings), settings)
 
 

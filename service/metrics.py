@@ -2,13 +2,28 @@
 
 Label values come only from fixed sets (endpoint route templates, status codes the service
 emits, model names from loaded manifests, stage names below), never from client input.
+
+With several serving processes (``TSERVE_WORKERS``) every process writes its values to files in
+``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode, set up by
+``service/http/workers.py``) and ``/metrics`` adds them up: counters and histograms over every
+process that ever served, those of a replaced one included, as a single process's would; each
+gauge over the live processes by its ``multiprocess_mode``, chosen below for what it says about
+the host (one process alone: the modes change nothing).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from prometheus_client.context_managers import Timer
 from prometheus_client.metrics import MetricWrapperBase
 
@@ -34,7 +49,10 @@ BATCH_SIZE = Histogram(f"{PREFIX}_batch_size", "Items per engine batch", ["model
 BATCH_TOKENS = Histogram(
     f"{PREFIX}_batch_tokens", "Input tokens per engine batch", ["model"], buckets=_TOKEN_BUCKETS
 )
-QUEUE_DEPTH = Gauge(f"{PREFIX}_queue_depth", "Items waiting in the request queue", ["model"])
+# The host's: items waiting in all its processes' queues (what the autoscaler divides by pods).
+QUEUE_DEPTH = Gauge(
+    f"{PREFIX}_queue_depth", "Items waiting in the request queue", ["model"], multiprocess_mode="livesum"
+)
 INPUT_TOKENS = Counter(f"{PREFIX}_input_tokens", "Input tokens processed", ["model"])
 OUTPUT_TOKENS = Counter(f"{PREFIX}_output_tokens", "Output tokens generated", ["model"])
 REJECTED = Counter(f"{PREFIX}_rejected", "Items refused before queueing", ["model", "reason"])
@@ -51,18 +69,30 @@ CONSTRAINED_SENTENCES = Counter(
     "got: free (its best hypotheses held every phrase) or constrained (searched again under them)",
     ["model", "search"],
 )
+# Still 1 however many processes load the model: the largest, not the sum.
 MODEL_INFO = Gauge(
-    f"{PREFIX}_model_info", "Loaded models (value 1)", ["model", "task", "variant", "provider"]
+    f"{PREFIX}_model_info",
+    "Loaded models (value 1)",
+    ["model", "task", "variant", "provider"],
+    multiprocess_mode="livemax",
 )
-READY = Gauge(f"{PREFIX}_ready", "1 when every model is loaded, verified and warmed up")
-INFLIGHT = Gauge(f"{PREFIX}_inflight_requests", "HTTP requests being served")
+# The host is ready only when its least ready process is.
+READY = Gauge(
+    f"{PREFIX}_ready", "1 when every model is loaded, verified and warmed up", multiprocess_mode="livemin"
+)
+# Amounts in flight or held: the host's are its processes' sums.
+INFLIGHT = Gauge(f"{PREFIX}_inflight_requests", "HTTP requests being served", multiprocess_mode="livesum")
 DECODE_RUNNING = Gauge(
-    f"{PREFIX}_decode_running_sentences", "Sentences in the running decode (continuous batching)", ["model"]
+    f"{PREFIX}_decode_running_sentences",
+    "Sentences in the running decode (continuous batching)",
+    ["model"],
+    multiprocess_mode="livesum",
 )
 DECODE_FREE_ROWS = Gauge(
     f"{PREFIX}_decode_free_rows",
     "Decoder rows (sentences × beams) the decode memory budget still allows at the model's longest output",
     ["model"],
+    multiprocess_mode="livesum",  # each process has its own budget
 )
 DECODE_STEP = Histogram(
     f"{PREFIX}_decode_step_seconds",
@@ -82,6 +112,16 @@ LANGUAGE_DETECTIONS = Counter(
     "one, else other (not served, or no letter to tell)",
     ["language"],
 )
+
+
+def exposition(processes: int) -> bytes:
+    """``/metrics``'s text: this process's registry, or with several serving processes every
+    process's values added up (read from their files at each scrape)."""
+    if processes == 1:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
 
 
 _children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
@@ -117,7 +157,9 @@ CACHE_MISSES = Counter(
     ["model"],
 )
 CACHE_BYTES = Gauge(
-    f"{PREFIX}_translation_cache_bytes", "Bytes the translation cache holds (its entries' objects)"
+    f"{PREFIX}_translation_cache_bytes",
+    "Bytes the translation cache holds (its entries' objects)",
+    multiprocess_mode="livesum",  # one cache per process: the host's memory is their sum
 )
 CACHE_EVICTIONS = Counter(
     f"{PREFIX}_translation_cache_evictions",

@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     # Network
     host: str = "0.0.0.0"
     port: int = Field(default=8000, ge=1, le=65535)
+    # Serving processes on that port, each with its own models and queues (service/http/workers.py);
+    # their metrics meet in metrics_dir (unset: a fresh temporary directory, removed at exit).
+    workers: int = Field(default=1, ge=1, le=64)
+    metrics_dir: Path | None = None
 
     # Connections and headers (hostile clients): enforced by the HTTP server (service/http/limits.py)
     header_timeout_s: float = Field(default=10.0, gt=0)  # request line + headers must arrive → 408, closed
@@ -271,11 +275,12 @@ class Settings(BaseSettings):
     def session_threads(self) -> int:
         """onnxruntime intra-op threads per session: as set, or with 0 the usable cores divided
         among the engine runs one model may have in flight at once (its worker threads, and the
-        express one), at least 1: concurrent runs that each spread over every core contend for the
-        same cores (docs/decisions.md, "TSERVE_INTRA_OP_THREADS=0")."""
+        express one) in every serving process, at least 1: concurrent runs that each spread over
+        every core contend for the same cores (docs/decisions.md, "TSERVE_INTRA_OP_THREADS=0")."""
         if self.intra_op_threads:
             return self.intra_op_threads
-        concurrent = self.worker_threads + (1 if self.express_max_tokens else 0)
+        runs = self.worker_threads + (1 if self.express_max_tokens else 0)
+        concurrent = runs * self.workers  # every serving process runs its own
         affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core counts
         cores = len(affinity(0)) if affinity else os.cpu_count() or 1
         return max(1, cores // concurrent)

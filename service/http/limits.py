@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 _LINGER_S = 2.0  # after refusing a request: time for the client to read the answer
 
-OPEN_CONNECTIONS = Gauge("tserve_open_connections", "Open HTTP connections")
+OPEN_CONNECTIONS = Gauge("tserve_open_connections", "Open HTTP connections", multiprocess_mode="livesum")
 CONNECTIONS_CLOSED = Counter(
     "tserve_connections_closed_total",
     "Connections the server closed to hold its limits, by reason",

@@ -10,7 +10,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 from service.cuda import CUDA
 from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
@@ -35,6 +35,17 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 State = Literal["loading", "ready", "draining", "failed"]
+
+
+class Peers(Protocol):
+    """The host's serving processes when there are several (``service/http/workers.py``): this
+    process tells them whether it is ready, and the host is ready only when every one is."""
+
+    def mark(self, ready: bool) -> None: ...
+
+    def not_ready(self) -> int:
+        """How many of the host's processes are not ready, this one included."""
+        ...
 
 
 @dataclass
@@ -98,6 +109,7 @@ class Runtime:
     embedding_model: EmbeddingModel | None = None
     rerank_model: RerankModel | None = None
     on_fatal: Callable[[BaseException], None] | None = None  # the server's exit hook, when there is one
+    peers: Peers | None = None  # set before the server starts, when it is one of several
     limits: RequestLimits = field(init=False)
     translation_cache: TranslationCache = field(init=False)
     quotas: QuotaBook = field(init=False)
@@ -196,8 +208,7 @@ class Runtime:
             )
         self._heap.freeze()
         if self.state == "loading":
-            self.state = "ready"
-            READY.set(1)
+            self._become("ready")
             log.info("ready: %s", ", ".join(e.manifest.name for e in engines))
 
     def _translate_queue(
@@ -216,9 +227,8 @@ class Runtime:
         return RequestQueue(engine.manifest.name, _translate_cost(engine), policy, executor)
 
     def fail(self, error: BaseException) -> None:
-        self.state = "failed"
         self.detail = str(error)
-        READY.set(0)
+        self._become("failed")
         log.error("cannot serve: %s", error)
         if self.on_fatal is not None:
             self.on_fatal(error)
@@ -227,11 +237,24 @@ class Runtime:
         """Readiness → 503 and new model requests → 503 at once; queued work still completes."""
         if self.state in ("draining", "failed"):
             return
-        self.state = "draining"
-        READY.set(0)
+        self._become("draining")
         for queue in self.queues:
             queue.stop_accepting()
         log.info("draining: refusing new requests, finishing in-flight ones")
+
+    def _become(self, state: State) -> None:
+        self.state = state
+        READY.set(state == "ready")
+        if self.peers is not None:
+            self.peers.mark(state == "ready")
+
+    def readiness(self) -> tuple[State, str | None]:
+        """What ``/health/ready`` says: this process's state and detail, except that a ready
+        process whose host has others not ready yet says loading."""
+        waiting = self.peers.not_ready() if self.peers is not None and self.state == "ready" else 0
+        if waiting:
+            return "loading", f"{waiting} of {self.settings.workers} serving processes not ready"
+        return self.state, self.detail
 
     async def close(self, timeout_s: float) -> None:
         self.begin_drain()

@@ -11,13 +11,15 @@ a long first start while readiness gates traffic.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from service.artefacts import MANIFEST_NAME, ArtefactError, read_manifest, served_decoder_layout
+from service.artefacts import MANIFEST_NAME, ArtefactError, Variant, read_manifest, served_decoder_layout
 from service.engine.base import Engine
 from service.serving.runtime import Runtime
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS, Settings
@@ -40,25 +42,16 @@ async def load_engines(settings: Settings) -> list[Engine]:
         wanted.append(("embed", settings.embed_model))
     if settings.rerank_model:
         wanted.append(("rerank", settings.rerank_model))
-    missing = [n for _, n in wanted if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
-    stale = [n for _, n in wanted if n not in missing and is_stale(settings.model_dir(n, variant))]
-    not_exportable = [n for n in missing if n not in _EXPORTED_BY_DEFAULT]
-    if not_exportable:
-        raise ArtefactError(
-            f"no {variant} artefacts for {', '.join(not_exportable)} under {settings.artefact_root}, "
-            f"and the auto-export makes only the default models ({', '.join(sorted(_EXPORTED_BY_DEFAULT))}): "
-            f"run `python -m export SOURCE --name NAME --out {settings.artefact_root} --variant {variant}`"
-        )
-    if missing and not settings.auto_export:
-        raise ArtefactError(
-            f"no {variant} artefacts for {', '.join(missing)} under {settings.artefact_root}: run "
-            f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
-            "or set TSERVE_AUTO_EXPORT=true"
-        )
-    # stale: exported before the reference check, with a decoder layout no longer served, or int8
-    # weights of 8 bits (wrong on CPUs without VNNI); only the default ones can be re-exported here
-    if missing or (settings.auto_export and any(n in _EXPORTED_BY_DEFAULT for n in stale)):
-        await run_export(settings.artefact_root, variant, settings.export_timeout_s)
+    names = [n for _, n in wanted]
+    if _needs_export(settings, names, variant):
+        # With several serving processes each finds the artefacts missing: one exports while the
+        # others wait for the lock, then find them there.
+        lock = await asyncio.to_thread(_export_lock, settings.artefact_root)
+        try:
+            if _needs_export(settings, names, variant):
+                await run_export(settings.artefact_root, variant, settings.export_timeout_s)
+        finally:
+            os.close(lock)
     # onnxruntime sessions: import only when serving real models
     from service.engine.loader import load_engine
     from service.engine.session import SessionConfig
@@ -81,6 +74,38 @@ async def load_engines(settings: Settings) -> list[Engine]:
             )
         engines.append(engine)
     return engines
+
+
+def _needs_export(settings: Settings, names: list[str], variant: Variant) -> bool:
+    """Whether the default models must be exported first: some missing, or stale (exported before
+    the reference check, with a decoder layout no longer served, or int8 weights of 8 bits, wrong
+    on CPUs without VNNI; only the default ones can be re-exported here). Raises when a missing
+    model cannot be exported."""
+    missing = [n for n in names if not (settings.model_dir(n, variant) / MANIFEST_NAME).is_file()]
+    stale = [n for n in names if n not in missing and is_stale(settings.model_dir(n, variant))]
+    not_exportable = [n for n in missing if n not in _EXPORTED_BY_DEFAULT]
+    if not_exportable:
+        raise ArtefactError(
+            f"no {variant} artefacts for {', '.join(not_exportable)} under {settings.artefact_root}, "
+            f"and the auto-export makes only the default models ({', '.join(sorted(_EXPORTED_BY_DEFAULT))}): "
+            f"run `python -m export SOURCE --name NAME --out {settings.artefact_root} --variant {variant}`"
+        )
+    if missing and not settings.auto_export:
+        raise ArtefactError(
+            f"no {variant} artefacts for {', '.join(missing)} under {settings.artefact_root}: run "
+            f"`python -m export default --out {settings.artefact_root} --variant {variant}` "
+            "or set TSERVE_AUTO_EXPORT=true"
+        )
+    return bool(missing) or (settings.auto_export and any(n in _EXPORTED_BY_DEFAULT for n in stale))
+
+
+def _export_lock(root: Path) -> int:
+    """An exclusive lock on ``root``'s ``.export.lock``, taken by every process serving from it:
+    the file's descriptor, whose closing releases it."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / ".export.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
 
 
 def is_stale(directory: Path) -> bool:

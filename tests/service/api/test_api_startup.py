@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from service.artefacts import ArtefactError
-from service.serving.startup import run_export
+from service.artefacts import MANIFEST_NAME, ArtefactError
+from service.serving import startup
+from service.serving.startup import load_engines, run_export
+from service.settings import Settings
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +51,31 @@ async def test_a_stuck_export_is_killed_at_its_timeout(
     monkeypatch.setattr(sys, "executable", fake_python(tmp_path, "exec sleep 30"))
     with pytest.raises(ArtefactError, match=r"did not finish within 0\.3 s"):
         await run_export(tmp_path, "fp32", timeout_s=0.3)
+
+
+async def test_processes_starting_together_export_the_missing_models_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several serving processes (TSERVE_WORKERS) find the same artefacts missing: the first to
+    take the artefact root's lock exports, the others wait and find them there."""
+    exports: list[str] = []
+
+    async def export(out: Path, variant: str, timeout_s: float) -> None:
+        exports.append(variant)
+        await asyncio.sleep(0.2)  # long enough for the others to be waiting
+        (out / "all-MiniLM-L6-v2" / variant).mkdir(parents=True)
+        (out / "all-MiniLM-L6-v2" / variant / MANIFEST_NAME).write_text("{}")
+
+    monkeypatch.setattr(startup, "run_export", export)
+    monkeypatch.setattr(startup, "is_stale", lambda directory: False)
+    monkeypatch.setattr("service.engine.loader.load_engine", lambda directory, *a, **k: _Loaded())
+    settings = Settings(artefact_root=tmp_path, translate_model="", variant="fp32", provider="cpu")
+    await asyncio.gather(*(load_engines(settings) for _ in range(3)))
+    assert exports == ["fp32"]
+
+
+class _Loaded:
+    manifest: Any = type("M", (), {"task": "embed"})()
 
 
 def test_the_service_process_never_imports_torch() -> None:
