@@ -3,10 +3,14 @@ text (.odt) and presentations (.odp), all ZIP archives of XML parts.
 
 The archive is opened by ``safe_zip`` and each part read by ``safe_xml``; a paragraph is the unit
 translated (a sentence often spans formatting runs: a bold word, a link, a spell-check
-boundary). Runs inside a paragraph: the paragraph's text is translated whole and put in its
-first run that holds text, and its other runs are emptied, so the paragraph keeps the first
-run's formatting and every run element, field, footnote reference, tab and break stays where it
-was. What is translated:
+boundary). Runs inside a paragraph: the paragraph's text is translated whole, and each text
+slot (a ``w:t``, ``a:t``, an ODF span's text or an element's tail) is an inline element of it,
+placed on the translation by the alignment (``service/text/inline.py``); ``fill`` gives every
+character of the translation to a slot, so none is lost, and a slot that aligns to nothing
+stays, empty or with a gap's text. Without ranges (a model without alignments, a paragraph of
+more than ``MAX_RUNS`` slots) the translation goes into the first slot that holds text and the
+others are emptied. Either way every run element, its properties, field, footnote reference,
+tab and break stays where it was. What is translated:
 
 * .docx: ``w:p`` of the body, headers, footers, footnotes, endnotes and comments; its text is
   the ``w:t`` elements whose nearest paragraph it is (a text box's paragraphs are their own).
@@ -28,15 +32,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.files import safe_xml
-from service.files.pieces import Extracted
+from service.files.pieces import Extracted, Ranges
 from service.files.refusals import UnsupportedFile
 from service.files.safe_zip import Archive, ZipLimits
+from service.text.inline import Element, fill
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 _TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
 _XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 _ODF_RUNS = frozenset({f"{_TEXT}span", f"{_TEXT}a"})
+# Slots of a paragraph placed by the alignment: beyond, its placement costs more than it keeps
+MAX_RUNS = 512
 
 Slot = tuple[Any, str]  # an element and "text" or "tail"
 
@@ -110,10 +117,10 @@ KINDS = {
 }
 
 
-def office_reader(extension: str) -> Callable[[bytes, ZipLimits], Extracted]:
+def office_reader(extension: str) -> Callable[[bytes, ZipLimits, bool], Extracted]:
     kind = KINDS[extension]
 
-    def read(data: bytes, limits: ZipLimits) -> Extracted:
+    def read(data: bytes, limits: ZipLimits, _inline: bool) -> Extracted:
         archive = Archive(data, limits, kind.name)
         if not kind.is_mine(archive):
             raise UnsupportedFile(f"the file is not a {kind.name}: its archive lacks the parts one has")
@@ -127,12 +134,13 @@ def office_reader(extension: str) -> Callable[[bytes, ZipLimits], Extracted]:
                     if any(_get(slot) for slot in slots):
                         paragraphs.append(slots)
 
-        def rebuild(translations: list[str]) -> bytes:
-            for slots, translation in zip(paragraphs, translations, strict=True):
-                _put(slots, translation)
+        def rebuild(translations: list[str], ranges: list[Ranges]) -> bytes:
+            for slots, translation, placed in zip(paragraphs, translations, ranges, strict=True):
+                _put([slot for slot in slots if _get(slot)], translation, placed)
             return archive.rebuild({name: safe_xml.serialize(tree) for name, tree in trees.items()})
 
-        return Extracted(["".join(_get(slot) for slot in slots) for slots in paragraphs], rebuild)
+        texts = ["".join(_get(slot) for slot in slots) for slots in paragraphs]
+        return Extracted(texts, rebuild, [_runs(slots) for slots in paragraphs])
 
     return read
 
@@ -142,13 +150,27 @@ def _get(slot: Slot) -> str:
     return str(getattr(element, attribute) or "")
 
 
-def _put(slots: list[Slot], translation: str) -> None:
-    """The whole translation in the first slot holding text, the others emptied."""
-    first = next(slot for slot in slots if _get(slot))
-    for element, attribute in slots:
-        if (element, attribute) == first:
-            setattr(element, attribute, translation)
-            if element.tag == f"{_W}t":
-                element.set(_XML_SPACE, "preserve")  # else Word drops the text's edge spaces
-        elif getattr(element, attribute):
-            setattr(element, attribute, None)
+def _runs(slots: list[Slot]) -> tuple[Element, ...]:
+    """Each slot holding text as an element over the paragraph's text; none for one slot (it
+    takes the whole translation) or more than ``MAX_RUNS``."""
+    lengths = [len(_get(slot)) for slot in slots if _get(slot)]
+    if not 1 < len(lengths) <= MAX_RUNS:
+        return ()
+    out, at = [], 0
+    for length in lengths:
+        out.append(Element(at, at + length, -1))
+        at += length
+    return tuple(out)
+
+
+def _put(slots: list[Slot], translation: str, ranges: Ranges) -> None:
+    """``translation`` over the ``slots`` holding text: each its part of ``fill``'s partition of
+    ``ranges``; without ranges, the whole in the first and the others emptied."""
+    if ranges is None or len(ranges) != len(slots):
+        parts = [(0, len(translation))] + [(0, 0)] * (len(slots) - 1)
+    else:
+        parts = fill(ranges, [len(_get(slot)) for slot in slots], len(translation))
+    for (element, attribute), (start, end) in zip(slots, parts, strict=True):
+        setattr(element, attribute, translation[start:end] or None)
+        if end > start and element.tag == f"{_W}t":
+            element.set(_XML_SPACE, "preserve")  # else Word drops the text's edge spaces

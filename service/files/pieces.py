@@ -1,5 +1,5 @@
 """A file's text as verbatim markup around translatable texts, and ``Extracted``: what every
-format gives the registry (the texts, and the way back to the file's bytes).
+format gives the registry (the texts, their inline elements, and the way back to the file's bytes).
 
 A text is only what a translator can change: its leading and trailing whitespace stays in the
 markup, and a text without a letter (numbers, punctuation, a table rule) is markup too, so that
@@ -9,16 +9,23 @@ neither costs a model call nor comes back altered.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from service.text.inline import Element
+
+# A text's elements' [start, end) in its translation; None: not placed (the format's own fallback)
+Ranges = list[tuple[int, int]] | None
 
 
 @dataclass(frozen=True)
 class Extracted:
     """The file's texts in document order, and ``rebuild``: its bytes with each text replaced by
-    its translation (one per text, in order)."""
+    its translation, its elements at their ranges of it (one of each per text, in order)."""
 
     texts: list[str]
-    rebuild: Callable[[list[str]], bytes]
+    rebuild: Callable[[list[str], list[Ranges]], bytes]
+    # per text: its inline elements over it (a paragraph's runs, HTML's inline elements); none: []
+    elements: list[tuple[Element, ...]] = field(default_factory=list)
 
 
 def translatable(text: str) -> bool:

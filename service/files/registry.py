@@ -5,7 +5,9 @@ All the translatable texts of a file go to the model as one translation request:
 one line per file text (its whitespace runs collapsed to one space), so the sentence
 segmentation, the request limits, the queue and the deadline are those of any
 ``/v1/translate`` request, and line ``i`` of the answer is file text ``i``'s translation (the
-segmenter keeps line breaks where they were and a translation holds none). A file is refused
+segmenter keeps line breaks where they were and a translation holds none). A text's inline
+elements (a paragraph's runs, HTML's inline elements) go with it and come back placed on its
+translation by the alignment (``service/files/placement.py``). A file is refused
 before any of it is read when it is over ``max_file_bytes`` (413), and before any is translated
 when its text is over the request's character limit (413).
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from service.files.epub import read_epub
 from service.files.office import office_reader
 from service.files.pieces import Extracted, translatable, with_edges
+from service.files.placement import to_document, to_texts, unchanged
 from service.files.refusals import FileTooLarge, UnsupportedFile
 from service.files.safe_zip import ZipLimits
 from service.files.text_formats import read_html, read_markdown, read_srt, read_txt
@@ -36,11 +39,16 @@ from service.settings import Settings
 class FileFormat:
     extension: str
     media_type: str
-    read: Callable[[bytes, ZipLimits], Extracted]
+    # the file's bytes, the archive limits, and whether HTML's inline elements are read as such
+    read: Callable[[bytes, ZipLimits, bool], Extracted]
 
 
-def _text(read: Callable[[bytes], Extracted]) -> Callable[[bytes, ZipLimits], Extracted]:
-    return lambda data, _limits: read(data)
+def _text(read: Callable[[bytes], Extracted]) -> Callable[[bytes, ZipLimits, bool], Extracted]:
+    return lambda data, _limits, _inline: read(data)
+
+
+def _html(data: bytes, _limits: ZipLimits, inline: bool) -> Extracted:
+    return read_html(data, inline)
 
 
 FORMATS: dict[str, FileFormat] = {
@@ -49,8 +57,8 @@ FORMATS: dict[str, FileFormat] = {
         FileFormat(".txt", "text/plain; charset=utf-8", _text(read_txt)),
         FileFormat(".md", "text/markdown; charset=utf-8", _text(read_markdown)),
         FileFormat(".srt", "application/x-subrip; charset=utf-8", _text(read_srt)),
-        FileFormat(".html", "text/html; charset=utf-8", _text(read_html)),
-        FileFormat(".htm", "text/html; charset=utf-8", _text(read_html)),
+        FileFormat(".html", "text/html; charset=utf-8", _html),
+        FileFormat(".htm", "text/html; charset=utf-8", _html),
         FileFormat(
             ".docx",
             "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
@@ -106,6 +114,16 @@ def file_format(filename: str) -> FileFormat:
     return found
 
 
+def _aligns(runtime: Runtime, request: FileRequest) -> bool:
+    """Whether every model the file may go to has alignments (the one named, else any): only
+    then are an HTML file's inline elements read as part of their sentence."""
+    named = runtime.translation_models.get(request.model) if request.model else None
+    models = [named] if named else list(runtime.translation_models.values())
+    return bool(models) and all(
+        m.engine.manifest.translation and m.engine.manifest.translation.has_alignments for m in models
+    )
+
+
 def zip_limits(settings: Settings) -> ZipLimits:
     return ZipLimits(
         max_entries=settings.max_archive_entries,
@@ -139,9 +157,12 @@ async def _translate_file(runtime: Runtime, client: Client, request: FileRequest
         message = f"the file has {len(request.data)} bytes, more than {settings.max_file_bytes}"
         raise FileTooLarge(message, limit=settings.max_file_bytes)
     fmt = file_format(request.filename)
-    extracted = await asyncio.to_thread(fmt.read, request.data, zip_limits(settings))
+    extracted = await asyncio.to_thread(
+        fmt.read, request.data, zip_limits(settings), _aligns(runtime, request)
+    )
     sent = [i for i, text in enumerate(extracted.texts) if translatable(text)]
     lines = [" ".join(extracted.texts[i].split()) for i in sent]
+    elements = [extracted.elements[i] if extracted.elements else () for i in sent]
     document = "\n".join(lines)
     most = min(runtime.limits.max_chars, runtime.limits.max_translate_chars)
     if len(document) > most:
@@ -156,15 +177,22 @@ async def _translate_file(runtime: Runtime, client: Client, request: FileRequest
         first_of_several=request.first_of_several,
         api_key=request.api_key,
         terminology=request.terminology,
+        elements=[to_document([extracted.texts[i] for i in sent], elements)] if any(elements) else (),
     )
     done = await translate(runtime, client, asked)
     translated_lines = done.texts[0].hypotheses[0].text.split("\n") if lines else []
     if len(translated_lines) != len(lines):
         raise InternalError(f"{len(lines)} file texts came back as {len(translated_lines)} lines")
     translations = list(extracted.texts)
-    for i, line in zip(sent, translated_lines, strict=True):
+    ranges = [
+        unchanged(extracted.elements[i] if extracted.elements else ()) for i in range(len(translations))
+    ]
+    originals = [extracted.texts[i] for i in sent]
+    placed = to_texts(done.texts[0].placed, translated_lines, originals, [len(e) for e in elements])
+    for i, line, where in zip(sent, translated_lines, placed, strict=True):
         translations[i] = with_edges(extracted.texts[i], line)
-    data = await asyncio.to_thread(extracted.rebuild, translations)
+        ranges[i] = where
+    data = await asyncio.to_thread(extracted.rebuild, translations, ranges)
     return TranslatedFile(
         filename=request.filename,
         media_type=fmt.media_type,

@@ -8,8 +8,9 @@ not the text its extension says (415).
   translated together as one text and written as one line (a subtitle's line breaks are layout,
   and a sentence is often cut across them).
 * ``.md``: ``service/files/markdown.py``.
-* ``.html``: ``service/text/html.py``, as ``"format": "html"`` translates it: the markup copied
-  byte for byte, the text runs and the readable attributes translated.
+* ``.html``: ``service/files/html_pieces.py``, as ``"format": "html"`` translates it: the
+  markup copied byte for byte, the text runs and the readable attributes translated, inline
+  elements placed by the alignment.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import codecs
 import re
 
+from service.files.html_pieces import HtmlPieces
 from service.files.markdown import markdown_pieces
 from service.files.pieces import Extracted, Pieces
 from service.files.refusals import InvalidFile, UnsupportedFile
@@ -39,7 +41,7 @@ def _decode(data: bytes, kind: str) -> tuple[str, bytes]:
 
 
 def _from_pieces(pieces: Pieces, bom: bytes) -> Extracted:
-    return Extracted(pieces.texts, lambda translations: bom + pieces.render(translations).encode())
+    return Extracted(pieces.texts, lambda translations, _: bom + pieces.render(translations).encode())
 
 
 def read_txt(data: bytes) -> Extracted:
@@ -86,10 +88,11 @@ def read_srt(data: bytes) -> Extracted:
     return _from_pieces(pieces, bom)
 
 
-def read_html(data: bytes) -> Extracted:
+def read_html(data: bytes, inline: bool) -> Extracted:
+    """With ``inline``, the text runs that only inline elements separate are one text (``HtmlPieces``)."""
     text, bom = _decode(data, "HTML")
     try:
-        html = parse_html(text)
+        html = HtmlPieces(parse_html(text), inline)
     except HtmlError as e:
         raise InvalidFile(f"the HTML cannot be kept: {e}") from e
-    return Extracted(html.texts, lambda translations: bom + html.render(translations).encode())
+    return Extracted(html.texts, lambda t, ranges: bom + html.render(t, ranges).encode(), html.elements)

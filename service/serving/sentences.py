@@ -23,6 +23,7 @@ from service.serving.failures import Problem, problem
 from service.serving.terminology import SentenceTerms
 from service.text.document import Document, TextTranslation, assemble, html_document, plain_document
 from service.text.html import HtmlError
+from service.text.inline import Element
 
 Format = Literal["text", "html"]
 NO_TERMS = SentenceTerms()
@@ -89,9 +90,11 @@ async def split(
     language: str,
     engine: TranslateEngine,
     terms: SentenceTerms = NO_TERMS,
+    elements: Sequence[Sequence[Element]] = (),
 ) -> Sentences:
+    """``elements``: per plain text (none: no text has any), its inline elements."""
     chars = sum(len(t) for t in texts)
-    return await off_the_loop_if_large(chars, lambda: _split(texts, fmt, language, engine, terms))
+    return await off_the_loop_if_large(chars, lambda: _split(texts, fmt, language, engine, terms, elements))
 
 
 def _with(options: TranslateOptions, required: tuple[str, ...], aligned: bool) -> TranslateOptions:
@@ -112,7 +115,12 @@ def _restored(result: Translation | Exception, masked: Masked) -> Translation | 
 
 
 def _split(
-    texts: Sequence[str], fmt: Format, language: str, engine: TranslateEngine, terms: SentenceTerms
+    texts: Sequence[str],
+    fmt: Format,
+    language: str,
+    engine: TranslateEngine,
+    terms: SentenceTerms,
+    elements: Sequence[Sequence[Element]],
 ) -> Sentences:
     info = engine.manifest.translation
     if info is None:
@@ -120,14 +128,15 @@ def _split(
 
     encode = EncodingCache(engine.encode)  # split_long measures every unit it returns: kept
     documents: list[Document | HtmlError] = []
-    for text in texts:
+    for t, text in enumerate(texts):
         try:
             if fmt == "html":  # inline elements are placed by the alignment where the model has one
                 documents.append(
                     html_document(text, language, encode.count, info.max_source_len, info.has_alignments)
                 )
-            else:
-                documents.append(plain_document(text, language, encode.count, info.max_source_len))
+            else:  # a model without alignments leaves the elements where they were
+                placed = elements[t] if elements and info.has_alignments else ()
+                documents.append(plain_document(text, language, encode.count, info.max_source_len, placed))
         except HtmlError as e:
             documents.append(e)
     prepared = [[terms.prepare(u) for u in d.units] if isinstance(d, Document) else [] for d in documents]

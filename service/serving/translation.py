@@ -31,6 +31,7 @@ from service.serving.sentences import Format, split
 from service.serving.submit import Client, all_or_nothing, submit
 from service.serving.terminology import Terminology
 from service.text.document import TextTranslation
+from service.text.inline import Element
 
 T = TypeVar("T")
 NO_TERMINOLOGY = Terminology()
@@ -60,6 +61,9 @@ class TranslationRequest:
     api_key: str | None = None  # the configured key that admitted it (``check_api_key``): its quota
     # The glossary it names and the spans it keeps: what each sentence's output must hold.
     terminology: Terminology = NO_TERMINOLOGY
+    # Per text (none: no text has any): its inline elements, a document paragraph's runs, put on
+    # its translation by the alignment where the model has one (``TextTranslation.placed``).
+    elements: Sequence[Sequence[Element]] = ()
 
     def translation_model(self, runtime: Runtime, source: str | None) -> TranslationModel:
         """The model it goes to when translating from ``source``: its own, or one detected."""
@@ -108,7 +112,7 @@ async def _translate_from(runtime: Runtime, client: Client, request: Translation
     _refuse(translation_text_problems(request.texts, field, limits))
     runtime.quotas.charge(request.api_key, sum(len(t) for t in request.texts), field)
     with client.timed(*_SEGMENT):
-        sentences = await split(request.texts, request.format, source, served.engine, terms)
+        sentences = await split(request.texts, request.format, source, served.engine, terms, request.elements)
     _refuse(sentences.html_problems(field))
     _refuse(sentence_problems(sentences.count, options.beam_size, options.max_length, field, limits))
     items, costs = sentences.items(options)
@@ -255,6 +259,8 @@ async def _translate_detected(runtime: Runtime, client: Client, request: Transla
         (indices, replace(request, texts=[request.texts[i] for i in indices], source=source))
         for source, indices in groups.items()
     ]
+    if request.elements:
+        parts = [(i, replace(part, elements=[request.elements[j] for j in i])) for i, part in parts]
     if len(parts) == 1:
         results = [await _translated(runtime, client, *parts[0], request.field)]
     else:

@@ -14,18 +14,22 @@ Definitions (the API documents them):
 * The score of a sentence or a text is the mean of its parts' scores weighted by their output
   tokens; with ``length_penalty`` 1 that is the log-probability per output token of the whole.
 * Hypothesis k of a text is each sentence's k-th hypothesis in place.
+* A plain text's inline elements (a document paragraph's runs) go on its best hypothesis: each
+  sentence's by the alignment where one holds less than all of it, an element over several
+  sentences from its start in the first to its end in the last (``TextTranslation.placed``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.engine.base import Translation, TranslationHypothesis
 from service.text.html import RunKind, escape_run, parse_html
 from service.text.inline import Element, place
 from service.text.inline_html import Block, inline_html
-from service.text.segment import Segmented, segment, split_long
+from service.text.segment import segment, split_long
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class Sentence:
     text: str
     span: tuple[int, int] | None  # [start, end) in the input text; None in HTML (decoded text runs)
     pieces: list[tuple[str, str]]  # (piece, separator after it): more than one when over the input
-    elements: tuple[Element, ...] = ()  # its inline elements (HTML), over ``text``
+    elements: tuple[Element, ...] = ()  # its inline elements (HTML, runs), over ``text``
 
     @property
     def aligned(self) -> bool:
@@ -43,12 +47,15 @@ class Sentence:
 
 # One hypothesis per sentence, and the sentences' translations (their source tokens) → the text
 Render = Callable[[Sequence[TranslationHypothesis], Sequence["SentenceTranslation"]], str]
+# The same → each of the text's inline elements' [start, end) in the rendered text
+Locate = Callable[[Sequence[TranslationHypothesis], Sequence["SentenceTranslation"]], list[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
 class Document:
     sentences: list[Sentence]
     render: Render
+    locate: Locate | None = None  # a plain text with inline elements
 
     @property
     def units(self) -> list[str]:
@@ -81,18 +88,60 @@ class TextTranslation:
     sentences: list[SentenceTranslation]
     n_input_tokens: int
     n_output_tokens: int  # of the best hypothesis
+    # a plain text's inline elements' [start, end) in the best hypothesis's text
+    placed: list[tuple[int, int]] = field(default_factory=list)
 
 
 CountTokens = Callable[[str], int]
 
 
-def plain_document(text: str, language: str, count_tokens: CountTokens, max_tokens: int) -> Document:
+def plain_document(
+    text: str,
+    language: str,
+    count_tokens: CountTokens,
+    max_tokens: int,
+    elements: Sequence[Element] = (),
+) -> Document:
+    """``text``'s sentences; with ``elements`` (over ``text``, parents first), each sentence holds
+    those over it and ``Document.locate`` puts them on the translation."""
     segmented = segment(text, language)
+    homes = _homes(elements, segmented.spans)
+    chosen: list[list[int]] = [[] for _ in segmented.spans]  # per sentence: the elements it holds
+    for e, touched in enumerate(homes):
+        for i in touched:
+            chosen[i].append(e)
     sentences = [
-        Sentence(s, span, split_long(s, count_tokens, max_tokens))
-        for s, span in zip(segmented.sentences, segmented.spans, strict=True)
+        Sentence(s, span, split_long(s, count_tokens, max_tokens), _clipped(elements, ids, span))
+        for s, span, ids in zip(segmented.sentences, segmented.spans, chosen, strict=True)
     ]
-    return Document(sentences, lambda hypotheses, _: segmented.join([h.text for h in hypotheses]))
+
+    def locate(
+        hypotheses: Sequence[TranslationHypothesis], translated: Sequence[SentenceTranslation]
+    ) -> list[tuple[int, int]]:
+        """Each element's range: from its start in its first sentence to its end in its last."""
+        starts, at = [], len(segmented.gaps[0])
+        for h, gap in zip(hypotheses, segmented.gaps[1:], strict=True):
+            starts.append(at)
+            at += len(h.text) + len(gap)
+        ranges = [
+            dict(zip(ids, _ranges(sentences[i], hypotheses[i], translated[i]), strict=True))
+            for i, ids in enumerate(chosen)
+        ]
+        out = []
+        for e, touched in enumerate(homes):
+            if not touched:  # no sentence in the text: it comes back as it was
+                out.append((elements[e].start, elements[e].end))
+                continue
+            first, last = touched[0], touched[-1]
+            start = starts[first] + ranges[first][e][0]
+            out.append((start, max(start, starts[last] + ranges[last][e][1])))
+        return out
+
+    return Document(
+        sentences,
+        lambda hypotheses, _: segmented.join([h.text for h in hypotheses]),
+        locate if elements else None,
+    )
 
 
 def html_document(
@@ -107,11 +156,11 @@ def html_document(
     sentences: list[Sentence] = []
     chosen: list[list[int]] = []  # per sentence: its block's elements it holds
     for unit, run in zip(layout.units, runs, strict=True):
-        homes = _homes(unit, run) if isinstance(unit, Block) else []
+        homes = _homes(unit.elements, run.spans) if isinstance(unit, Block) else []
         for i, (s, span) in enumerate(zip(run.sentences, run.spans, strict=True)):
             ids = [e for e, touched in enumerate(homes) if i in touched]
             assert isinstance(unit, Block) or not ids
-            elements = _clipped(unit, ids, span) if ids and isinstance(unit, Block) else ()
+            elements = _clipped(unit.elements, ids, span) if ids and isinstance(unit, Block) else ()
             sentences.append(Sentence(s, None, split_long(s, count_tokens, max_tokens), elements))
             chosen.append(ids)
 
@@ -139,25 +188,31 @@ def html_document(
     return Document(sentences, render)
 
 
-def _homes(block: Block, run: Segmented) -> list[list[int]]:
-    """Per element of ``block``: the sentences it is put on: those it overlaps, else (whitespace
-    or nothing between sentences) the one it follows."""
+def _homes(elements: Sequence[Element], spans: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Per element: the sentences (at ``spans``, in order) it is put on: those it overlaps, else
+    (whitespace or nothing between sentences) the one it follows."""
+    starts = [s0 for s0, _ in spans]
+    ends = [s1 for _, s1 in spans]
     homes = []
-    for e in block.elements:
-        touched = [i for i, (s0, s1) in enumerate(run.spans) if e.start < s1 and e.end > s0]
-        if not touched and run.spans:
-            touched = [max([i for i, (s0, _) in enumerate(run.spans) if s0 <= e.start], default=0)]
+    for e in elements:
+        touched = []
+        for i in range(bisect_right(ends, e.start), len(spans)):  # the first ending after its start
+            if starts[i] >= e.end:
+                break
+            touched.append(i)
+        if not touched and spans:
+            touched = [max(bisect_right(starts, e.start) - 1, 0)]
         homes.append(touched)
     return homes
 
 
-def _clipped(block: Block, ids: list[int], span: tuple[int, int]) -> tuple[Element, ...]:
-    """The elements ``ids`` of ``block`` over the sentence at ``span`` (parents among them)."""
+def _clipped(elements: Sequence[Element], ids: list[int], span: tuple[int, int]) -> tuple[Element, ...]:
+    """The ``elements`` at ``ids`` over the sentence at ``span`` (parents among them)."""
     s0, s1 = span
     position = {index: i for i, index in enumerate(ids)}
     out = []
     for index in ids:
-        e = block.elements[index]
+        e = elements[index]
         start = min(max(e.start - s0, 0), s1 - s0)
         out.append(Element(start, min(max(e.end - s0, start), s1 - s0), position.get(e.parent, -1)))
     return tuple(out)
@@ -173,13 +228,18 @@ def _placed(
     """The sentence's translation, escaped, with its elements where the alignment puts them."""
     if not ids:
         return _escaped(h.text)
+    return block.render(h.text, _ranges(sentence, h, translated), ids)
+
+
+def _ranges(
+    sentence: Sentence, h: TranslationHypothesis, translated: SentenceTranslation
+) -> list[tuple[int, int]]:
+    """Its elements' ranges in ``h``: by the alignment, or all of it when each holds all of it."""
     if sentence.aligned:
-        ranges = place(
+        return place(
             sentence.text, sentence.elements, translated.source_tokens, h.text, h.tokens, h.alignment or []
         )
-    else:
-        ranges = [(0, len(h.text))] * len(ids)
-    return block.render(h.text, ranges, ids)
+    return [(0, len(h.text))] * len(sentence.elements)
 
 
 def _escaped(text: str) -> str:
@@ -199,11 +259,13 @@ def assemble(document: Document, translations: Sequence[Translation]) -> TextTra
         chosen = [s.hypotheses[min(k, len(s.hypotheses) - 1)] for s in sentences]
         text = document.render(chosen, sentences)
         hypotheses.append(TextHypothesis(text, _weighted_score(chosen)))
+    best = [s.hypotheses[0] for s in sentences]
     return TextTranslation(
         hypotheses=hypotheses,
         sentences=sentences,
         n_input_tokens=sum(t.n_input_tokens for t in translations),
         n_output_tokens=sum(t.n_output_tokens for t in translations),
+        placed=document.locate(best, sentences) if document.locate else [],
     )
 
 

@@ -16,7 +16,9 @@ as a character range of the translation, computed from the cross-attention align
   neighbours, never dropped. Punctuation at a range's edge stays outside it unless the element's
   source has punctuation there ("<b>snow</b>." → "<b>Schnee</b>.").
 
-``place`` gives the ranges.
+``place`` gives the ranges; ``fill`` turns the ranges of a flat sequence of runs (a document
+paragraph's) into a partition of the translation, since every character of a run-based paragraph
+belongs to some run.
 """
 
 from __future__ import annotations
@@ -186,3 +188,29 @@ def _without_punctuation(source: str, target: str, start: int, end: int) -> tupl
 
 def _punctuation(character: str) -> bool:
     return unicodedata.category(character).startswith("P")
+
+
+def fill(ranges: Sequence[tuple[int, int]], sizes: Sequence[int], length: int) -> list[tuple[int, int]]:
+    """Ranges of runs in order (``place``'s, of top-level elements) as a partition of
+    [0, ``length``): the text between two ranges goes to the run with the most source characters
+    among those from the one before it to the one after it (a paragraph's plain run, not its
+    bold word), so that the runs' texts put together are the whole translation."""
+    if not ranges:
+        return []
+    cuts = [0] * (len(ranges) + 1)  # run i gets [cuts[i], cuts[i + 1])
+    cuts[-1] = length
+    previous_end, previous = 0, 0
+    for i, (start, end) in enumerate([*ranges, (length, length)]):
+        if i < len(ranges) and start == end:
+            continue  # an empty run: it takes only what a gap gives it
+        candidates = range(previous, min(i, len(ranges) - 1) + 1)
+        taker = max(candidates, key=lambda r: (sizes[r], -r))
+        # the gap [previous_end, start) goes to ``taker``: the runs before it end at previous_end
+        for r in range(previous + 1, taker + 1):
+            cuts[r] = previous_end
+        for r in range(taker + 1, min(i, len(ranges)) + 1):
+            cuts[r] = start
+        previous_end, previous = end, i
+    for i in range(1, len(cuts)):
+        cuts[i] = max(cuts[i], cuts[i - 1])
+    return [(cuts[i], cuts[i + 1]) for i in range(len(ranges))]

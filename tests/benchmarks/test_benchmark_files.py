@@ -20,7 +20,7 @@ SENTENCES = [f"A dog number {i} runs & jumps." for i in range(12)]
 
 def texts_read(name: str, data: bytes) -> list[str]:
     """The texts the service would translate in the file, each whitespace run one space."""
-    extracted = file_format(name).read(data, zip_limits(Settings()))
+    extracted = file_format(name).read(data, zip_limits(Settings()), False)
     return [" ".join(t.split()) for t in extracted.texts if t.strip()]
 
 

@@ -4,7 +4,7 @@ runs that only inline elements separate read as one text (service/text/inline_ht
 from __future__ import annotations
 
 from service.text.html import parse_html
-from service.text.inline import Element, place
+from service.text.inline import Element, fill, place
 from service.text.inline_html import MAX_DEPTH, Block, inline_html
 
 SOURCE = "Two dogs are playing in the snow."
@@ -46,6 +46,17 @@ def test_an_element_that_aligns_to_nothing_stays_beside_its_neighbours() -> None
         SOURCE, [Element(0, 3, -1), Element(9, 12, -1)], SOURCE_TOKENS, TARGET, TARGET_TOKENS, ALIGNMENT
     )
     assert ranges[1][0] >= ranges[0][1]
+
+
+def test_fill_gives_every_character_to_a_run_the_longest_taking_the_gaps() -> None:
+    # runs "Two dogs are " | "playing" | " in the snow."
+    runs = [Element(0, 13, -1), Element(13, 20, -1), Element(20, 33, -1)]
+    spans = place(SOURCE, runs, SOURCE_TOKENS, TARGET, TARGET_TOKENS, ALIGNMENT)
+    parts = [TARGET[a:b] for a, b in fill(spans, [13, 7, 13], len(TARGET))]
+    assert "".join(parts) == TARGET
+    assert parts[1] == "spielen"
+    # a run that aligns to nothing stays, empty, in its place
+    assert fill([(0, 4), (4, 4), (5, 10)], [4, 1, 5], 10) == [(0, 4), (4, 4), (4, 10)]
 
 
 def _units(document: str) -> list[Block | int]:
