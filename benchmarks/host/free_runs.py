@@ -30,6 +30,9 @@ class Unwritten:
 
     shape: tuple[int, ...]
     dtype: type[np.generic]
+    # an input whose OrtValue may stand for it: nothing is written, so a cache's output can be its
+    # input's memory, as a real run's allocation from its arena costs the host next to nothing
+    reuse: str | None = None
 
 
 # (wanted output names, the run's inputs) → {name: its values or ``Unwritten``}: the run's answer
@@ -70,6 +73,11 @@ class RecordedBinding:
         if self.forward is not None:
             self.forward.bind_ortvalue_output(name, value)
 
+    def clear_binding_outputs(self) -> None:
+        self.outputs = {}
+        if self.forward is not None:
+            self.forward.clear_binding_outputs()
+
     def get_outputs(self) -> list[ort.OrtValue]:
         return self.results
 
@@ -100,6 +108,12 @@ class FreeRuns:
             results = []
             for name, bound in binding.outputs.items():
                 value = made.get(name)
+                stand_in = (
+                    binding.inputs.get(value.reuse) if isinstance(value, Unwritten) and value.reuse else None
+                )
+                if bound is None and isinstance(stand_in, ort.OrtValue):
+                    results.append(stand_in)
+                    continue
                 if bound is None:  # the run allocates it: an OrtValue owning its memory, as a run's
                     assert value is not None, name
                     bound = ort.OrtValue.ortvalue_from_shape_and_type(

@@ -102,7 +102,7 @@ def decoder_outputs(session: ort.InferenceSession, eos_id: int, steps: int = STE
             past = feeds.get(past_of(name)) if name.startswith("present") else None
             if past is not None:
                 _, heads, length, d_head = shape_of(past)
-                made[name] = Unwritten((n, heads, length + 1, d_head), dtypes[name])
+                made[name] = Unwritten((n, heads, length + 1, d_head), dtypes[name], reuse=past_of(name))
         return {name: made[name] for name in names if name in made}
 
     return outputs
@@ -119,7 +119,8 @@ def gather_outputs(axis: int, layers: int) -> Outputs:
             data = feeds[f"data_{name.split('_')[1]}"]
             shape = shape_of(data)
             out = shape[:axis] + indices.shape + shape[axis + 1 :]
-            made[name] = Unwritten(out[1:] if layers else out, ELEMENT_NUMPY[data.data_type()])
+            reuse = f"data_{name.split('_')[1]}" if not layers and out == shape else None
+            made[name] = Unwritten(out[1:] if layers else out, ELEMENT_NUMPY[data.data_type()], reuse)
         return made
 
     return outputs

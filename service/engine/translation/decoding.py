@@ -73,12 +73,28 @@ class Backend(Protocol):
         ...
 
     def step(
-        self, feeds: dict[str, Tensor], with_attention: bool, wanted: np.ndarray | None = None
+        self,
+        feeds: dict[str, Tensor],
+        with_attention: bool,
+        wanted: np.ndarray | None = None,
+        bound: StepBinding | None = None,
     ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
         """One decoder step → log-probs (N, V) (or ``Candidates`` when ``feeds`` set ``top_k``,
         with the log-probs of the ``wanted`` (N, m) tokens when given), cross-attention (N, S)
-        or None, and the next step's cache feeds (``past_*`` names)."""
+        or None, and the next step's cache feeds (``past_*`` names). ``bound``: one decode's
+        binding, kept from step to step where the backend binds."""
         ...
+
+
+class StepBinding:
+    """One running decode's IO binding on the device backend, kept between its steps: an input is
+    bound again only when its value is another object (the memory and the source mask change only
+    with the rows' sentences, not every step). One per decode, never shared: a backend serves
+    several decodes on several threads."""
+
+    def __init__(self) -> None:
+        self.binding: ort.IOBinding | None = None
+        self.inputs: dict[str, Tensor] = {}
 
 
 class HostBackend:
@@ -102,7 +118,11 @@ class HostBackend:
         return [list(x) for x in self.take(xs, rows, axis)]  # views: a stacked array's layers are contiguous
 
     def step(
-        self, feeds: dict[str, Tensor], with_attention: bool, wanted: np.ndarray | None = None
+        self,
+        feeds: dict[str, Tensor],
+        with_attention: bool,
+        wanted: np.ndarray | None = None,
+        bound: StepBinding | None = None,
     ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
         scores = _score_outputs(feeds, wanted)
         names = [*scores, *self._presents] + ([CROSS_ATTENTION] if with_attention else [])
@@ -153,20 +173,31 @@ class DeviceBackend:
         return [out[j * layers : (j + 1) * layers] for j in range(len(xs))]
 
     def step(
-        self, feeds: dict[str, Tensor], with_attention: bool, wanted: np.ndarray | None = None
+        self,
+        feeds: dict[str, Tensor],
+        with_attention: bool,
+        wanted: np.ndarray | None = None,
+        bound: StepBinding | None = None,
     ) -> tuple[np.ndarray | Candidates, np.ndarray | None, dict[str, Tensor]]:
-        binding = self.decoder.io_binding()
-        for name, value in feeds.items():
-            if isinstance(value, np.ndarray):
-                binding.bind_cpu_input(name, np.ascontiguousarray(value))
-            else:
-                binding.bind_ortvalue_input(name, value)
         scores = _score_outputs(feeds, wanted)
         on_host = [*scores, CROSS_ATTENTION] if with_attention else scores
+        bound = bound or StepBinding()
+        if bound.binding is None:
+            bound.binding = self.decoder.io_binding()
+        binding = bound.binding
+        binding.clear_binding_outputs()  # a run's outputs stay bound at its shapes: unbind them
         for name in on_host:
             binding.bind_output(name, "cpu")
         for name in self._presents:
             binding.bind_output(name, self.device, self.device_id)
+        for name, value in feeds.items():
+            if bound.inputs.get(name) is value:
+                continue
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            else:
+                binding.bind_ortvalue_input(name, value)
+            bound.inputs[name] = value
         self.decoder.run_with_iobinding(binding)
         values = binding.get_outputs()  # in binding order
         host = {name: values[i].numpy() for i, name in enumerate(on_host)}

@@ -30,7 +30,7 @@ from service.artefacts import (
     TOP_K,
     per_layer,
 )
-from service.engine.translation.decoding import Decoder, Tensor
+from service.engine.translation.decoding import Decoder, StepBinding, Tensor
 from service.engine.translation.search import Candidates
 
 
@@ -50,6 +50,7 @@ class PositionsDecoder(Decoder):
         self._mask = self._table_mask
         self._past = self._empty_cache(0, 0)
         self._past_len = 0
+        self._bound = StepBinding()  # this decode's binding on the device backend
 
     @property
     def joins_midway(self) -> bool:
@@ -139,7 +140,7 @@ class PositionsDecoder(Decoder):
             TOP_K: np.array([top_k], dtype=np.int64),
             POSITIONS: self._positions,
         }
-        log_probs, attn, self._past = self.backend.step(feeds, self.with_attention, wanted)
+        log_probs, attn, self._past = self.backend.step(feeds, self.with_attention, wanted, self._bound)
         self._past_len += 1
         self._positions = self._positions + 1
         return log_probs, attn
