@@ -64,8 +64,8 @@ def recorded_steps(engine: OnnxTranslator) -> list[tuple[dict[str, Any], Any, di
     steps: list[tuple[dict[str, Any], Any, dict[str, Any]]] = []
     step = engine.backend.step
 
-    def recording(feeds: dict[str, Any], with_attention: bool, wanted: Any = None) -> Any:
-        scores, attention, past = step(feeds, with_attention, wanted)
+    def recording(feeds: dict[str, Any], with_attention: bool, wanted: Any = None, bound: Any = None) -> Any:
+        scores, attention, past = step(feeds, with_attention, wanted, bound)
         steps.append((dict(feeds), scores, past))
         return scores, attention, past
 

@@ -73,6 +73,18 @@ def schema() -> Iterator[OpenApiSchema]:
                         "positive_data_acceptance": {"expected-statuses": ["2xx", "400", "413", "415"]}
                     },
                 },
+                # TEI's API answers 400 for an empty input, as TEI does (``"error_type": "empty"``).
+                {
+                    "include-path-regex": "^/(embed|similarity|tokenize|decode)?$",
+                    "checks": {
+                        "positive_data_acceptance": {"expected-statuses": ["2xx", "400", "404", "422"]}
+                    },
+                },
+                # Suggestions are off, as LibreTranslate answers them when disabled: always 403.
+                {
+                    "include-path": "/suggest",
+                    "checks": {"positive_data_acceptance": {"expected-statuses": ["403"]}},
+                },
                 # A name the service never gives, or a file gone: LibreTranslate's 400 and 404.
                 {
                     "include-path-regex": "^/download_file/",
@@ -98,6 +110,13 @@ def operations(schema: OpenApiSchema) -> list[APIOperation]:
     return [result.ok() for result in loaded if isinstance(result, Ok)]
 
 
+# Operations schemathesis draws only a few bodies for, and no invalid one (Hypothesis:
+# Unsatisfiable): /suggest takes none, TEI's /similarity and / nested or alternative objects. They
+# are fuzzed as far as it goes, not counted; their bad shapes are the route tests'
+# (tests/service/api/test_api_tei.py, test_api_libretranslate.py).
+FEW_INPUTS = {"POST /suggest", "POST /similarity", "POST /"}
+
+
 def _has_inputs(operation: APIOperation) -> bool:
     raw = operation.definition.raw
     return bool(raw.get("parameters") or raw.get("requestBody"))
@@ -108,7 +127,7 @@ def fuzz(schema: OpenApiSchema, mode: GenerationMode, examples: int) -> Counter[
     cases: Counter[str] = Counter()
     statuses: Counter[tuple[str, int]] = Counter()
     for operation in operations(schema):
-        if mode is GenerationMode.NEGATIVE and not _has_inputs(operation):
+        if mode is GenerationMode.NEGATIVE and (not _has_inputs(operation) or operation.label in FEW_INPUTS):
             continue  # nothing to make invalid
 
         @given(case=operation.as_strategy(generation_mode=mode))
@@ -132,7 +151,8 @@ def _check_coverage(schema: OpenApiSchema, cases: Counter[str], examples: int) -
     labels = {operation.label for operation in operations(schema)}
     assert {"POST /v1/translate", "POST /v1/embed", "POST /v1/embeddings", "GET /v1/models"} <= labels
     for label in labels:
-        if label.startswith("POST"):  # Hypothesis stops early only when it runs out of inputs
+        # Hypothesis stops early only when it runs out of inputs
+        if label.startswith("POST") and label not in FEW_INPUTS:
             assert cases[label] >= examples // 2, (label, cases[label])
 
 
