@@ -8,10 +8,9 @@ their outputs can be compared token for token.
 
 Each sentence is a ``SentenceSearch`` (sentence_search.py) holding a block of ``beam_size``
 consecutive rows, with its own beam size, n-best, length penalty and length limit; a ``Search``
-steps any set of them
-together, and sentences may join it between steps (iteration-level batching, where the decoder
-supports it: ``service/queue/continuous.py``). A sentence's result depends only on its own rows'
-scores, never on the other sentences of the step.
+steps any set of them together, and sentences may join it between steps (iteration-level
+batching, where the decoder supports it: ``service/queue/continuous.py``). A sentence's result
+depends only on its own rows' scores, never on the other sentences of the step.
 """
 
 from __future__ import annotations
@@ -64,7 +63,8 @@ class Search:
 
     Its state is arrays over the sentences and over the rows, so that a step of the free ones
     (no required phrases, no alignments kept: the common case) is array operations over all of
-    them (``beam_step.py``); the others step through their own ``SentenceSearch``.
+    them (``beam_step.py``); the others, and every sentence of a search of ``FEW_SENTENCES``,
+    step through their own ``SentenceSearch``.
     """
 
     def __init__(self, bos_id: int, eos_id: int) -> None:
