@@ -124,6 +124,9 @@ def check_answer(path: str, sent: dict[str, Any], answer: Any) -> None:
     elif path == "/v1/embed":
         assert answer["dim"] > 0 and len(answer["embeddings"]) == len(sent["texts"]), answer
         assert all(len(e) == answer["dim"] for e in answer["embeddings"])
+    elif path == "/embed":  # TEI's shape: one vector per input, all of one dimension
+        assert len(answer) == len(_texts(sent["inputs"])) and answer[0], answer
+        assert all(isinstance(v, list) and len(v) == len(answer[0]) for v in answer)
     elif path == "/v1/embeddings":
         assert len(answer["data"]) == len(_texts(sent["input"])), answer
         assert all(isinstance(d["embedding"], list) and d["embedding"] for d in answer["data"])
