@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from service.api.deepl import admitted, deepl_error, deepl_key, ours
 from service.api.dependencies import runtime_of
 from service.api.error_responses import answer, http_failure
-from service.api.files import attachment
+from service.api.files import download
 from service.api.glossaries import glossary_store
 from service.files.documents import Documents
 from service.files.refusals import FileTooLarge
@@ -110,11 +110,7 @@ async def result(document_id: str, request: Request) -> Response:
         return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
-    return Response(
-        translated.data,
-        media_type=translated.media_type,
-        headers={"Content-Disposition": attachment(translated.filename)},
-    )
+    return download(translated)
 
 
 def documents(request: Request) -> Documents:

@@ -9,7 +9,7 @@ answers the translated file itself, with its content type and the uploaded name.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Protocol
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
@@ -169,11 +169,22 @@ async def download_file(
     stored = _store(request).get(filename)
     if stored is None:
         return JSONResponse({"error": "No such file: it expired or was never translated"}, 404)
-    return Response(
-        stored.data,
-        media_type=stored.media_type,
-        headers={"Content-Disposition": attachment(stored.filename)},
-    )
+    return download(stored)
+
+
+class Downloadable(Protocol):
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def media_type(self) -> str: ...
+    @property
+    def filename(self) -> str: ...
+
+
+def download(file: Downloadable) -> Response:
+    """A translated file as the body of a download, under its own name."""
+    headers = {"Content-Disposition": attachment(file.filename)}
+    return Response(file.data, media_type=file.media_type, headers=headers)
 
 
 def _store(request: Request) -> TranslatedFiles:

@@ -112,10 +112,10 @@ class HostBackend:
         return keys, values
 
     def take(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[Tensor]:
-        return [np.take(x, rows, axis=axis) for x in xs]
+        return _take_host(xs, rows, axis)
 
     def take_layers(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[list[Tensor]]:
-        return [list(x) for x in self.take(xs, rows, axis)]  # views: a stacked array's layers are contiguous
+        return [list(x) for x in _take_host(xs, rows, axis)]  # views: a stacked array's layers are contiguous
 
     def step(
         self,
@@ -162,12 +162,12 @@ class DeviceBackend:
 
     def take(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[Tensor]:
         if isinstance(xs[0], np.ndarray):  # the empty first-step cache is host arrays
-            return [np.take(x, rows, axis=axis) for x in xs]
+            return _take_host(xs, rows, axis)
         return self.gather(xs, rows, axis)
 
     def take_layers(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[list[Tensor]]:
         if isinstance(xs[0], np.ndarray):
-            return [list(np.take(x, rows, axis=axis)) for x in xs]
+            return [list(x) for x in _take_host(xs, rows, axis)]
         layers = xs[0].shape()[0]
         out = self.gather(xs, rows, axis, layers)
         return [out[j * layers : (j + 1) * layers] for j in range(len(xs))]
@@ -204,6 +204,10 @@ class DeviceBackend:
         attn = np.asarray(host[CROSS_ATTENTION], dtype=np.float32) if with_attention else None
         presents = dict(zip(self._presents, values[len(on_host) :], strict=True))
         return _scores(host, wanted), attn, _next_past(presents)
+
+
+def _take_host(xs: Sequence[np.ndarray], rows: np.ndarray, axis: int) -> list[np.ndarray]:
+    return [np.take(x, rows, axis=axis) for x in xs]
 
 
 def _score_outputs(feeds: dict[str, Tensor], wanted: np.ndarray | None) -> list[str]:
