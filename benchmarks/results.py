@@ -82,6 +82,9 @@ class Figure(StrEnum):
     # a dictionary term in <b> (stage markup): the plain sentences and the marked-up ones, sent/s
     MARKUP_PLAIN = "markup.plain"
     MARKUP_HTML = "markup.html"
+    # terminology, terms the model never wrote: the free search, and the terms placed by alignment
+    TERMS_UNSEEN_FREE = "terminology.unseen_free"
+    TERMS_UNSEEN_PLACED = "terminology.unseen_placed"
 
 
 @dataclass

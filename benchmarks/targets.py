@@ -101,6 +101,31 @@ TARGETS = (
         False,
     ),
     Target(
+        "terminology, terms the model never wrote, placed by alignment: the terms present (%)",
+        Read(F.TERMS_UNSEEN_PLACED, "term_accuracy_pct"),
+        None,
+        "%",
+        100,
+        True,
+    ),
+    Target(
+        "terminology, terms the model never wrote, placed by alignment: sentences with a term bolted on (%)",
+        Read(F.TERMS_UNSEEN_PLACED, "bolted_on_pct"),
+        None,
+        "%",
+        3,
+        False,
+    ),
+    Target(
+        "terminology, terms the model never wrote, placed by alignment: the cost against the free search "
+        "(sent/s free / placed)",
+        Read(F.TERMS_UNSEEN_FREE),
+        Read(F.TERMS_UNSEEN_PLACED),
+        "×",
+        1.5,
+        False,
+    ),
+    Target(
         f"translate, our model, beam 4, batch 32: ours int8 / {CT2_BEST} (tok/s)",
         Read(F.SMALL_BEAM4_BATCH32_OURS_INT8),
         Read(F.SMALL_BEAM4_BATCH32_CT2_INT8),

@@ -29,12 +29,13 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import read_lines
 from benchmarks.harness import Bench, Need, Stage
-from benchmarks.results import Row
+from benchmarks.results import Figure, Row
 
 MIN_LETTERS = 4
 MIN_COUNT = 5
@@ -47,6 +48,8 @@ class TermSentence:
     source: str
     reference: str
     terms: tuple[tuple[str, str], ...]  # (source term, target term) as written in the sentence pair
+    # The unseen set's: the dictionary's own target word each target term stands in for
+    seen: tuple[str, ...] = ()
 
 
 def words(text: str) -> list[str]:
@@ -128,6 +131,78 @@ def has_term(output: str, term: str) -> bool:
     return re.search(rf"(?<![^\W_]){re.escape(term)}(?![^\W_])", output) is not None
 
 
+def _word(term: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![^\W_]){re.escape(term)}(?![^\W_])")
+
+
+def source_span(source: str, term: str) -> tuple[int, int] | None:
+    """The first place ``term`` stands in ``source`` as a word (what a glossary match gives)."""
+    found = _word(term).search(source)
+    return None if found is None else found.span()
+
+
+# Made-up compounds stand for a user's domain terms: words the model never wrote in training.
+UNSEEN_PREFIXES = {"de": ("Edel", "Pracht", "Zier", "Profi"), "en": ("mega", "ultra", "hyper", "proto")}
+
+
+def german_nouns(lines: Sequence[str]) -> set[str]:
+    """Lowercased German words written capitalised in most of their places inside a sentence."""
+    upper: Counter[str] = Counter()
+    seen: Counter[str] = Counter()
+    for line in lines:
+        for w in words(line)[1:]:
+            seen[w.lower()] += 1
+            upper[w.lower()] += w[0].isupper()
+    return {w for w, n in seen.items() if 2 * upper[w] > n}
+
+
+def unseen_terms(
+    sentences: Sequence[TermSentence], train: tuple[Sequence[str], Sequence[str]], pair: tuple[str, str]
+) -> list[TermSentence]:
+    """The sentences' noun terms (as their German side says: ``german_nouns``), each target term
+    replaced by a compound of it that no training target holds (``UNSEEN_PREFIXES``, the first
+    that is absent), as a user's own domain term would be; sentences without one are left out."""
+    german = pair.index("de")
+    nouns = german_nouns(train[german])
+    known = {w.lower() for line in train[1] for w in words(line)}
+    replacement: dict[str, str] = {}
+    out: list[TermSentence] = []
+    for s in sentences:
+        terms = [(source, target) for source, target in s.terms if (source, target)[german].lower() in nouns]
+        for _, target in terms:
+            if target not in replacement:
+                stem = target.lower() if target[:1].isupper() else target
+                made = (prefix + stem for prefix in UNSEEN_PREFIXES[pair[1]])
+                replacement[target] = next(w for w in made if w.lower() not in known)
+        if terms:
+            unseen = tuple((source, replacement[target]) for source, target in terms)
+            out.append(TermSentence(s.source, s.reference, unseen, tuple(target for _, target in terms)))
+    return out
+
+
+def with_terms(free: str, sentence: TermSentence) -> str:
+    """``free`` with each dictionary word the unseen set replaced put in its term's place: what
+    the translation should be with the user's words in it."""
+    for (_, term), seen in zip(sentence.terms, sentence.seen, strict=True):
+        free = _word(seen).sub(term, free, count=1)
+    return free
+
+
+_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
+
+
+def bolted_on(output: str, free: str, terms: Sequence[str]) -> bool:
+    """Whether a term was bolted on: ``output`` has more sentences than the free translation, or
+    a term stands only after its last sentence end ("Zwei Hunde spielen im Schnee. Köter")."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(output)]
+    if len(ends) > max(1, len(_SENTENCE_END.findall(free))):
+        return True
+    last = ends[-1] if ends else len(output)
+    return any(
+        _word(t).search(output[:last]) is None and _word(t).search(output[last:]) is not None for t in terms
+    )
+
+
 def term_accuracy(outputs: Sequence[str], sentences: Sequence[TermSentence]) -> float:
     """The share of required target terms present in the outputs (``has_term``)."""
     required = present = 0
@@ -141,9 +216,20 @@ def term_accuracy(outputs: Sequence[str], sentences: Sequence[TermSentence]) -> 
 # --- the stage -------------------------------------------------------------------------------------
 
 SECTION = "terminology: {pair}, test_2016_flickr sentences with dictionary terms, beam 4, batches of 32"
+UNSEEN_SECTION = (
+    "terminology: {pair}, the same sentences with terms the model never wrote in training, beam 4, "
+    "batches of 32"
+)
 UNCONSTRAINED = "ours in-process (int8), free search"
-CONSTRAINED = "ours in-process (int8), terms required"
+CONSTRAINED = "ours in-process (int8), terms required, constrained search"
+PLACED = "ours in-process (int8), terms required and placed by alignment (a glossary's)"
 BATCH = 32
+
+
+class Passes(Enum):
+    FREE = UNCONSTRAINED
+    CONSTRAINED = CONSTRAINED
+    PLACED = PLACED
 
 
 @dataclass(frozen=True)
@@ -153,19 +239,26 @@ class Pass:
     unsatisfiable: int  # sentences refused (ConstraintUnsatisfiable): their output counts as empty
 
 
-def batches(system: Any, sentences: Sequence[TermSentence], required: bool) -> list[list[Any]]:
+def batches(system: Any, sentences: Sequence[TermSentence], how: Passes) -> list[list[Any]]:
     """The pass's batches of ``BATCH`` items (sentence order), beam 4, each batch's output limit
-    as the translation stage's natural runs; with ``required``, each sentence's target terms.
-    Made once, before any pass is timed."""
+    as the translation stage's natural runs; but for a free pass, each sentence's target terms
+    required (placed: with the source terms' spans, as a glossary's matches give them). Made
+    once, before any pass is timed."""
     from service.engine.base import TranslateItem, TranslateOptions
 
     out = []
     for at in range(0, len(sentences), BATCH):
         chunk = sentences[at : at + BATCH]
         max_len = min(256, 2 * max(len(e.ids) for e in system.engine.encode([s.source for s in chunk])) + 10)
-        terms = [tuple(t for _, t in s.terms) if required else () for s in chunk]
-        options = [TranslateOptions(beam_size=4, max_length=max_len, required=t) for t in terms]
-        out.append([TranslateItem(s.source, o) for s, o in zip(chunk, options, strict=True)])
+        items = []
+        for s in chunk:
+            required = () if how is Passes.FREE else tuple(t for _, t in s.terms)
+            spans = tuple(source_span(s.source, term) for term, _ in s.terms) if how is Passes.PLACED else ()
+            options = TranslateOptions(
+                beam_size=4, max_length=max_len, required=required, required_sources=spans
+            )
+            items.append(TranslateItem(s.source, options))
+        out.append(items)
     return out
 
 
@@ -187,9 +280,75 @@ def translate_pass(system: Any, batched: Sequence[Sequence[Any]]) -> Pass:
     return Pass(time.perf_counter() - start, outputs, unsatisfiable)
 
 
-def run(bench: Bench) -> None:
+def best_pass(bench: Bench, system: Any, sentences: Sequence[TermSentence], how: Passes) -> Pass:
+    batched = batches(system, sentences, how)
+    translate_pass(system, batched[:1])  # warm-up
+    return min((translate_pass(system, batched) for _ in range(bench.rounds)), key=lambda p: p.seconds)
+
+
+def measure(bench: Bench, system: Any, sentences: Sequence[TermSentence], section: str) -> None:
+    """The dictionary set: the three passes against the references."""
     import sacrebleu
 
+    references = [[s.reference for s in sentences]]
+    for how in Passes:
+        best = best_pass(bench, system, sentences, how)
+        extra = {
+            "sentences": len(sentences),
+            "terms": sum(len(s.terms) for s in sentences),
+            "term_accuracy_pct": round(100 * term_accuracy(best.outputs, sentences), 2),
+            "bleu": round(sacrebleu.corpus_bleu(best.outputs, references).score, 2),
+            "unsatisfiable": best.unsatisfiable,
+        }
+        row = Row(
+            section,
+            how.value,
+            len(sentences) / best.seconds,
+            "sent/s",
+            baseline=how is Passes.FREE,
+            extra=extra,
+        )
+        bench.results.add(row)
+
+
+def measure_unseen(
+    bench: Bench, system: Any, sentences: Sequence[TermSentence], section: str, figures: bool
+) -> None:
+    """The unseen set: the terms' accuracy, the share bolted on, and BLEU / chrF against the free
+    translation with the terms in place."""
+    import sacrebleu
+
+    free = best_pass(bench, system, sentences, Passes.FREE)
+    references = [[with_terms(out, s) for out, s in zip(free.outputs, sentences, strict=True)]]
+    for how in Passes:
+        best = free if how is Passes.FREE else best_pass(bench, system, sentences, how)
+        bolted = sum(
+            bolted_on(out, f, [t for _, t in s.terms])
+            for out, f, s in zip(best.outputs, free.outputs, sentences, strict=True)
+        )
+        extra = {
+            "sentences": len(sentences),
+            "terms": sum(len(s.terms) for s in sentences),
+            "term_accuracy_pct": round(100 * term_accuracy(best.outputs, sentences), 2),
+            "bolted_on_pct": round(100 * bolted / len(sentences), 2),
+            "bleu_vs_free_with_terms": round(sacrebleu.corpus_bleu(best.outputs, references).score, 2),
+            "chrf_vs_free_with_terms": round(sacrebleu.corpus_chrf(best.outputs, references).score, 2),
+            "unsatisfiable": best.unsatisfiable,
+        }
+        figure = {Passes.FREE: Figure.TERMS_UNSEEN_FREE, Passes.PLACED: Figure.TERMS_UNSEEN_PLACED}.get(how)
+        row = Row(
+            section,
+            how.value,
+            len(sentences) / best.seconds,
+            "sent/s",
+            baseline=how is Passes.FREE,
+            extra=extra,
+            figure=figure if figures else None,
+        )
+        bench.results.add(row)
+
+
+def run(bench: Bench) -> None:
     from benchmarks.translators import OursInProcess
     from service.artefacts import read_manifest
     from service.settings import DEFAULT_TRANSLATE_MODELS
@@ -206,32 +365,15 @@ def run(bench: Bench) -> None:
         if not systems or not sentences:
             continue
         print(f"== terminology: {name}, {len(sentences)} sentences", flush=True)
-        section = SECTION.format(pair="→".join(pair))
-        references = [[s.reference for s in sentences]]
-        for system_name, required in ((UNCONSTRAINED, False), (CONSTRAINED, True)):
-            batched = batches(systems[0], sentences, required)
-            translate_pass(systems[0], batched[:1])  # warm-up
-            best = min(
-                (translate_pass(systems[0], batched) for _ in range(bench.rounds)),
-                key=lambda p: p.seconds,
-            )
-            extra = {
-                "sentences": len(sentences),
-                "terms": sum(len(s.terms) for s in sentences),
-                "term_accuracy_pct": round(100 * term_accuracy(best.outputs, sentences), 2),
-                "bleu": round(sacrebleu.corpus_bleu(best.outputs, references).score, 2),
-                "unsatisfiable": best.unsatisfiable,
-            }
-            bench.results.add(
-                Row(
-                    section,
-                    system_name,
-                    len(sentences) / best.seconds,
-                    "sent/s",
-                    baseline=not required,
-                    extra=extra,
-                )
-            )
+        measure(bench, systems[0], sentences, SECTION.format(pair="→".join(pair)))
+        m30k = bench.args.data_dir / "multi30k"
+        train = (read_lines(m30k / f"train.{pair[0]}.gz"), read_lines(m30k / f"train.{pair[1]}.gz"))
+        unseen = unseen_terms(sentences, train, pair)
+        if not unseen:
+            bench.results.note(f"terminology: {name}'s sentences have no noun terms for the unseen set")
+            continue
+        first = name == DEFAULT_TRANSLATE_MODELS[0]  # the targets read the first direction's
+        measure_unseen(bench, systems[0], unseen, UNSEEN_SECTION.format(pair="→".join(pair)), first)
 
 
 STAGE = Stage(

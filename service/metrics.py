@@ -66,7 +66,8 @@ ITEM_ERRORS = Counter(f"{PREFIX}_item_errors", "Items that failed inside a batch
 CONSTRAINED_SENTENCES = Counter(
     f"{PREFIX}_constrained_sentences",
     "Sentences with required phrases (glossary terms, kept spans) by the search whose result they "
-    "got: free (its best hypotheses held every phrase) or constrained (searched again under them)",
+    "got: free (its best hypotheses held every phrase), placed (searched again with the phrases put "
+    "where the free translation's alignment says) or constrained (searched again under them)",
     ["model", "search"],
 )
 # Still 1 however many processes load the model: the largest, not the sum.

@@ -22,6 +22,9 @@ class Encoded:
     ids: list[int]  # with the special tokens the post-processor adds (BERT: [CLS] … [SEP]; ours: … </s>)
     tokens: list[str]  # the same pieces as strings (for alignments)
     truncated: bool
+    # Each token's [start, end) in the text (special tokens: empty), where the caller needs to
+    # find a part of the text among the tokens (a glossary term's); None: not kept.
+    offsets: list[tuple[int, int]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_tokens(self) -> int:
@@ -63,6 +66,11 @@ class TranslateOptions:
     # do-not-translate placeholders the serving layer chose for this sentence), spelled as inside
     # a sentence; the search enforces them (service/engine/translation/constraints.py). Empty: a free search.
     required: tuple[str, ...] = ()
+    # Where each required phrase comes from in the text, [start, end) in characters (a glossary
+    # match's source term, a kept span's placeholder), so the search puts it where the model's
+    # alignment of a free translation says (service/engine/translation/placement.py); None for
+    # a phrase of no source span. Empty: none has one.
+    required_sources: tuple[tuple[int, int] | None, ...] = ()
 
 
 @dataclass(frozen=True)

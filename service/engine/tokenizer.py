@@ -147,7 +147,10 @@ class TextTokenizer:
 
     def encode(self, texts: Sequence[str]) -> list[Encoded]:
         """Every token of each text, special tokens included, before any truncation."""
-        return [Encoded(enc.ids, enc.tokens, truncated=False) for enc in _encode_all(self._full, texts)]
+        return [
+            Encoded(enc.ids, enc.tokens, truncated=False, offsets=enc.offsets)
+            for enc in _encode_all(self._full, texts)
+        ]
 
     def encode_batch(
         self,
@@ -172,7 +175,7 @@ class TextTokenizer:
             elif may_cut:
                 # Re-encoded with truncation so the post-processor's specials survive the cut.
                 cut = self._truncating.encode(text)
-                out.append(Encoded(cut.ids, cut.tokens, truncated=True))
+                out.append(Encoded(cut.ids, cut.tokens, truncated=True, offsets=cut.offsets))
             else:
                 out.append(self._too_long(n))
         return out

@@ -20,7 +20,7 @@ from service.engine.tokenizer import EncodingCache
 from service.glossaries.placeholders import Masked, PlaceholderLost
 from service.queue import off_the_loop_if_large
 from service.serving.failures import Problem, problem
-from service.serving.terminology import SentenceTerms
+from service.serving.terminology import Required, SentenceTerms
 from service.text.document import Document, TextTranslation, assemble, html_document, plain_document
 from service.text.html import HtmlError
 from service.text.inline import Element
@@ -36,7 +36,7 @@ class Sentences:
     encodings: list[list[Encoded]]
     # each unit as the engine gets it (kept spans masked), and the phrases its output must hold
     masked: list[list[Masked]]
-    required: list[list[tuple[str, ...]]]
+    required: list[list[tuple[Required, ...]]]
     # each unit whose inline elements are placed by the alignment (HTML): it asks for one
     aligned: list[list[bool]]
 
@@ -97,10 +97,15 @@ async def split(
     return await off_the_loop_if_large(chars, lambda: _split(texts, fmt, language, engine, terms, elements))
 
 
-def _with(options: TranslateOptions, required: tuple[str, ...], aligned: bool) -> TranslateOptions:
+def _with(options: TranslateOptions, required: tuple[Required, ...], aligned: bool) -> TranslateOptions:
     if not required and (options.alignments or not aligned):
         return options
-    return dataclasses.replace(options, required=required, alignments=options.alignments or aligned)
+    return dataclasses.replace(
+        options,
+        required=tuple(phrase for phrase, _ in required),
+        required_sources=tuple(span for _, span in required),
+        alignments=options.alignments or aligned,
+    )
 
 
 def _restored(result: Translation | Exception, masked: Masked) -> Translation | Exception:

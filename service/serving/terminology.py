@@ -48,18 +48,26 @@ class Terminology:
         return SentenceTerms(found.matcher, self.keep)
 
 
+# A phrase a sentence's translation must hold, and where it comes from in the (masked) sentence
+Required = tuple[str, tuple[int, int]]
+
+
 @dataclass(frozen=True)
 class SentenceTerms:
     matcher: TermMatcher | None = None
     keep: tuple[str, ...] = ()
 
-    def prepare(self, sentence: str) -> tuple[Masked, tuple[str, ...]]:
-        """``sentence`` with its kept spans masked, and the phrases its translation must hold:
-        each placeholder, then the target terms of the glossary's matches (in the masked text,
-        so that a kept span is never also a glossary term)."""
+    def prepare(self, sentence: str) -> tuple[Masked, tuple[Required, ...]]:
+        """``sentence`` with its kept spans masked, and the phrases its translation must hold,
+        each once with its first span in the masked text (the engine places a phrase by the
+        alignment of that span): each placeholder, then the target terms of the glossary's
+        matches (in the masked text, so that a kept span is never also a glossary term)."""
         masked = mask(sentence, self.keep)
-        terms = self.matcher.required(masked.text) if self.matcher is not None else ()
-        return masked, tuple(dict.fromkeys((*masked.placeholders, *terms)))
+        found = [(p, masked.text.find(p)) for p in masked.placeholders]
+        first = {p: (at, at + len(p)) for p, at in found if at >= 0}
+        for match in self.matcher.matches(masked.text) if self.matcher is not None else ():
+            first.setdefault(match.entry.target, (match.start, match.end))
+        return masked, tuple(first.items())
 
 
 def refused(error: GlossaryProblem) -> InvalidRequest:

@@ -4,10 +4,8 @@ A sentence's inline markup (HTML's ``<b>``, ``<a href>``...; a document's format
 taken out before translation: the model translates the plain text, and each element comes back
 as a character range of the translation, computed from the cross-attention alignment:
 
-* Subwords → words on both sides (a word starts at a ``▁`` piece or after whitespace); a word
-  pair's weight is the sum over their pieces.
-* A target word is linked to a source word when each is the other's best (the intersection of
-  both directions: precise, it leaves function words that spread their attention unlinked).
+* Subwords → words on both sides (a word starts at a ``▁`` piece or after whitespace), and
+  words linked where each is the other's best (service/engine/translation/word_alignment.py).
 * An element's target words are those linked to its source words, else each of its source
   words' best target word; its range is the smallest one covering them and its children's.
   An element over all its parent's words keeps all of its parent's range.
@@ -27,9 +25,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-_WORD_START = "▁"  # SentencePiece's word boundary, which Marian and our tokenizers use
+from service.engine.translation.word_alignment import WORD_START, WordLinks, word_weights
 
 
 @dataclass(frozen=True)
@@ -46,7 +42,7 @@ def token_spans(text: str, tokens: Sequence[str]) -> list[tuple[int, int] | None
     spans: list[tuple[int, int] | None] = []
     at = 0
     for token in tokens:
-        piece = token.replace(_WORD_START, " ").strip()
+        piece = token.replace(WORD_START, " ").strip()
         found = text.find(piece, at, at + len(piece) + 8) if piece else -1
         if found < 0 or text[at:found].strip():
             spans.append(None)
@@ -64,30 +60,13 @@ def _words(text: str, tokens: Sequence[str]) -> tuple[list[tuple[int, int]], lis
         if span is None:
             of_token.append(-1)
             continue
-        continues = words and not token.startswith(_WORD_START) and not text[words[-1][1] : span[0]]
+        continues = words and not token.startswith(WORD_START) and not text[words[-1][1] : span[0]]
         if continues:
             words[-1] = (words[-1][0], span[1])
         else:
             words.append(span)
         of_token.append(len(words) - 1)
     return words, of_token
-
-
-def _word_weights(
-    alignment: Sequence[Sequence[float]], target_of: list[int], source_of: list[int], shape: tuple[int, int]
-) -> np.ndarray:
-    """(target words, source words): the pieces' attention summed, as one-hot products."""
-    matrix = np.asarray(alignment, dtype=np.float64).reshape(len(target_of), -1)
-    n_source = min(matrix.shape[1], len(source_of))
-    targets = np.zeros((shape[0], len(target_of)))
-    for t, tw in enumerate(target_of):
-        if tw >= 0:
-            targets[tw, t] = 1.0
-    sources = np.zeros((n_source, shape[1]))
-    for s, sw in enumerate(source_of[:n_source]):
-        if sw >= 0:
-            sources[s, sw] = 1.0
-    return targets @ matrix[:, :n_source] @ sources
 
 
 def place(
@@ -105,21 +84,15 @@ def place(
         return [(0, 0)] * len(elements)
     hulls: list[tuple[int, int] | None] = [None] * len(elements)
     if source_words and len(alignment) == len(target_tokens):
-        weights = _word_weights(alignment, target_of, source_of, (len(target_words), len(source_words)))
-        hulls = _hulls(elements, source_words, weights)
+        weights = word_weights(alignment, target_of, source_of, (len(target_words), len(source_words)))
+        hulls = _hulls(elements, source_words, WordLinks(weights))
     return _resolve(source, elements, hulls, target, target_words)
 
 
 def _hulls(
-    elements: Sequence[Element], source_words: list[tuple[int, int]], weights: np.ndarray
+    elements: Sequence[Element], source_words: list[tuple[int, int]], links: WordLinks
 ) -> list[tuple[int, int] | None]:
     """Each element's smallest range of target words [first, last] (None: aligned to nothing)."""
-    best_source = weights.argmax(axis=1)
-    best_target = weights.argmax(axis=0)
-    linked: dict[int, list[int]] = {}
-    for tw, sw in enumerate(best_source):
-        if best_target[sw] == tw and weights[tw, sw] > 0:
-            linked.setdefault(int(sw), []).append(tw)
     hulls: list[tuple[int, int] | None] = [None] * len(elements)
     children: dict[int, list[int]] = {}
     for index, element in enumerate(elements):
@@ -127,9 +100,7 @@ def _hulls(
     for index in range(len(elements) - 1, -1, -1):  # children (later) before their parents
         element = elements[index]
         inside = [i for i, (s, e) in enumerate(source_words) if s < element.end and e > element.start]
-        found = [tw for sw in inside for tw in linked.get(sw, [])]
-        if not found:
-            found = [int(best_target[sw]) for sw in inside if weights[:, sw].any()]
+        found = links.targets(inside)
         for child in children.get(index, []):
             hull = hulls[child]
             if hull is not None and hull[0] >= 0:

@@ -5,7 +5,19 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from benchmarks.terminology import has_term, learn_dictionary, term_accuracy, term_sentences, terminology_set
+from benchmarks.terminology import (
+    TermSentence,
+    bolted_on,
+    german_nouns,
+    has_term,
+    learn_dictionary,
+    source_span,
+    term_accuracy,
+    term_sentences,
+    terminology_set,
+    unseen_terms,
+    with_terms,
+)
 
 TRAIN = [
     ("a black horse runs", "ein schwarzes Pferd rennt"),
@@ -56,3 +68,34 @@ def test_a_term_counts_as_a_word_exactly_as_written() -> None:
     assert has_term("A man rides a four-wheeler.", "four") and has_term("Four men.", "Four")
     assert not has_term("fourteen men", "four") and not has_term("Four men.", "four")
     assert not has_term("the dogs", "dog") and has_term("the dog.", "dog")
+
+
+def test_the_unseen_set_gives_each_noun_term_a_compound_no_training_target_holds() -> None:
+    train_de = ["Ein Hund und ein Ball.", "Der Hund spielt.", "Ein Edelhund rennt.", "Sie spielt gern."]
+    train_en = ["A dog and a ball.", "The dog plays.", "A noble dog runs.", "She likes to play."]
+    assert german_nouns(train_de) == {"hund", "ball", "edelhund"}  # "Ein"/"Sie" start a sentence
+    sentences = [
+        TermSentence(
+            "A dog plays with a ball.",
+            "Ein Hund spielt mit einem Ball.",
+            (("dog", "Hund"), ("plays", "spielt")),
+        ),
+        TermSentence("She plays.", "Sie spielt.", (("plays", "spielt"),)),
+    ]
+    (unseen,) = unseen_terms(sentences, (train_en, train_de), ("en", "de"))
+    assert unseen.terms == (("dog", "Prachthund"),)  # "Edelhund" is a training word; verbs are left out
+    assert unseen.seen == ("Hund",)
+    assert with_terms("Zwei Hunde sehen einen Hund.", unseen) == "Zwei Hunde sehen einen Prachthund."
+    (english,) = unseen_terms(
+        [TermSentence("Ein Hund.", "A dog.", (("Hund", "dog"),))], (train_de, train_en), ("de", "en")
+    )
+    assert english.terms == (("Hund", "megadog"),)
+
+
+def test_a_term_is_bolted_on_after_the_sentence_or_as_a_sentence_of_its_own() -> None:
+    free = "Zwei Hunde spielen im Schnee."
+    assert not bolted_on("Zwei Köter spielen im Schnee.", free, ["Köter"])
+    assert bolted_on("Zwei Hunde spielen im Schnee. Köter.", free, ["Köter"])
+    assert bolted_on("Zwei Hunde spielen im Schnee. Köter", free, ["Köter"])
+    assert not bolted_on("Köter. Sie spielen.", "Hunde. Sie spielen.", ["Köter"])
+    assert source_span("A dog and dogs.", "dogs") == (10, 14) and source_span("doggy", "dog") is None

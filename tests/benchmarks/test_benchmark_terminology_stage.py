@@ -44,9 +44,14 @@ def test_the_stage_requires_each_sentences_terms_and_reports_their_accuracy(tmp_
     terminology.run(bench)
     rows = {r.system: r for r in bench.results.rows}
     free, constrained = rows[terminology.UNCONSTRAINED], rows[terminology.CONSTRAINED]
-    assert free.baseline and not constrained.baseline and free.section == constrained.section
-    assert constrained.extra["unsatisfiable"] == 0
-    assert constrained.extra["term_accuracy_pct"] == 100.0
-    assert constrained.extra["terms"] == sum(len(s.terms) for s in sentences[:96])
+    placed = rows[terminology.PLACED]
+    assert (
+        free.baseline and not constrained.baseline and free.section == constrained.section == placed.section
+    )
+    for row in (constrained, placed):
+        assert row.extra["unsatisfiable"] == 0
+        assert row.extra["term_accuracy_pct"] == 100.0
+        assert row.extra["terms"] == sum(len(s.terms) for s in sentences[:96])
     assert 0 <= free.extra["bleu"] <= 100 and free.value > 0
     assert any("transformer-de-en not measured" in note for note in bench.results.notes)
+    assert any("no noun terms for the unseen set" in note for note in bench.results.notes)  # all lowercase

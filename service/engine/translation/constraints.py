@@ -254,6 +254,21 @@ class PhraseSpeller:
         self._punctuated = _punctuated_pieces(tokenizer)
         self._continuing = _continuing_pieces(tokenizer)
         self._spell = lru_cache(maxsize=cache_size)(self._spellings)
+        self._placed = lru_cache(maxsize=cache_size)(self._placed_spelling)
+
+    @property
+    def continuing(self) -> frozenset[int]:
+        """The tokens that would glue themselves to the word before them."""
+        return self._continuing
+
+    def placed(self, phrase: str, at_start: bool) -> Spelling:
+        """``phrase``'s tokens where a search is forced through it: as at a sentence's start, or
+        as inside one (placement.py)."""
+        return self._placed(phrase, at_start)
+
+    def _placed_spelling(self, phrase: str, at_start: bool) -> Spelling:
+        spellings = phrase_token_ids(self._tokenizer, phrase)  # inside first, where they differ
+        return spellings[-1] if at_start else spellings[0]
 
     def _spellings(self, phrase: str) -> tuple[Spelling, ...]:
         spellings = phrase_token_ids(self._tokenizer, phrase)

@@ -20,10 +20,11 @@ import numpy as np
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
-from service.engine.translation.constraints import Constraints, PhraseSpeller
+from service.engine.translation.constraints import Constraints, ConstraintUnsatisfiable, PhraseSpeller
 from service.engine.translation.decoding import Backend, Decoder
+from service.engine.translation.placement import place
 from service.engine.translation.search import Search
-from service.engine.translation.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
+from service.engine.translation.sentence_search import EarlyStopping, Prefix, SentenceSearch, TokenHypothesis
 from service.engine.translation.shortlist import VocabularyMap
 from service.metrics import CONSTRAINED_SENTENCES, labelled
 
@@ -102,10 +103,11 @@ class RunningDecode:
         bos_id, eos_id = special
         self.can_align = can_align
         self.search = Search(bos_id, eos_id)
-        # Sentences with required phrases searching free first: their source, options, constraints
-        self._free_first: dict[SentenceSearch, tuple[Encoded, TranslateOptions, Constraints]] = {}
-        # Constrained searches of sentences whose free results missed a phrase, not yet running
-        # (a decoder that cannot join sentences midway takes them once the running ones are done)
+        # Searches of sentences with required phrases whose results stand only if they hold them
+        # (searching free first, or with phrases placed): source, options, constraints, kind
+        self._checked: dict[SentenceSearch, tuple[Encoded, TranslateOptions, Constraints, str]] = {}
+        # Searches of sentences whose results missed a phrase, not yet running (a decoder that
+        # cannot join sentences midway takes them once the running ones are done)
         self._again: list[tuple[SentenceSearch, Encoded]] = []
 
     @property
@@ -154,15 +156,26 @@ class RunningDecode:
             constraints = sentence_constraints(
                 self.speller, options, self.limit(options), self.forced_first(options)
             )
-            search = self._new_search(key, source, options, None)
+            placing = constraints is not None and self._places(options)
+            search = self._new_search(key, source, options, None, with_attention=placing)
             if constraints is not None:
-                self._free_first[search] = (source, options, constraints)
+                self._checked[search] = (source, options, constraints, "free")
             searches.append(search)
         self._start([(s, e[1]) for s, e in zip(searches, entries, strict=True) if not s.done])
         return [s for s in searches if s.done]
 
+    def _places(self, options: TranslateOptions) -> bool:
+        """Whether the sentence's required phrases may be placed by alignment (placement.py)."""
+        return self.can_align and any(span is not None for span in options.required_sources)
+
     def _new_search(
-        self, key: Any, source: Encoded, options: TranslateOptions, constraints: Constraints | None
+        self,
+        key: Any,
+        source: Encoded,
+        options: TranslateOptions,
+        constraints: Constraints | None,
+        prefix: Prefix | None = None,
+        with_attention: bool = False,  # kept whether or not the options ask for alignments
     ) -> SentenceSearch:
         return SentenceSearch(
             key,
@@ -170,11 +183,12 @@ class RunningDecode:
             max_len=self.limit(options),
             n_best=options.n_best,
             length_penalty=options.length_penalty,
-            with_attention=options.alignments and self.can_align,
+            with_attention=(options.alignments or with_attention) and self.can_align,
             source_len=source.n_tokens,
             forced_first=self.forced_first(options),
             early_stopping=self.early_stopping,
             constraints=constraints,
+            prefix=prefix,
         )
 
     def _start(self, starting: list[tuple[SentenceSearch, Encoded]]) -> None:
@@ -211,18 +225,65 @@ class RunningDecode:
         return [s for s in finished if self._stands(s)]
 
     def _stands(self, search: SentenceSearch) -> bool:
-        """Whether a finished search's results are the sentence's: a free-first search's best
-        finished hypotheses that hold every required phrase, if ``n_best`` of them do; else its
-        constrained search is queued in its place."""
-        plan = self._free_first.pop(search, None)
+        """Whether a finished search's results are the sentence's: a free-first search's (or a
+        placed one's) best finished hypotheses that hold every required phrase, if ``n_best`` of
+        them do; else the sentence searches again, with the phrases its free translation missed
+        placed by alignment (``_placed``) where it can, else under its constraints."""
+        plan = self._checked.pop(search, None)
         if plan is None:
+            if search.constraints is not None:
+                labelled(CONSTRAINED_SENTENCES, self.model, "constrained").inc()
             return True
-        source, options, constraints = plan
-        held = search.keep_finished(constraints.holds)
-        labelled(CONSTRAINED_SENTENCES, self.model, "free" if held else "constrained").inc()
-        if not held:
-            self._again.append((self._new_search(search.key, source, options, constraints), source))
-        return held
+        source, options, constraints, kind = plan
+        best = search.results()[:1]
+        if search.keep_finished(constraints.holds):
+            labelled(CONSTRAINED_SENTENCES, self.model, kind).inc()
+            return True
+        again = self._placed(search.key, best, source, options, constraints) if kind == "free" else None
+        if again is None:
+            again = self._new_search(search.key, source, options, constraints)
+        else:
+            self._checked[again] = (source, options, constraints, "placed")
+        self._again.append((again, source))
+        return False
+
+    def _placed(
+        self,
+        key: Any,
+        best: list[TokenHypothesis],
+        source: Encoded,
+        options: TranslateOptions,
+        constraints: Constraints,
+    ) -> SentenceSearch | None:
+        """The sentence's search forced through its best free translation with the phrases it
+        missed placed by alignment (placement.py), and the phrases left constrained after them;
+        None when none can be placed."""
+        if not best or self.speller is None or not self._places(options):
+            return None
+        required = list(dict.fromkeys(options.required))  # ``constraints``' phrases, in order
+        spans: dict[str, tuple[int, int] | None] = {}
+        for phrase, span in zip(options.required, options.required_sources, strict=False):
+            spans.setdefault(phrase, span)
+        missing = [(p, spans.get(p)) for p in required if not self._holds(p, best[0].tokens)]
+        pieces = self.tokenizer.id_to_tokens(best[0].tokens)
+        placement = place(best[0], pieces, source, missing, self.speller.placed)
+        room = self.limit(options) - (self.forced_first(options) is not None)
+        if placement is None or len(placement.prefix) >= room:
+            return None
+        left = [p for p in required if p not in placement.placed]
+        try:
+            after = self.speller.constraints(left, room - len(placement.prefix))  # they come after it
+        except ConstraintUnsatisfiable:
+            return None
+        kept = frozenset() if after is None else frozenset(after.tokens)  # what the phrases left need
+        prefix = Prefix(placement.prefix, self.speller.continuing, placement.replaced - kept)
+        return self._new_search(key, source, options, after, prefix)
+
+    def _holds(self, phrase: str, tokens: list[int]) -> bool:
+        """Whether ``tokens`` hold ``phrase`` as the constrained search would have it."""
+        assert self.speller is not None
+        constraints = self.speller.constraints([phrase], 1 << 20)
+        return constraints is not None and constraints.holds(tokens)
 
     def remove(self, gone: Callable[[SentenceSearch], bool]) -> list[SentenceSearch]:
         """Take the sentences ``gone`` flags out of the running decode at once (their rows free)."""
@@ -230,7 +291,7 @@ class RunningDecode:
         if removed:
             self.decoder.reorder(self.search.remove(gone))
         for s in removed:
-            self._free_first.pop(s, None)
+            self._checked.pop(s, None)
         kept: list[tuple[SentenceSearch, Encoded]] = []
         left: list[tuple[SentenceSearch, Encoded]] = []
         for entry in self._again:  # not running yet: nothing to reorder
@@ -240,9 +301,12 @@ class RunningDecode:
 
 
 def _shortlist(vmap: VocabularyMap, search: SentenceSearch, source: Encoded) -> np.ndarray:
-    """A sentence's shortlist: what its source's tokens map to, and its constraint tokens."""
+    """A sentence's shortlist: what its source's tokens map to, its constraint tokens and its
+    forced prefix."""
     ids = vmap.shortlist(source.tokens)
-    return ids if search.constraints is None else np.union1d(ids, search.constraints.tokens)
+    if search.constraints is not None:
+        ids = np.union1d(ids, search.constraints.tokens)
+    return ids if search.prefix is None else np.union1d(ids, search.prefix.tokens)
 
 
 class ContinuousEngine(Protocol):

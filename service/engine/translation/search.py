@@ -78,7 +78,7 @@ class Search:
         self._early = np.zeros(0, dtype=np.int64)
         self._forced = np.zeros(0, dtype=np.int64)  # the forced first token, -1: none
         self._free = np.zeros(0, dtype=bool)  # stepped by ``beam_step`` (else by its SentenceSearch)
-        self._constrained = np.zeros(0, dtype=bool)
+        self._wants = np.zeros(0, dtype=bool)  # may need log-probs of given tokens (``wanted``)
         self._attention = np.zeros(0, dtype=bool)
         self._finished = np.zeros((0, 1))  # free sentences' finished scores, best first, -inf: none
         self._finished_tokens = np.empty((0, 1), dtype=object)  # … and their token lists
@@ -128,9 +128,7 @@ class Search:
         self._early = np.concatenate([self._early, early])
         self._forced = np.concatenate([self._forced, forced])
         self._free = np.concatenate([self._free, free])
-        self._constrained = np.concatenate(
-            [self._constrained, [s.constraints is not None for s in sentences]]
-        )
+        self._wants = np.concatenate([self._wants, [s.wants_tokens for s in sentences]])
         self._attention = np.concatenate([self._attention, [s.with_attention for s in sentences]])
         width = max(self._finished.shape[1], int(k.max()))
         self._finished = np.concatenate(
@@ -151,10 +149,9 @@ class Search:
 
     def wanted_tokens(self) -> np.ndarray | None:
         """(rows, m) the tokens whose log-probs the next step must give beside each row's best
-        ones (``Candidates.wanted``): the constrained sentences' next constraint tokens, padded
-        with </s>; None when no row wants any (no running sentence is constrained, or each
-        constrained row has met its phrases)."""
-        if not self._constrained.any():
+        ones (``Candidates.wanted``): the constrained sentences' next constraint tokens and the
+        forced prefixes' next tokens, padded with </s>; None when no row wants any."""
+        if not self._wants.any():
             return None
         rows = [tokens for s in self._sentences for tokens in s.wanted()]
         width = max(map(len, rows))
@@ -293,7 +290,7 @@ class Search:
         block = None
         if attention is not None and s.with_attention:
             block = attention[start : start + s.k, : s.source_len]
-        continuations = s.forced() or [
+        continuations = s.forced(start, log_probs) or [
             *zip(ranked.rows[0].tolist(), ranked.tokens[0].tolist(), ranked.scores[0].tolist(), strict=True),
             *s.constraint_continuations(start, log_probs),
         ]
@@ -350,9 +347,9 @@ FEW_SENTENCES = 2
 
 
 def steps_in_batch(s: SentenceSearch) -> bool:
-    """Whether ``beam_step`` steps the sentence with the other free ones: no required phrases and
-    no alignments kept (those step through their own ``SentenceSearch``)."""
-    return s.constraints is None and not s.with_attention
+    """Whether ``beam_step`` steps the sentence with the other free ones: no required phrases, no
+    forced prefix and no alignments kept (those step through their own ``SentenceSearch``)."""
+    return not s.wants_tokens and not s.with_attention
 
 
 _PER_SENTENCE = (
@@ -364,7 +361,7 @@ _PER_SENTENCE = (
     "_early",
     "_forced",
     "_free",
-    "_constrained",
+    "_wants",
     "_attention",
     "_finished",
     "_finished_tokens",

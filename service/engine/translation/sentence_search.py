@@ -23,6 +23,26 @@ class TokenHypothesis:
     alignment: np.ndarray | None  # (len(tokens), S) cross-attention of each target token
 
 
+@dataclass(frozen=True)
+class Prefix:
+    """Tokens a hypothesis is forced through after its forced first token, scored by the model
+    (a glossary term placed in a free translation: placement.py); ``not_after``: the tokens
+    that may not follow the last one (pieces that would glue themselves to its word);
+    ``banned``: tokens that may not follow it at all (the words a placed term replaced)."""
+
+    tokens: tuple[int, ...]
+    not_after: frozenset[int] = frozenset()
+    banned: frozenset[int] = frozenset()
+
+    def allowed(self, candidates: list[tuple[int, int, float]], at: int) -> list[tuple[int, int, float]]:
+        """The ``candidates`` (row, token, score) of the step ``at`` tokens after the forced
+        first one that may be taken (all of them rather than none)."""
+        if at < len(self.tokens):
+            return candidates
+        barred = self.banned | self.not_after if at == len(self.tokens) else self.banned
+        return [c for c in candidates if c[1] not in barred] or candidates
+
+
 def _normalise(logprob: float, length: int, length_penalty: float) -> float:
     return float(logprob / max(length, 1) ** length_penalty)
 
@@ -62,6 +82,7 @@ class SentenceSearch:
         forced_first: int | None = None,
         early_stopping: EarlyStopping = True,
         constraints: Constraints | None = None,
+        prefix: Prefix | None = None,
     ) -> None:
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best must be in [1, beam_size={beam_size}], got {n_best}")
@@ -87,6 +108,7 @@ class SentenceSearch:
         # Phrases every result must hold (``constraints.py``) and each row's progress on them.
         self.constraints = constraints
         self.states: list[ConstraintState] = [] if constraints is None else [constraints.start] * beam_size
+        self.prefix = prefix
         self._wanted: tuple[int, list[list[int]]] | None = None  # (step, ``wanted()``)
 
     def results(self) -> list[TokenHypothesis]:
@@ -100,15 +122,34 @@ class SentenceSearch:
     def last_tokens(self, bos_id: int) -> np.ndarray:
         return self.history[:, -1] if self.steps else np.full(self.k, bos_id, dtype=np.int64)
 
-    def forced(self) -> list[tuple[int, int, float]] | None:
-        """The first step's one continuation when the first token is forced, else None."""
-        if self.steps or self.forced_first is None:
+    @property
+    def wants_tokens(self) -> bool:
+        """Whether its steps may need log-probs of given tokens (``wanted``)."""
+        return self.constraints is not None or self.prefix is not None
+
+    def _prefix_at(self) -> int | None:
+        """The prefix token the next step is forced to, if one is."""
+        if self.prefix is None:
             return None
-        return [(0, self.forced_first, float(self.scores[0]))]
+        at = self.steps - (self.forced_first is not None)
+        return self.prefix.tokens[at] if 0 <= at < len(self.prefix.tokens) else None
+
+    def forced(self, start: int, log_probs: Any) -> list[tuple[int, int, float]] | None:
+        """The step's one continuation when its token is forced (the first token; a prefix
+        token, scored by ``log_probs``, the step's, where its rows start at ``start``), else None."""
+        if self.steps == 0 and self.forced_first is not None:
+            return [(0, self.forced_first, float(self.scores[0]))]
+        token = self._prefix_at()
+        if token is None:
+            return None
+        return [(0, token, float(self.scores[0]) + self._wanted_scores(start, log_probs)[0][0])]
 
     def wanted(self) -> list[list[int]]:
-        """Each row's next constraint tokens, whose log-probs the next step must give (none
-        for a free search, or a row out of the beam); worked out once a step."""
+        """Each row's next constraint tokens (or the prefix's next token), whose log-probs the
+        next step must give (none for a free search, or a row out of the beam); worked out once
+        a step."""
+        if (token := self._prefix_at()) is not None:
+            return [[token]] + [[]] * (self.k - 1)
         if self.constraints is None:
             return [[]] * self.k
         if self._wanted is None or self._wanted[0] != self.steps:
@@ -127,22 +168,9 @@ class SentenceSearch:
         start at ``start``."""
         if self.constraints is None:
             return []
-        block = slice(start, start + self.k)
+        best_tokens, best_scores = self._best(start, log_probs)
+        scores_of = self._wanted_scores(start, log_probs)
         wanted = self.wanted()
-        if not isinstance(log_probs, np.ndarray):  # a decoder's ``search.Candidates``
-            best_tokens = log_probs.tokens[block, 0].tolist()
-            best_scores = log_probs.log_probs[block, 0].tolist()
-            if log_probs.wanted is not None:
-                scores_of = log_probs.wanted[block].tolist()
-            elif any(wanted):
-                raise ValueError("a constrained sentence's step needs its constraint tokens' log-probs")
-            else:
-                scores_of = [[]] * self.k
-        else:
-            rows = log_probs[block]
-            best_tokens = rows.argmax(axis=1).tolist()
-            best_scores = rows.max(axis=1).tolist()
-            scores_of = [rows[row, tokens].tolist() for row, tokens in enumerate(wanted)]
         extra: list[tuple[int, int, float]] = []
         for row, score in enumerate(self.scores.tolist()):
             if score == -np.inf:
@@ -154,6 +182,28 @@ class SentenceSearch:
             extra.append((row, best_tokens[row], score + best_scores[row]))
         return extra
 
+    def _best(self, start: int, log_probs: Any) -> tuple[list[int], list[float]]:
+        """Each of its rows' best next token and its log-prob."""
+        block = slice(start, start + self.k)
+        if not isinstance(log_probs, np.ndarray):  # a decoder's ``search.Candidates``
+            return log_probs.tokens[block, 0].tolist(), log_probs.log_probs[block, 0].tolist()
+        rows = log_probs[block]
+        return rows.argmax(axis=1).tolist(), rows.max(axis=1).tolist()
+
+    def _wanted_scores(self, start: int, log_probs: Any) -> list[list[float]]:
+        """Each of its rows' log-probs of its ``wanted`` tokens, from the step's full log-probs
+        or its candidates' ``wanted`` scores (asked for in ``Search.wanted_tokens``' order)."""
+        block = slice(start, start + self.k)
+        wanted = self.wanted()
+        if isinstance(log_probs, np.ndarray):
+            return [log_probs[start + row, tokens].tolist() for row, tokens in enumerate(wanted)]
+        if log_probs.wanted is not None:
+            scores: list[list[float]] = log_probs.wanted[block].tolist()
+            return scores
+        if any(wanted):
+            raise ValueError("a constrained sentence's step needs its constraint tokens' log-probs")
+        return [[]] * self.k
+
     def advance(
         self, candidates: Sequence[tuple[int, int, float]], attention: np.ndarray | None, eos_id: int
     ) -> np.ndarray | None:
@@ -164,7 +214,10 @@ class SentenceSearch:
         if attention is not None:
             step = attention[:, None, :]
             self.attention = step if self.attention is None else np.concatenate([self.attention, step], 1)
-        if self.constraints is not None:
+        forcing = self._prefix_at() is not None  # a prefix token: the constraints only follow it
+        if self.prefix is not None:
+            candidates = self.prefix.allowed(list(candidates), self.steps - (self.forced_first is not None))
+        if self.constraints is not None and not forcing:
             return self._advance_constrained(candidates, eos_id)
         k = self.k
         at_limit = self.steps >= self.max_len - 1  # out of room: every continuation ends here

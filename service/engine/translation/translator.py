@@ -238,7 +238,7 @@ class OnnxTranslator:
         ids[at] = token
         if tokens:
             tokens[at] = self.tokenizer.id_to_tokens([token])[0]
-        return Encoded(ids, tokens, enc.truncated)
+        return Encoded(ids, tokens, enc.truncated, enc.offsets)
 
     # -- core: a running decode that sentences join and leave --
 

@@ -178,6 +178,7 @@ def test_every_option_is_part_of_the_key() -> None:
         "forced_first_token": 9,
         "source_token": 8,
         "required": ("Warenkorb",),
+        "required_sources": ((4, 8),),
     }
     assert {f.name for f in fields(TranslateOptions) if f.compare and f.hash is not False} == set(changed)
     for name, value in changed.items():

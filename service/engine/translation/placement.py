@@ -1,0 +1,88 @@
+"""Required phrases put where the model's alignment of a free translation says.
+
+A sentence with required phrases (glossary terms, kept spans' placeholders) is searched free
+first (running.py). When its best free translation misses one that has a source span
+(``TranslateOptions.required_sources``), the span's source words are looked up in that
+translation's alignment (word_alignment.py): the smallest run of target words they align to is
+where the phrase goes. The sentence is then searched again, forced through the free
+translation's tokens up to that run, then through the phrase, and free from there, so that what
+follows can agree with the phrase. The words the phrase took the place of may not come back
+after it: a model that does not know the phrase would translate its source words again.
+
+With several phrases placed, the free tokens between their runs are forced too, and the model
+goes on after the last one. A phrase that aligns to nothing, has no source span, or whose run
+overlaps one already taken (two terms on one target word) is left to the constrained search
+over what follows (constraints.py), as are the phrases the free translation has after the last
+placed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from service.engine.base import Encoded
+from service.engine.translation.constraints import Spelling
+from service.engine.translation.sentence_search import TokenHypothesis
+from service.engine.translation.word_alignment import WordLinks, source_words, target_words, word_weights
+
+
+@dataclass(frozen=True)
+class Placement:
+    prefix: tuple[int, ...]  # the tokens forced: free ones, and each placed phrase's
+    placed: frozenset[str]  # the phrases in it (the others are left to the constrained search)
+    replaced: frozenset[int]  # the first tokens of the free words the phrases took the place of
+
+
+def place(
+    free: TokenHypothesis,
+    pieces: Sequence[str],
+    source: Encoded,
+    phrases: Sequence[tuple[str, tuple[int, int] | None]],
+    spell: Callable[[str, bool], Spelling],
+) -> Placement | None:
+    """Where ``phrases`` (each with its source span; those of a free translation's miss) go in
+    ``free`` (its tokens as ``pieces``), by its alignment over ``source``; ``spell(phrase,
+    at_start)`` gives a phrase's tokens. None when none can be placed."""
+    if free.alignment is None or source.offsets is None or not free.tokens:
+        return None
+    of_target = target_words(pieces)
+    of_source = source_words(source.tokens, source.offsets)
+    if max(of_source, default=-1) < 0:
+        return None
+    weights = word_weights(free.alignment, of_target, of_source, (of_target[-1] + 1, max(of_source) + 1))
+    links = WordLinks(weights)
+    runs: list[tuple[int, int, str]] = []  # (first, last target word, phrase), in target order
+    for phrase, span in phrases:
+        words = _words_in(span, source, of_source)
+        run = links.span(words) if words else None
+        if run is not None and all(run[1] < first or run[0] > last for first, last, _ in runs):
+            runs.append((*run, phrase))
+    if not runs:
+        return None
+    runs.sort()
+    prefix: list[int] = []
+    replaced: set[int] = set()
+    at = 0  # the free tokens forced so far
+    for first, last, phrase in runs:
+        start = of_target.index(first)
+        prefix += free.tokens[at:start]
+        prefix += spell(phrase, not prefix)
+        at = len(of_target) - of_target[::-1].index(last)
+        replaced.update(
+            free.tokens[i] for i in range(start, at) if i == start or of_target[i] != of_target[i - 1]
+        )
+    return Placement(tuple(prefix), frozenset(phrase for _, _, phrase in runs), frozenset(replaced))
+
+
+def _words_in(span: tuple[int, int] | None, source: Encoded, of_source: list[int]) -> list[int]:
+    """The source words with a piece inside ``span`` (characters of the text)."""
+    if span is None or source.offsets is None:
+        return []
+    start, end = span
+    found = {
+        word
+        for word, (s, e) in zip(of_source, source.offsets, strict=True)
+        if word >= 0 and s < end and e > start
+    }
+    return sorted(found)

@@ -1,0 +1,142 @@
+"""Required phrases placed by the alignment of a free translation (placement.py): where the
+words their source aligns to stood, with the free translation's tokens before them forced and
+the model free after them; on made-up alignments, on a search stepped by hand, and on a tiny
+exported model through OnnxTranslator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import REGISTRY
+
+from service.engine.base import Encoded, TranslateItem, TranslateOptions, Translation
+from service.engine.session import SessionConfig
+from service.engine.translation.placement import place
+from service.engine.translation.sentence_search import Prefix, SentenceSearch, TokenHypothesis
+from service.engine.translation.translator import OnnxTranslator
+from service.engine.translation.word_alignment import source_words, target_words
+from tests.service.engine.translation.test_constrained_decoding import random_phrases
+from tests.service.engine.translation.test_translator import TEXTS
+
+SOURCE = Encoded(
+    ids=[10, 11, 12, 13, 14, 2],
+    tokens=["▁Two", "▁dog", "s", "▁play", "▁ball.", "</s>"],
+    truncated=False,
+    offsets=[(0, 3), (3, 7), (7, 8), (8, 13), (13, 19), (0, 0)],
+)  # "Two dogs play ball."
+PIECES = ["▁Zwei", "▁Hunde", "▁spielen", "▁Ball", "."]  # 100 101 102 103 104
+FREE_TOKENS = [100, 101, 102, 103, 104]
+
+
+def aligned(pairs: dict[int, int]) -> np.ndarray:
+    """(target pieces, source pieces) attention: each target piece on one source piece."""
+    attention = np.full((len(PIECES), len(SOURCE.ids)), 0.01)
+    for target, source in pairs.items():
+        attention[target, source] = 1.0
+    return attention
+
+
+def spell(phrase: str, at_start: bool) -> tuple[int, ...]:
+    return {"Köter": (200, 201), "Spielkugel": (300,)}[phrase] if not at_start else (900,)
+
+
+def test_pieces_are_grouped_into_words_by_their_offsets_and_word_starts() -> None:
+    assert source_words(SOURCE.tokens, SOURCE.offsets or []) == [0, 1, 1, 2, 3, -1]
+    assert target_words(PIECES) == [0, 1, 2, 3, 3]
+    assert target_words(["▁Schnee", "ball", "."]) == [0, 0, 0]
+
+
+def test_a_phrase_takes_the_place_of_the_words_its_source_aligns_to() -> None:
+    free = TokenHypothesis(FREE_TOKENS, -1.0, aligned({0: 0, 1: 1, 2: 3, 3: 4, 4: 4}))
+    placed = place(free, PIECES, SOURCE, [("Spielkugel", (14, 18))], spell)
+    assert placed is not None
+    assert placed.prefix == (100, 101, 102, 300)  # "Zwei Hunde spielen" forced, then the phrase
+    assert placed.placed == {"Spielkugel"} and placed.replaced == {103}
+    both = place(free, PIECES, SOURCE, [("Spielkugel", (14, 18)), ("Köter", (4, 8))], spell)
+    assert both is not None and both.prefix == (100, 200, 201, 102, 300)  # free tokens between them
+    first = place(free, PIECES, SOURCE, [("Köter", (0, 3))], spell)
+    assert first is not None and first.prefix == (900,)  # at the start: spelled as a sentence starts
+
+
+def test_a_phrase_with_no_source_span_or_no_alignment_is_not_placed() -> None:
+    free = TokenHypothesis(FREE_TOKENS, -1.0, aligned({0: 0, 1: 1, 2: 3, 3: 4, 4: 4}))
+    assert place(free, PIECES, SOURCE, [("Spielkugel", None)], spell) is None
+    assert place(TokenHypothesis(FREE_TOKENS, -1.0, None), PIECES, SOURCE, [("Köter", (4, 8))], spell) is None
+    unencoded = Encoded(SOURCE.ids, SOURCE.tokens, False)  # no offsets kept
+    assert place(free, PIECES, unencoded, [("Köter", (4, 8))], spell) is None
+    # two phrases on the same target word: the first is placed, the second left to the search
+    one_word = TokenHypothesis(FREE_TOKENS, -1.0, aligned({0: 0, 1: 1, 2: 1, 3: 1, 4: 4}))
+    placed = place(one_word, PIECES, SOURCE, [("Köter", (4, 8)), ("Spielkugel", (9, 13))], spell)
+    assert placed is not None and placed.placed == {"Köter"}
+
+
+def test_a_prefix_is_forced_and_scored_then_the_words_it_replaced_are_barred() -> None:
+    """Forced tokens whatever the scores, each scored by its log-prob; after the prefix the
+    barred tokens are never taken (unless nothing else is left)."""
+    vocab, eos = 8, 1
+    search = SentenceSearch(0, beam_size=2, max_len=10, prefix=Prefix((5, 6), frozenset({3}), frozenset({4})))
+    step = np.log(np.full((2, vocab), 1 / vocab))
+    for token in (5, 6):
+        assert search.wanted() == [[token], []]
+        continuations = search.forced(0, step)
+        assert continuations is not None and [c[1] for c in continuations] == [token]
+        search.advance(continuations, None, eos)
+    assert search.history[0].tolist() == [5, 6] and search.scores[0] == pytest.approx(2 * np.log(1 / vocab))
+    assert search.forced(0, step) is None
+    barred = [(0, 3, -1.0), (0, 4, -1.5), (0, 7, -2.0), (0, 2, -2.5)]  # 3 right after only, 4 always
+    search.advance(barred, None, eos)
+    assert sorted(search.history[:, -1].tolist()) == [2, 7]
+    search.advance([(0, 4, -3.0), (0, 3, -3.5), (1, eos, -4.0)], None, eos)
+    assert search.history[0, -1] == 3
+
+
+@pytest.fixture(scope="module")
+def translator(translation_artefact: Path) -> OnnxTranslator:
+    return OnnxTranslator(translation_artefact, SessionConfig("cpu", 1))
+
+
+def ok(result: Translation | Exception) -> Translation:
+    assert isinstance(result, Translation), result
+    return result
+
+
+def placed_count(engine: OnnxTranslator) -> float:
+    labels = {"model": engine.name, "search": "placed"}
+    return REGISTRY.get_sample_value("tserve_constrained_sentences_total", labels) or 0.0
+
+
+def test_a_term_the_model_does_not_write_goes_where_its_source_word_aligned(
+    translator: OnnxTranslator,
+) -> None:
+    """A phrase of the target vocabulary no free translation holds, for each sentence's second
+    source word: the result is forced through the free translation's tokens up to the words that
+    source word aligned to, then the term; the same alone and in a batch."""
+    assert translator._can_align  # the tiny model is exported with its alignments
+    frees = [ok(r).hypotheses[0].text for r in translator.translate([TranslateItem(t) for t in TEXTS])]
+    term = next(p for p in random_phrases(translator, 20, seed=7) if not any(p in f for f in frees))
+    before = placed_count(translator)
+    items, plans = [], []
+    for text in TEXTS:
+        word = text.split()[min(1, len(text.split()) - 1)]
+        span = (text.index(word), text.index(word) + len(word))
+        free = ok(
+            translator.translate([TranslateItem(text, TranslateOptions(alignments=True))])[0]
+        ).hypotheses[0]
+        ids = [translator.tokenizer.token_to_id(t) for t in free.tokens]
+        assert term not in free.text
+        source = translator.encode([text])[0]
+        hypothesis = TokenHypothesis(ids, free.score, np.asarray(free.alignment))
+        plans.append(place(hypothesis, free.tokens, source, [(term, span)], translator.speller.placed))
+        items.append(TranslateItem(text, TranslateOptions(required=(term,), required_sources=(span,))))
+    alone = [ok(translator.translate([item])[0]) for item in items]
+    together = translator.translate(items)
+    for result, batched, plan in zip(alone, together, plans, strict=True):
+        best = result.hypotheses[0]
+        assert "".join(term.split()) in "".join(best.text.split())
+        assert ok(batched).hypotheses[0].tokens == best.tokens
+        if plan is not None:
+            ids = [translator.tokenizer.token_to_id(t) for t in best.tokens]
+            assert tuple(ids[: len(plan.prefix)]) == plan.prefix
+    assert placed_count(translator) - before == 2 * sum(p is not None for p in plans) > 0
