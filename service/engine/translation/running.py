@@ -109,6 +109,7 @@ class RunningDecode:
         # Searches of sentences whose results missed a phrase, not yet running (a decoder that
         # cannot join sentences midway takes them once the running ones are done)
         self._again: list[tuple[SentenceSearch, Encoded]] = []
+        self._forcing: set[SentenceSearch] = set()  # running searches with a forced prefix
 
     @property
     def sentences(self) -> list[SentenceSearch]:
@@ -118,7 +119,8 @@ class RunningDecode:
     @property
     def rows(self) -> int:
         """The rows the unfinished sentences take: running, or about to (``sentences``)."""
-        return self.decoder.rows + sum(s.k for s, _ in self._again)
+        growing = sum(s.beam_size - s.k for s in self._forcing)  # one row that becomes a beam
+        return self.decoder.rows + growing + sum(s.beam_size for s, _ in self._again)
 
     def can_admit(self) -> bool:
         return not self.search.sentences or self.decoder.joins_midway
@@ -132,7 +134,7 @@ class RunningDecode:
     def worst_bytes(self, extra: Sequence[tuple[TranslateOptions, int]] = ()) -> int:
         """The most cache and memory the running rows (plus ``extra`` sentences: options, source
         tokens) can ever take: every row padded to the longest limit and the longest source."""
-        running = [(s.k, s.max_len, s.source_len or 0) for s in self.sentences]
+        running = [(s.beam_size, s.max_len, s.source_len or 0) for s in self.sentences]
         running += [(o.beam_size, self.limit(o), n) for o, n in extra]
         if not running:
             return 0
@@ -209,6 +211,7 @@ class RunningDecode:
             shortlists = None if vmap is None else [_shortlist(vmap, s, source) for s, source in run]
             self.decoder.admit(self.backend.encode(ids), mask, repeats, shortlists)
             self.search.extend([s for s, _ in run])
+            self._forcing.update(s for s, _ in run if s.prefix is not None)
 
     def step(self) -> list[SentenceSearch]:
         """One decoder step over every running row (the sentences starting again under their
@@ -222,6 +225,7 @@ class RunningDecode:
         scores, attention = self.decoder.step_candidates(self.search.last_tokens(), width, wanted)
         rows, finished = self.search.advance(scores, attention)
         self.decoder.reorder(rows)
+        self._forcing.difference_update(finished)
         return [s for s in finished if self._stands(s)]
 
     def _stands(self, search: SentenceSearch) -> bool:
@@ -292,6 +296,7 @@ class RunningDecode:
             self.decoder.reorder(self.search.remove(gone))
         for s in removed:
             self._checked.pop(s, None)
+            self._forcing.discard(s)
         kept: list[tuple[SentenceSearch, Encoded]] = []
         left: list[tuple[SentenceSearch, Encoded]] = []
         for entry in self._again:  # not running yet: nothing to reorder

@@ -178,6 +178,7 @@ class Search:
         done = np.zeros(len(self._k), dtype=bool)
         parents = np.arange(len(self._scores))  # each row's new parent row
         tokens = np.zeros(len(self._scores), dtype=np.int64)
+        resized: dict[int, np.ndarray] = {}  # sentences whose rows change in number: their parents
         for k in self._beams:
             if self._all_free and len(self._beams) == 1:  # the common case: every row, as they lie
                 self._step_free(
@@ -193,10 +194,32 @@ class Search:
                 j = int(members[i])
                 kept = self._step_own(j, ranked.part(slice(i, i + 1)), int(offsets[j]), log_probs, attention)
                 done[j] = kept is None
-                if kept is not None:
+                if kept is not None and len(kept) == k:
                     parents[offsets[j] : offsets[j] + k] = kept + offsets[j]
+                elif kept is not None:
+                    resized[j] = kept + offsets[j]
+        if resized:
+            parents, tokens = self._resized(resized, parents, tokens)
         finished = self._sentences[done].tolist()
         return self._settle(done, parents, tokens), finished
+
+    def _resized(
+        self, resized: dict[int, np.ndarray], parents: np.ndarray, tokens: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The layout once ``resized`` sentences take as many rows as their parents say (a forced
+        prefix ending: one row becomes a beam): the step's parents and tokens, and the rows'
+        scores, each where its row lies now."""
+        parts, places = [], []
+        for j, (start, k) in enumerate(zip(self._offsets.tolist(), self._k.tolist(), strict=True)):
+            rows = resized.get(j)
+            parts.append(parents[start : start + k] if rows is None else rows)
+            places.append(np.arange(start, start + k) if rows is None else np.full(len(rows), start))
+            if rows is not None:
+                self._k[j] = len(rows)
+        place = np.concatenate(places)
+        self._scores = self._scores[place]  # an own search's rows get theirs from it (``_settle``)
+        self._laid_out()
+        return np.concatenate(parts), tokens[place]
 
     def _ranked(self, log_probs: np.ndarray | Candidates, members: Members, k: int) -> Ranked:
         """The ``members``' (all of beam ``k``) 2·k best continuations each, rows within their block."""

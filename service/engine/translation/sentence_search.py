@@ -60,7 +60,8 @@ EarlyStopping = bool | Literal["never"]
 
 
 class SentenceSearch:
-    """One sentence's beam search: ``beam_size`` rows, the best-first ``n_best`` results.
+    """One sentence's beam search: ``beam_size`` rows (one while a forced prefix runs: its
+    tokens are the only continuations), the best-first ``n_best`` results.
 
     Only the first beam is alive at the start (the others would duplicate it). Each step, of the
     2·k best continuations, the k best ones ending in </s> (or all k best at the length limit,
@@ -93,22 +94,23 @@ class SentenceSearch:
         # target language, as transformers' forced_bos_token_id): scored 0 like there, counted in
         # the length and the limit, left out of the results' tokens.
         self.forced_first = forced_first
-        self.k = beam_size
+        self.beam_size = beam_size
         self.n_best = n_best
         self.length_penalty = length_penalty
         # Greedy search ends at its first </s> (transformers' greedy search has no such setting)
         self.early_stopping: EarlyStopping = True if beam_size == 1 else early_stopping
         self.max_len = max_len
         self.steps = 0
-        self.scores = np.array([0.0] + [-np.inf] * (beam_size - 1))  # (k,) running log-probs
-        self.history = np.zeros((beam_size, 0), dtype=np.int64)  # (k, steps) generated tokens
+        self.prefix = prefix
+        self.k = self._rows_for(0)  # its rows now: the beam, or one while a prefix forces its tokens
+        self.scores = np.array([0.0] + [-np.inf] * (self.k - 1))  # (k,) running log-probs
+        self.history = np.zeros((self.k, 0), dtype=np.int64)  # (k, steps) generated tokens
         self.attention: np.ndarray | None = None  # (k, steps, S) cross-attention per token
         self.finished: list[TokenHypothesis] = []
         self.done = max_len < 1
         # Phrases every result must hold (``constraints.py``) and each row's progress on them.
         self.constraints = constraints
-        self.states: list[ConstraintState] = [] if constraints is None else [constraints.start] * beam_size
-        self.prefix = prefix
+        self.states: list[ConstraintState] = [] if constraints is None else [constraints.start] * self.k
         self._wanted: tuple[int, list[list[int]]] | None = None  # (step, ``wanted()``)
 
     def results(self) -> list[TokenHypothesis]:
@@ -121,6 +123,12 @@ class SentenceSearch:
 
     def last_tokens(self, bos_id: int) -> np.ndarray:
         return self.history[:, -1] if self.steps else np.full(self.k, bos_id, dtype=np.int64)
+
+    def _rows_for(self, step: int) -> int:
+        """The rows step ``step`` needs: one for a prefix token (the only continuation), else the beam."""
+        if self.prefix is not None and step < len(self.prefix.tokens) + (self.forced_first is not None):
+            return 1
+        return self.beam_size
 
     @property
     def wants_tokens(self) -> bool:
@@ -219,7 +227,7 @@ class SentenceSearch:
             candidates = self.prefix.allowed(list(candidates), self.steps - (self.forced_first is not None))
         if self.constraints is not None and not forcing:
             return self._advance_constrained(candidates, eos_id)
-        k = self.k
+        k = self.beam_size
         at_limit = self.steps >= self.max_len - 1  # out of room: every continuation ends here
         for row, token, score in candidates[:k]:
             if score == -np.inf:
@@ -241,13 +249,13 @@ class SentenceSearch:
         hypotheses that hold every phrase finish."""
         assert self.constraints is not None
         room = self.max_len - self.steps - 1
-        ending, going = constrained_step(self.constraints, self.states, pool, self.k, room, eos_id)
+        ending, going = constrained_step(self.constraints, self.states, pool, self.beam_size, room, eos_id)
         for row, token, score in ending:
             ended_with_eos = token == eos_id
             tokens = self.history[row] if ended_with_eos else np.append(self.history[row], token)
             self.finished.append(self._finish(tokens, row, score, ended_with_eos))
         self.finished.sort(key=lambda h: -h.score)
-        del self.finished[self.k :]
+        del self.finished[self.beam_size :]
         return self._move_on(going if room else [])
 
     def _move_on(self, going: list[tuple[int, int, float]]) -> np.ndarray | None:
@@ -255,6 +263,7 @@ class SentenceSearch:
         if not going or self._stops(going[0][2]):
             self.done = True
             return None
+        self.k = self._rows_for(self.steps + 1)
         going += [(going[-1][0], going[-1][1], -np.inf)] * (self.k - len(going))  # keep a block of k
         going = in_place(going)
         rows = np.array([row for row, _, _ in going], dtype=np.int64)
@@ -272,7 +281,7 @@ class SentenceSearch:
     def _stops(self, best_running: float) -> bool:
         """Whether, with ``beam_size`` finished hypotheses, the search stops before the next step
         (``EarlyStopping``); ``best_running``: the best running beam's log-prob."""
-        if len(self.finished) < self.k:
+        if len(self.finished) < self.beam_size:
             return False
         if self.early_stopping is True:
             return True

@@ -85,6 +85,13 @@ async def test_each_sentence_requires_the_terms_it_holds(served: Served) -> None
         ("Open the cart now.", ("Warenkorb",)),
         ("Then SIGN IN please.", ("Anmelden",)),
     ]
+    assert isinstance(served.translator, KeepingTranslator)
+    sources = sorted(  # each term with the span of the source term it matched, for placing it
+        (item.text[start:end], term)
+        for item in served.translator.received
+        for term, (start, end) in zip(item.options.required, item.options.required_sources, strict=True)
+    )
+    assert sources == [("SIGN IN", "Anmelden"), ("cart", "Warenkorb")]
     assert r.json()["translations"][0]["hypotheses"][0]["text"] == (
         "NOW. cart the Open Warenkorb PLEASE. IN SIGN Then Anmelden HERE. Nothing"  # word 0 upper-cased
     )

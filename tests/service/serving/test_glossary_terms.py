@@ -140,3 +140,15 @@ def test_ten_thousand_entries_match_a_sentence_in_milliseconds() -> None:
     required = matcher.required(sentence)
     assert time.perf_counter() - started < 0.05  # ~0.3 ms; a regular expression of all took seconds
     assert required == tuple(f"Begriff{i}" for i in range(0, 10_000, 500))
+
+
+def test_each_required_phrase_comes_with_its_first_span_in_the_masked_sentence() -> None:
+    """What the engine places by alignment: a kept span's placeholder where it stands, a term
+    where its source term matched (its first match), each phrase once."""
+    from service.serving.terminology import SentenceTerms
+
+    terms = SentenceTerms(TermMatcher([Entry("cart", "Warenkorb")]), keep=("{n}",))
+    masked, required = terms.prepare("Add {n} items to the cart, then the cart.")
+    assert masked.text == "Add @1@ items to the cart, then the cart."
+    assert required == (("@1@", (4, 7)), ("Warenkorb", (21, 25)))
+    assert [masked.text[a:b] for _, (a, b) in required] == ["@1@", "cart"]

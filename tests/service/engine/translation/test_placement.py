@@ -11,14 +11,16 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
+from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import Encoded, TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
+from service.engine.translation.decoding import DeviceBackend
 from service.engine.translation.placement import place
 from service.engine.translation.sentence_search import Prefix, SentenceSearch, TokenHypothesis
 from service.engine.translation.translator import OnnxTranslator
 from service.engine.translation.word_alignment import source_words, target_words
 from tests.service.engine.translation.test_constrained_decoding import random_phrases
-from tests.service.engine.translation.test_translator import TEXTS
+from tests.service.engine.translation.test_translator import TEXTS, artefact_with_layout
 
 SOURCE = Encoded(
     ids=[10, 11, 12, 13, 14, 2],
@@ -73,16 +75,17 @@ def test_a_phrase_with_no_source_span_or_no_alignment_is_not_placed() -> None:
 
 
 def test_a_prefix_is_forced_and_scored_then_the_words_it_replaced_are_barred() -> None:
-    """Forced tokens whatever the scores, each scored by its log-prob; after the prefix the
-    barred tokens are never taken (unless nothing else is left)."""
+    """Forced tokens whatever the scores, each scored by its log-prob, on one row that becomes
+    the beam after them; then the barred tokens are never taken (unless nothing else is left)."""
     vocab, eos = 8, 1
     search = SentenceSearch(0, beam_size=2, max_len=10, prefix=Prefix((5, 6), frozenset({3}), frozenset({4})))
     step = np.log(np.full((2, vocab), 1 / vocab))
     for token in (5, 6):
-        assert search.wanted() == [[token], []]
+        assert search.k == 1 and search.wanted() == [[token]]
         continuations = search.forced(0, step)
         assert continuations is not None and [c[1] for c in continuations] == [token]
         search.advance(continuations, None, eos)
+    assert search.k == 2 and search.scores[1] == -np.inf
     assert search.history[0].tolist() == [5, 6] and search.scores[0] == pytest.approx(2 * np.log(1 / vocab))
     assert search.forced(0, step) is None
     barred = [(0, 3, -1.0), (0, 4, -1.5), (0, 7, -2.0), (0, 2, -2.5)]  # 3 right after only, 4 always
@@ -140,3 +143,33 @@ def test_a_term_the_model_does_not_write_goes_where_its_source_word_aligned(
             ids = [translator.tokenizer.token_to_id(t) for t in best.tokens]
             assert tuple(ids[: len(plan.prefix)]) == plan.prefix
     assert placed_count(translator) - before == 2 * sum(p is not None for p in plans) > 0
+
+
+def placed_items(engine: OnnxTranslator) -> list[TranslateItem]:
+    """Each of ``TEXTS`` with a phrase no free translation holds on its first word, beam 3."""
+    frees = [ok(r).hypotheses[0].text for r in engine.translate([TranslateItem(t) for t in TEXTS])]
+    term = next(p for p in random_phrases(engine, 20, seed=11) if not any(p in f for f in frees))
+    options = [TranslateOptions(beam_size=3, n_best=2, required=(term,), required_sources=((0, 1),))]
+    return [TranslateItem(text, options[0]) for text in TEXTS]
+
+
+def test_placed_sentences_beside_free_ones_decode_as_alone_on_every_layout(
+    translator: OnnxTranslator, translation_checkpoint: Path, tmp_path: Path
+) -> None:
+    """A forced prefix's one row grows into a beam in the middle of a batch of free sentences:
+    every sentence's hypotheses are its own alone, on the slot layout and on the positions
+    layout (the CUDA code path run on the CPU, and the host backend)."""
+    placed = placed_items(translator)
+    free = [TranslateItem(text, TranslateOptions(beam_size=3, n_best=2)) for text in TEXTS]
+    mixed = [item for pair in zip(free, placed, strict=True) for item in pair]
+    alone = [ok(translator.translate([item])[0]) for item in mixed]
+    positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", POSITIONS_DECODER)
+    device = OnnxTranslator(positions, SessionConfig("cpu", 1), io_binding=True)
+    assert isinstance(device.backend, DeviceBackend)
+    host = OnnxTranslator(positions, SessionConfig("cpu", 1))
+    for engine in (translator, device, host):
+        for got, want in zip(engine.translate(mixed), alone, strict=True):
+            assert [h.tokens for h in ok(got).hypotheses] == [h.tokens for h in want.hypotheses]
+            np.testing.assert_allclose(
+                [h.score for h in ok(got).hypotheses], [h.score for h in want.hypotheses], rtol=1e-4
+            )
