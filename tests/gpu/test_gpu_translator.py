@@ -125,7 +125,7 @@ def test_no_half_precision_tensor_is_copied_inside_a_decoder_step(
 
 
 def test_io_binding_answers_as_the_host_backend(provider: str, translation_fp16: Path) -> None:
-    """The device backend (IO binding, cache as OrtValues, reordered by a Gather on the device)
+    """The device backend (IO binding, cache as OrtValues, reordered by the decoder graph itself)
     against ``session.run`` with NumPy every step, on the same provider."""
     device = OnnxTranslator(translation_fp16, SessionConfig(provider, 1), io_binding=True)
     host = OnnxTranslator(translation_fp16, SessionConfig(provider, 1), io_binding=False)
