@@ -88,9 +88,9 @@ class Backend(Protocol):
 
 class StepBinding:
     """One running decode's IO binding on the device backend, kept between its steps: an input is
-    bound again only when its value is another object (the memory and the source mask change only
-    with the rows' sentences, not every step). One per decode, never shared: a backend serves
-    several decodes on several threads."""
+    bound again only when its value is another object (the memory and the source mask are bound
+    once a decode, the rows' sentences when they change). One per decode, never shared: a backend
+    serves several decodes on several threads."""
 
     def __init__(self) -> None:
         self.binding: ort.IOBinding | None = None
