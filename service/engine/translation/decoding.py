@@ -53,7 +53,7 @@ from service.artefacts import (
 from service.engine.session import ELEMENT_NUMPY
 from service.engine.translation.search import Candidates
 
-Tensor = Any  # np.ndarray on the host backend, ort.OrtValue on the device backend
+Tensor = Any  # np.ndarray on the host backend, ort.OrtValue (or its LayerView) on the device backend
 
 
 # --- backends: where the memory and the cache live -----------------------------------------------
