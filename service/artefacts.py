@@ -37,6 +37,9 @@ MEMORY_KEYS, MEMORY_VALUES = "memory_keys", "memory_values"  # cross-attention K
 SENTENCE_ROWS = "sentence_rows"  # (sentences, width) each sentence's rows, padded by repeating one
 BEAM_INDEX = "beam_index"  # (N,) row n's place in the folded (sentences · width) queries
 PAST_KEYS, PAST_VALUES = "past_keys", "past_values"  # positions: the self-attention cache in
+# positions: the graph reorders the cache and spreads the memory over the rows itself
+BEAM_ROWS = "beam_rows"  # (N,) row n's row of the past_* cache (its beam's history)
+MEMORY_ROWS = "memory_rows"  # (N,) row n's sentence in memory_* and source_mask (held per sentence)
 PRESENT_KEYS, PRESENT_VALUES = "present_keys", "present_values"  # the cache out, one step longer
 CACHE_KEYS, CACHE_VALUES = "cache_keys", "cache_values"  # slots: the cache, written in place
 POSITIONS = "positions"  # (N,) tokens each row has decoded
@@ -74,13 +77,28 @@ def decoder_layout_of(decoder_inputs: Iterable[str]) -> DecoderLayout | None:
             )
         return "per_layer_kv_slots"
     if POSITIONS in names and per_layer(PAST_KEYS, 0) in names and TOP_K in names:
+        if BEAM_ROWS not in names:
+            raise ArtefactError(
+                "a positions decoder without beam_rows: exported before the decoder reordered its own "
+                "cache; export the model again"
+            )
         return "per_layer_kv_positions"
     return None
 
 
 def served_decoder_layout(manifest: Manifest) -> bool:
-    """Whether the service serves the artefact's decoder layout (an embedding artefact's: True)."""
-    return manifest.translation is None or manifest.translation.decoder_layout in get_args(DecoderLayout)
+    """Whether the service serves the artefact's decoder layout, inputs included (an embedding
+    artefact's: True): False for a retired layout and for a served one's graph from before its
+    inputs last changed, which ``make serve`` exports again."""
+    if manifest.translation is None:
+        return True
+    layout = manifest.translation.decoder_layout
+    if layout not in get_args(DecoderLayout) or "decoder" not in manifest.graphs:
+        return False
+    try:
+        return decoder_layout_of(t.name for t in manifest.graphs["decoder"].inputs) == layout
+    except ArtefactError:
+        return False
 
 
 # The embedding graph's I/O (encoder.onnx of an "embed" artefact): int64 [batch, sequence] in;

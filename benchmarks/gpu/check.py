@@ -184,14 +184,17 @@ def cuda_unavailable() -> str | None:
     import onnxruntime as ort
 
     from service.cuda import CUDA
-    from service.engine.session import gather_model_bytes, resolve_providers
+    from service.engine.session import resolve_providers
 
     if CUDA not in ort.get_available_providers():
         return f"onnxruntime {ort.__version__} has no {CUDA} (a CPU build; onnxruntime-gpu has it)"
+    from onnx import TensorProto, helper
+
+    x, y = (helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n"]) for name in "xy")
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
+    probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     try:
-        session = ort.InferenceSession(
-            gather_model_bytes("float32", 0, 1), providers=resolve_providers("cuda")
-        )
+        session = ort.InferenceSession(probe.SerializeToString(), providers=resolve_providers("cuda"))
     except Exception as e:
         return f"a CUDA session cannot be created: {type(e).__name__}: {str(e)[:300]}"
     if session.get_providers()[0] != CUDA:

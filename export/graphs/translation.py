@@ -64,16 +64,20 @@ def example_inputs(
 
 
 def tracing_step(step: tuple[Tensor, ...], decoder: DecoderIO) -> tuple[Tensor, ...]:
-    """The decoder's tracing inputs from ``example_inputs``' step (5 rows, 7 columns of past).
-    Positions: the rows have decoded 7, 3, 0, 5, 7 tokens. Slots: rows at cache columns 6, 3, 0,
-    5, 2 and the memory of 2 sentences, of 3 and 2 rows (the second padded to the width 3)."""
-    past_len = step[4].shape[3]
-    if not decoder.slots:
-        return (*step, torch.tensor([past_len, 3, 0, 5, past_len]))
+    """The decoder's tracing inputs from ``example_inputs``' step (5 rows, 7 columns of past), the
+    memory of 2 sentences, of 3 and 2 rows. Positions: the rows continue past rows 2, 0, 1, 1, 2
+    of 3 and have decoded 7, 3, 0, 5, 7 tokens. Slots: rows at cache columns 6, 3, 0, 5, 2, the
+    second sentence padded to the width 3."""
     input_ids, source_mask, memory_keys, memory_values, cache_keys, cache_values = step
+    past_len = cache_keys.shape[3]
+    memory = (source_mask[:2], memory_keys[:, :2], memory_values[:, :2])
+    if not decoder.slots:
+        positions = torch.tensor([past_len, 3, 0, 5, past_len])
+        beam_rows, memory_rows = torch.tensor([2, 0, 1, 1, 2]), torch.tensor([0, 0, 0, 1, 1])
+        past = cache_keys[:, :3], cache_values[:, :3]
+        return (input_ids, *memory, *past, positions, beam_rows, memory_rows)
     positions = torch.tensor([past_len - 1, 3, 0, 5, 2])
     sentence_rows, beam_index = torch.tensor([[0, 1, 2], [3, 4, 4]]), torch.arange(5)
-    memory = (source_mask[:2], memory_keys[:, :2], memory_values[:, :2])
     return (input_ids, *memory, cache_keys, cache_values, positions, sentence_rows, beam_index)
 
 

@@ -18,13 +18,18 @@ The service engine is written against exactly these names and shapes:
   output ``cross_attention`` float32 (batch, src_len): the last layer's weights, mean over heads.
 
 ``per_layer_kv_positions`` (the fp16 export, whose cache the device backend keeps on the GPU)
-feeds ``source_mask`` int64 (batch, src_len) (1 = real token), the memory per row, the growing
-cache ``past_keys_i``/``past_values_i`` (batch, n_heads, past_len, d_head; past_len may be 0) →
-``present_*_i`` (…, past_len + 1, d_head), and ``positions`` int64 (batch,): the number of tokens
-each row has already decoded. A row's cached keys are the *last* ``positions`` columns of its
-past (earlier columns are padding, masked out of self-attention), and the new token takes
-position ``positions`` in the sinusoidal encoding, so rows that started decoding at different
-steps share one step.
+takes one onnxruntime run a step, the beam's reorder included. It feeds the memory once per
+sentence, ``memory_*_i`` (sentences, n_heads, src_len, d_head) and ``source_mask`` int64
+(sentences, src_len) (1 = real token), with ``memory_rows`` int64 (batch,), each row's sentence;
+the growing cache of the last step ``past_keys_i``/``past_values_i`` (past_rows, n_heads,
+past_len, d_head; past_len may be 0) with ``beam_rows`` int64 (batch,), the past row each row
+continues: the graph gathers each layer's past by ``beam_rows`` (and memory and mask by
+``memory_rows``) before the step, so the output ``present_*_i`` (batch, …, past_len + 1, d_head)
+is already in the rows' order and the service never moves a cache between steps; and
+``positions`` int64 (batch,): the number of tokens each row has already decoded. A row's cached
+keys are the *last* ``positions`` columns of its past (earlier columns are padding, masked out of
+self-attention), and the new token takes position ``positions`` in the sinusoidal encoding, so
+rows that started decoding at different steps share one step.
 
 ``per_layer_kv_slots``, the default export for the CPU variants (fp32, int8), keeps ``positions``
 but replaces the growing past by preallocated cache buffers ``cache_keys_i``/``cache_values_i``
@@ -49,12 +54,14 @@ from dataclasses import dataclass
 
 from service.artefacts import (
     BEAM_INDEX,
+    BEAM_ROWS,
     CACHE_KEYS,
     CACHE_VALUES,
     CROSS_ATTENTION,
     INPUT_IDS,
     LOG_PROBS,
     MEMORY_KEYS,
+    MEMORY_ROWS,
     MEMORY_VALUES,
     PAST_KEYS,
     PAST_VALUES,
@@ -77,6 +84,7 @@ DECODER_OUTPUTS = [LOG_PROBS, PRESENT_KEYS, PRESENT_VALUES, CROSS_ATTENTION]
 TOP_K_OUTPUTS = [TOP_LOG_PROBS, TOP_TOKENS]
 CACHE_INPUTS = [CACHE_KEYS, CACHE_VALUES]  # slots, in place of past_*
 FOLD_INPUTS = [SENTENCE_ROWS, BEAM_INDEX]  # slots: memory per sentence
+ROW_INPUTS = [BEAM_ROWS, MEMORY_ROWS]  # positions: the cache and the memory gathered in the graph
 
 
 @dataclass(frozen=True)
@@ -94,11 +102,11 @@ class DecoderIO:
         """The decoder wrapper's inputs, in order, as traced (before top-k and per-layer inputs)."""
         if self.slots:
             return [*DECODER_INPUTS[:4], *CACHE_INPUTS, POSITIONS, *FOLD_INPUTS]
-        return [*DECODER_INPUTS, POSITIONS]
+        return [*DECODER_INPUTS, POSITIONS, *ROW_INPUTS]
 
     def axes(self) -> dict[str, dict[int, str]]:
         """The dynamic axes of the traced graph's inputs and outputs."""
-        axes = {**DECODER_AXES, **SLOT_AXES} if self.slots else DECODER_AXES
+        axes = {**DECODER_AXES, **(SLOT_AXES if self.slots else POSITIONS_AXES)}
         return {k: v for k, v in axes.items() if k in (*self.traced_inputs(), *DECODER_OUTPUTS)}
 
     def names(self, n_layers: int) -> tuple[list[str], list[str]]:
@@ -143,6 +151,15 @@ DECODER_AXES: dict[str, dict[int, str]] = {
     CACHE_VALUES: {1: "batch", 3: "cache_len"},
 }
 _KV_SENTENCES = {1: "sentences", 3: "src_len"}
+POSITIONS_AXES = {  # what layout per_layer_kv_positions changes: memory per sentence, the past per row
+    SOURCE_MASK: {0: "sentences", 1: "src_len"},
+    MEMORY_KEYS: _KV_SENTENCES,
+    MEMORY_VALUES: _KV_SENTENCES,
+    PAST_KEYS: {1: "past_rows", 3: "past_len"},
+    PAST_VALUES: {1: "past_rows", 3: "past_len"},
+    BEAM_ROWS: {0: "batch"},
+    MEMORY_ROWS: {0: "batch"},
+}
 SLOT_AXES = {  # what layout per_layer_kv_slots changes: memory per sentence, the cache written in place
     SOURCE_MASK: {0: "sentences", 1: "src_len"},
     MEMORY_KEYS: _KV_SENTENCES,

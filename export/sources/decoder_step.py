@@ -57,10 +57,11 @@ def step_positions(past_keys: Tensor, positions: Tensor, table: Tensor) -> tuple
 class DecoderStep(nn.Module, ABC):
     """One cached decoder step with the I/O of either decoder layout.
 
-    Without ``sentence_rows`` (layout per_layer_kv_positions) each layer steps over a growing
-    cache (``layer_step``), masked by ``step_positions``. With them (per_layer_kv_slots, built
-    with ``projections``) self-attention runs on the slot cache, in place, and cross-attention on
-    each sentence's memory with its beams folded together (export/sources/cached_attention.py).
+    Built without ``projections`` (layout per_layer_kv_positions) each layer steps over a growing
+    cache (``layer_step``), masked by ``step_positions``, its past and memory first gathered by
+    row. With them (per_layer_kv_slots) self-attention runs on the slot cache, in place, and
+    cross-attention on each sentence's memory with its beams folded together
+    (export/sources/cached_attention.py).
     """
 
     def __init__(self, n_layers: int, n_heads: int, projections: Sequence[QKV] | None) -> None:
@@ -79,25 +80,57 @@ class DecoderStep(nn.Module, ABC):
         past_keys: Tensor,
         past_values: Tensor,
         positions: Tensor,
-        sentence_rows: Tensor | None = None,
-        beam_index: Tensor | None = None,
+        first_rows: Tensor,
+        second_rows: Tensor,
     ) -> tuple[Tensor, ...]:
-        cross_mask = (source_mask != 0)[:, None, None, :]  # (B, 1, 1, S); slots: (sentences, 1, 1, S)
-        table = self.position_table()
-        if sentence_rows is None or beam_index is None:
-            pe, self_mask = step_positions(past_keys, positions, table)
-        else:  # row b's token sits at positions[b]; no mask (the operator masks)
-            pe, self_mask = table[positions][:, None, :], None
-            lengths, fold = cache_lengths(positions), (sentence_rows, beam_index)
-        x = self.embed(input_ids, pe)
+        """One step of every row. The memory is held per sentence in both layouts; the last two
+        inputs say which rows read what: per_layer_kv_positions' ``beam_rows`` (B,), the past
+        row each row continues, and ``memory_rows`` (B,), its sentence; per_layer_kv_slots'
+        ``sentence_rows`` (sentences, W) and ``beam_index`` (B,), the fold of the beams onto
+        their sentence (export/graphs/translation_layout.py)."""
+        if self.qkv is None:
+            return self._positions_step(
+                input_ids,
+                (source_mask, memory_keys, memory_values),
+                (past_keys, past_values),
+                positions,
+                (first_rows, second_rows),
+            )
+        cross_mask = (source_mask != 0)[:, None, None, :]  # (sentences, 1, 1, S)
+        # row b's token sits at positions[b]; no mask (the operator masks)
+        lengths, fold = cache_lengths(positions), (first_rows, second_rows)
+        x = self.embed(input_ids, self.position_table()[positions][:, None, :])
         presents: list[KeyValue] = []
         cross_weights = memory_keys.new_zeros(0)
         for i in range(self.n_layers):
             memory, cache = (memory_keys[i], memory_values[i], cross_mask), (past_keys[i], past_values[i])
-            if self_mask is not None:
-                x, kv, cross_weights = self.layer_step(i, x, cache, self_mask, memory)
-            else:
-                x, kv, cross_weights = self._slot_layer_step(i, x, cache, lengths, memory, fold)
+            x, kv, cross_weights = self._slot_layer_step(i, x, cache, lengths, memory, fold)
+            presents.append(kv)
+        return step_outputs(self.logits(x[:, 0]), presents, cross_weights)
+
+    def _positions_step(
+        self,
+        input_ids: Tensor,
+        memory: tuple[Tensor, Tensor, Tensor],
+        past: KeyValue,
+        positions: Tensor,
+        rows: tuple[Tensor, Tensor],
+    ) -> tuple[Tensor, ...]:
+        """Each layer over a growing cache (``layer_step``), masked by ``step_positions``: the
+        layer's past taken at ``beam_rows`` and the memory at ``memory_rows`` first, in the graph,
+        so that a beam's reorder costs no run of its own."""
+        source_mask, memory_keys, memory_values = memory
+        past_keys, past_values = past
+        beam_rows, memory_rows = rows
+        cross_mask = (source_mask[memory_rows] != 0)[:, None, None, :]  # (B, 1, 1, S)
+        pe, self_mask = step_positions(past_keys, positions, self.position_table())
+        x = self.embed(input_ids, pe)
+        presents: list[KeyValue] = []
+        cross_weights = memory_keys.new_zeros(0)
+        for i in range(self.n_layers):
+            cache = past_keys[i][beam_rows], past_values[i][beam_rows]
+            layer_memory = memory_keys[i][memory_rows], memory_values[i][memory_rows], cross_mask
+            x, kv, cross_weights = self.layer_step(i, x, cache, self_mask, layer_memory)
             presents.append(kv)
         return step_outputs(self.logits(x[:, 0]), presents, cross_weights)
 

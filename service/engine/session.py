@@ -3,16 +3,12 @@
 Creating a session is expensive (graph optimisation, kernel selection), so engines build one
 per graph at load time and reuse it for every batch. Shapes change on every call (batch size,
 sequence length, cache length), which drives the memory settings below.
-
-``DeviceGather`` is ``np.take`` for tensors that live on the accelerator: beam search reorders
-the decoder's key/value cache every step, and copying it to the host and back would undo the
-point of keeping it on the device.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,8 +23,6 @@ from service.cuda import CUDA
 ProviderPref = Literal["auto", "cuda", "cpu"]
 CPU = "CPUExecutionProvider"
 
-# ONNX TensorProto element types, by the dtype names the manifest uses.
-_ONNX_ELEM_TYPE = {"float32": 1, "int64": 7, "float16": 10}
 NUMPY_DTYPE: dict[str, type[np.generic]] = {"float32": np.float32, "int64": np.int64, "float16": np.float16}
 # OrtValue.data_type() names → NumPy.
 ELEMENT_NUMPY: dict[str, type[np.generic]] = {
@@ -196,123 +190,3 @@ def warmup(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], runs:
 def device_type(provider: str) -> str:
     """The OrtValue device name for a provider."""
     return "cuda" if provider == CUDA else "cpu"
-
-
-# --- np.take on the device ---------------------------------------------------------------------
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field_int(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value)
-
-
-def _field_bytes(number: int, payload: bytes | str) -> bytes:
-    data = payload.encode() if isinstance(payload, str) else payload
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
-def _value_info(name: str, elem_type: int, rank: int) -> bytes:
-    dims = b"".join(_field_bytes(1, _field_bytes(2, f"{name}_{i}")) for i in range(rank))  # dim_param
-    tensor_type = _field_int(1, elem_type) + _field_bytes(2, dims)  # elem_type, shape
-    return _field_bytes(1, name) + _field_bytes(2, _field_bytes(1, tensor_type))
-
-
-def gather_model_bytes(
-    dtype: str, axis: int, rank: int, indices_rank: int = 1, tensors: int = 1, layers: int = 0
-) -> bytes:
-    """An ONNX model ``out_j = Gather(data_j, indices, axis)`` for ``tensors`` inputs of one dtype
-    and rank, serialised by hand; a scalar index (``indices_rank`` 0) drops the axis, as ``x[i]``
-    does. With ``layers`` > 0 each gathered tensor is also cut into its first axis' layers:
-    ``out_j_i = Gather(gathered_j, layer_i, 0)``, ``layer_i`` a scalar input, so that one run
-    hands out every layer of a stacked tensor.
-
-    The service does not depend on the ``onnx`` package, and this graph is small enough to
-    write out in protobuf wire format directly (ModelProto → GraphProto → NodeProto).
-    """
-    if not 0 <= axis < rank:
-        raise ValueError(f"axis must be in [0, {rank}), got {axis}")
-    elem = _ONNX_ELEM_TYPE[dtype]
-    gathered = rank - 1 + indices_rank
-    nodes, outputs = [], []
-    for j in range(tensors):
-        out = f"gathered_{j}" if layers else f"out_{j}"
-        nodes.append(_gather_node(f"data_{j}", "indices", out, axis))
-        outputs += [] if layers else [_value_info(out, elem, gathered)]
-        for i in range(layers):
-            nodes.append(_gather_node(out, f"layer_{i}", f"out_{j}_{i}", 0))
-            outputs.append(_value_info(f"out_{j}_{i}", elem, gathered - 1))
-    inputs = [_value_info(f"data_{j}", elem, rank) for j in range(tensors)]
-    inputs += [_value_info("indices", 7, indices_rank)] + [
-        _value_info(f"layer_{i}", 7, 0) for i in range(layers)
-    ]
-    graph = (
-        b"".join(_field_bytes(1, node) for node in nodes)
-        + _field_bytes(2, "reorder")
-        + b"".join(_field_bytes(11, x) for x in inputs)
-        + b"".join(_field_bytes(12, x) for x in outputs)
-    )
-    opset = _field_int(2, 13)  # default domain, opset 13
-    ir_version = _field_int(1, 8)
-    return ir_version + _field_bytes(2, "service.engine") + _field_bytes(7, graph) + _field_bytes(8, opset)
-
-
-def _gather_node(data: str, indices: str, out: str, axis: int) -> bytes:
-    attribute = _field_bytes(1, "axis") + _field_int(3, axis) + _field_int(20, 2)  # type = INT
-    return (
-        _field_bytes(1, data)
-        + _field_bytes(1, indices)
-        + _field_bytes(2, out)
-        + _field_bytes(3, out)  # the node's name
-        + _field_bytes(4, "Gather")
-        + _field_bytes(5, attribute)
-    )
-
-
-class DeviceGather:
-    """``np.take(x, rows, axis)`` for OrtValues, run where they live (CUDA or CPU): every tensor
-    of a call in one onnxruntime run."""
-
-    def __init__(self, provider_pref: ProviderPref | str, device: str = "cpu", device_id: int = 0) -> None:
-        self._providers = resolve_providers(provider_pref, device_id)
-        self._device = device
-        self._device_id = device_id
-        self._sessions: dict[tuple[str, int, int, int, int, int], ort.InferenceSession] = {}
-
-    def _session(
-        self, dtype: str, axis: int, rank: int, indices_rank: int, tensors: int, layers: int
-    ) -> ort.InferenceSession:
-        key = (dtype, axis, rank, indices_rank, tensors, layers)
-        if key not in self._sessions:
-            self._sessions[key] = ort.InferenceSession(
-                gather_model_bytes(*key),
-                sess_options=session_options(1, 1),
-                providers=self._providers,
-            )
-        return self._sessions[key]
-
-    def __call__(
-        self, xs: Sequence[ort.OrtValue], rows: np.ndarray, axis: int, layers: int = 0
-    ) -> list[ort.OrtValue]:
-        """Each of ``xs`` (one dtype and rank) taken at ``rows`` along ``axis``; with ``layers``,
-        each result's first axis cut into that many tensors (tensor-major)."""
-        dtype = np.dtype(ELEMENT_NUMPY[xs[0].data_type()]).name
-        session = self._session(dtype, axis, len(xs[0].shape()), np.ndim(rows), len(xs), layers)
-        binding = session.io_binding()
-        for j, x in enumerate(xs):
-            binding.bind_ortvalue_input(f"data_{j}", x)
-        binding.bind_cpu_input("indices", np.array(rows, dtype=np.int64))  # keeps a 0-d index 0-d
-        for i in range(layers):
-            binding.bind_cpu_input(f"layer_{i}", np.array(i, dtype=np.int64))
-        for output in session.get_outputs():
-            binding.bind_output(output.name, self._device, self._device_id)
-        session.run_with_iobinding(binding)
-        out: list[ort.OrtValue] = binding.get_outputs()
-        return out

@@ -420,6 +420,44 @@ def test_the_decoders_top_k_gives_the_rows_best_tokens_beside_the_same_log_probs
     np.testing.assert_array_equal(np.take_along_axis(want, tokens, 1), values)
 
 
+def test_the_positions_decoder_takes_its_past_at_beam_rows_and_its_memory_at_memory_rows(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """The positions layout's graph reorders its own cache: a step over past rows and sentences
+    named by ``beam_rows`` and ``memory_rows`` equals, bit for bit, the step over those rows'
+    past and memory gathered beforehand and fed in row order (what a separate Gather run did)."""
+    import onnxruntime as ort
+
+    from export.graphs.translation import example_inputs, export_raw, tracing_step
+    from service.artefacts import BEAM_ROWS, MEMORY_ROWS, SOURCE_MASK, TOP_K, per_layer
+
+    source = load_source(checkpoint)
+    encoder, decoder = source.build_graphs(torch.float32, POSITIONS_DECODER.slots)
+    export_raw(source, encoder, decoder, torch.float32, tmp_path, POSITIONS_DECODER)
+    session = ort.InferenceSession(str(tmp_path / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    _, step = example_inputs(
+        source.n_layers, source.n_heads, source.d_head, source.vocab_size, torch.float32, source.special.pad
+    )
+    traced = dict(zip(POSITIONS_DECODER.traced_inputs(), tracing_step(step, POSITIONS_DECODER), strict=True))
+    beam_rows, memory_rows = traced[BEAM_ROWS].numpy(), traced[MEMORY_ROWS].numpy()
+    assert len(set(beam_rows.tolist())) < len(beam_rows) and len(set(memory_rows.tolist())) > 1
+    by_row = {name: x.numpy() for name, x in traced.items() if name not in POSITIONS_DECODER.stacked_inputs()}
+    in_order = {**by_row, BEAM_ROWS: np.arange(len(beam_rows)), MEMORY_ROWS: np.arange(len(memory_rows))}
+    in_order[SOURCE_MASK] = by_row[SOURCE_MASK][memory_rows]
+    for name in POSITIONS_DECODER.stacked_inputs():
+        rows = memory_rows if name.startswith("memory") else beam_rows
+        for i in range(source.n_layers):
+            by_row[per_layer(name, i)] = traced[name][i].numpy()
+            in_order[per_layer(name, i)] = traced[name][i].numpy()[rows]
+    outputs = [o.name for o in session.get_outputs()]
+    top_k = {TOP_K: np.array([4], dtype=np.int64)}
+    got = session.run(outputs, {**by_row, **top_k})
+    want = session.run(outputs, {**in_order, **top_k})
+    for name, a, b in zip(outputs, got, want, strict=True):
+        assert a.shape[0] == len(beam_rows), name
+        np.testing.assert_array_equal(a, b, err_msg=name)
+
+
 def test_reference_check_decoding_is_capped_per_sentence(exported: Path) -> None:
     """translation_determinism's max_lengths bound every output, alone and batched (what keeps a
     random-weights model, which never emits </s>, from decoding each sentence to the maximum)."""

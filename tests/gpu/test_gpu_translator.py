@@ -16,17 +16,18 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.artefacts import INPUT_IDS, POSITIONS, SOURCE_MASK, TOP_K
+from service.artefacts import BEAM_ROWS, INPUT_IDS, MEMORY_KEYS, MEMORY_ROWS, POSITIONS, SOURCE_MASK, TOP_K
 from service.engine.base import TranslateItem, TranslateOptions
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig, resolve_providers, session_options
-from service.engine.translation.decoding import DeviceBackend
+from service.engine.translation.decoding import DeviceBackend, LayerView
 from service.engine.translation.search import Candidates
 from service.engine.translation.translator import OnnxTranslator
 from tests.gpu.conftest import PROVIDER_NAMES
 from tests.service.engine.translation.test_translator import TEXTS, ids_of, items, ok, torch_ids
 
-SMALL_FEEDS = {INPUT_IDS, SOURCE_MASK, POSITIONS, TOP_K}  # what may cross to the device every step
+# what may cross to the device every step
+SMALL_FEEDS = {INPUT_IDS, SOURCE_MASK, POSITIONS, TOP_K, BEAM_ROWS, MEMORY_ROWS}
 SCORE_TOLERANCE = 5e-2  # fp16 against fp32, per hypothesis (length-normalised log-probability)
 BATCH_TOLERANCE = 1e-2  # fp16 kernels may be picked by batch shape: alone against in a batch
 
@@ -74,8 +75,9 @@ def recorded_steps(engine: OnnxTranslator) -> list[tuple[dict[str, Any], Any, di
 
 
 def test_cache_memory_and_top_k_stay_on_the_device(provider: str, translation_fp16: Path) -> None:
-    """Per step, only the token ids, masks, positions and k go to the device and only each row's
-    2 × beam candidates come back: memory and cache stay OrtValues where the decoder runs."""
+    """Per step, only the token ids, masks, positions, row indices and k go to the device and only
+    each row's 2 × beam candidates come back: memory and cache stay OrtValues where the decoder
+    runs (the memory's layers bound at their address in the encoder's output)."""
     engine = OnnxTranslator(translation_fp16, SessionConfig(provider, 1), io_binding=True)
     assert isinstance(engine.backend, DeviceBackend)
     steps = recorded_steps(engine)
@@ -86,7 +88,10 @@ def test_cache_memory_and_top_k_stay_on_the_device(provider: str, translation_fp
         assert isinstance(scores, Candidates) and scores.log_probs.shape == (rows, 8)
         from_host = {name for name, x in feeds.items() if isinstance(x, np.ndarray) and x.size}
         assert from_host <= SMALL_FEEDS, from_host - SMALL_FEEDS
-        on_device = [x for x in [*feeds.values(), *past.values()] if isinstance(x, ort.OrtValue)]
+        memory = [x for name, x in feeds.items() if name.startswith(MEMORY_KEYS)]
+        assert memory and all(isinstance(x, LayerView) for x in memory)
+        values = [x.stacked if isinstance(x, LayerView) else x for x in [*feeds.values(), *past.values()]]
+        on_device = [x for x in values if isinstance(x, ort.OrtValue)]
         assert past and all(isinstance(x, ort.OrtValue) for x in past.values())
         assert {x.device_name().lower() for x in on_device} == {provider}
 
@@ -125,7 +130,7 @@ def test_no_half_precision_tensor_is_copied_inside_a_decoder_step(
 
 
 def test_io_binding_answers_as_the_host_backend(provider: str, translation_fp16: Path) -> None:
-    """The device backend (IO binding, cache as OrtValues, reordered by a Gather on the device)
+    """The device backend (IO binding, cache as OrtValues, reordered by the decoder graph itself)
     against ``session.run`` with NumPy every step, on the same provider."""
     device = OnnxTranslator(translation_fp16, SessionConfig(provider, 1), io_binding=True)
     host = OnnxTranslator(translation_fp16, SessionConfig(provider, 1), io_binding=False)

@@ -4,13 +4,15 @@ and the interface every layout's incremental decoder gives the search (``Decoder
 The decoder's key/value cache lives in a backend:
 
 * ``HostBackend`` (CPU, the tested path): NumPy arrays through ``session.run``; the cache goes
-  out as ``present_*`` and comes back as ``past_*``; reordering is ``np.take`` on each layer's
-  row axis, and the memory feeds are views of the encoder's stacked output.
+  out as ``present_*`` and comes back as ``past_*``, and the memory feeds are views of the
+  encoder's stacked output.
 * ``DeviceBackend`` (CUDA): IO binding, so ``present_*`` are bound to device memory and fed back
-  as the next ``past_*`` without a host round trip; only the token ids, the source mask and each
-  row's candidates cross the bus. Reordering runs ONNX ``Gather`` on the device, every layer's
-  cache in one run (``session.DeviceGather``). It is the same decoder code with ``take``/``run``
-  swapped, and it also runs on CPU OrtValues, which is how the tests check it without a GPU.
+  as the next ``past_*`` without a host round trip; only the token ids, the row indices and each
+  row's candidates cross the bus, and the stacked memory is bound layer by layer at its address
+  (``LayerView``), never copied. Reordering is the decoder graph's own gather of the past by
+  ``beam_rows`` (``positions.PositionsDecoder``): a step is one onnxruntime run. It is the same
+  decoder code with ``layers``/``step`` swapped, and it also runs on CPU OrtValues, which is how
+  the tests check it without a GPU.
 
 Each decoder layout the export writes has its decoder class, chosen once when the artefact loads
 (``layouts.py``): ``slots.SlotDecoder`` (``per_layer_kv_slots``, the CPU variants: its cache in
@@ -26,8 +28,10 @@ those tokens' scores are kept.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -46,10 +50,10 @@ from service.artefacts import (
     TOP_TOKENS,
     past_of,
 )
-from service.engine.session import DeviceGather
+from service.engine.session import ELEMENT_NUMPY
 from service.engine.translation.search import Candidates
 
-Tensor = Any  # np.ndarray on the host backend, ort.OrtValue on the device backend
+Tensor = Any  # np.ndarray on the host backend, ort.OrtValue (or its LayerView) on the device backend
 
 
 # --- backends: where the memory and the cache live -----------------------------------------------
@@ -64,12 +68,8 @@ class Backend(Protocol):
         """(B, S) ids → memory keys, values (n_layers, B, heads, S, d_head)."""
         ...
 
-    def take(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[Tensor]:
-        """Each of ``xs`` at ``rows`` along ``axis`` (``np.take``)."""
-        ...
-
-    def take_layers(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[list[Tensor]]:
-        """``take``, each result of stacked (n_layers, …) tensors cut into its layers."""
+    def layers(self, stacked: Tensor) -> list[Tensor]:
+        """A stacked (n_layers, …) tensor's layers, as decoder feeds that copy nothing."""
         ...
 
     def step(
@@ -88,9 +88,9 @@ class Backend(Protocol):
 
 class StepBinding:
     """One running decode's IO binding on the device backend, kept between its steps: an input is
-    bound again only when its value is another object (the memory and the source mask change only
-    with the rows' sentences, not every step). One per decode, never shared: a backend serves
-    several decodes on several threads."""
+    bound again only when its value is another object (the memory and the source mask are bound
+    once a decode, the rows' sentences when they change). One per decode, never shared: a backend
+    serves several decodes on several threads."""
 
     def __init__(self) -> None:
         self.binding: ort.IOBinding | None = None
@@ -111,11 +111,8 @@ class HostBackend:
         keys, values = self.encoder.run([MEMORY_KEYS, MEMORY_VALUES], {INPUT_IDS: input_ids})
         return keys, values
 
-    def take(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[Tensor]:
-        return _take_host(xs, rows, axis)
-
-    def take_layers(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[list[Tensor]]:
-        return [list(x) for x in _take_host(xs, rows, axis)]  # views: a stacked array's layers are contiguous
+    def layers(self, stacked: Tensor) -> list[Tensor]:
+        return list(np.asarray(stacked))  # views: a stacked array's layers are contiguous
 
     def step(
         self,
@@ -140,14 +137,12 @@ class DeviceBackend:
         self,
         encoder: ort.InferenceSession,
         decoder: ort.InferenceSession,
-        gather: DeviceGather,
         device: str,
         device_id: int = 0,
     ) -> None:
         self.encoder = encoder
         self.decoder = decoder
         self._presents = _present_outputs(decoder)
-        self.gather = gather
         self.device = device
         self.device_id = device_id
 
@@ -160,17 +155,10 @@ class DeviceBackend:
         keys, values = binding.get_outputs()
         return keys, values
 
-    def take(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[Tensor]:
-        if isinstance(xs[0], np.ndarray):  # the empty first-step cache is host arrays
-            return _take_host(xs, rows, axis)
-        return self.gather(xs, rows, axis)
-
-    def take_layers(self, xs: Sequence[Tensor], rows: np.ndarray, axis: int) -> list[list[Tensor]]:
-        if isinstance(xs[0], np.ndarray):
-            return [list(x) for x in _take_host(xs, rows, axis)]
-        layers = xs[0].shape()[0]
-        out = self.gather(xs, rows, axis, layers)
-        return [out[j * layers : (j + 1) * layers] for j in range(len(xs))]
+    def layers(self, stacked: Tensor) -> list[Tensor]:
+        if isinstance(stacked, np.ndarray):
+            return list(stacked)
+        return [LayerView(stacked, i) for i in range(stacked.shape()[0])]
 
     def step(
         self,
@@ -195,6 +183,8 @@ class DeviceBackend:
                 continue
             if isinstance(value, np.ndarray):
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            elif isinstance(value, LayerView):
+                binding.bind_input(name, self.device, self.device_id, *value.address())
             else:
                 binding.bind_ortvalue_input(name, value)
             bound.inputs[name] = value
@@ -206,8 +196,20 @@ class DeviceBackend:
         return _scores(host, wanted), attn, _next_past(presents)
 
 
-def _take_host(xs: Sequence[np.ndarray], rows: np.ndarray, axis: int) -> list[np.ndarray]:
-    return [np.take(x, rows, axis=axis) for x in xs]
+@dataclass(frozen=True)
+class LayerView:
+    """Layer ``layer`` of a stacked (n_layers, …) OrtValue on the device, bound by its address:
+    what a NumPy view is on the host. It holds the stacked value, so the memory outlives it."""
+
+    stacked: ort.OrtValue
+    layer: int
+
+    def address(self) -> tuple[type[np.generic], list[int], int]:
+        """The layer's element type, shape and address, as ``IOBinding.bind_input`` takes them."""
+        dtype = ELEMENT_NUMPY[self.stacked.data_type()]
+        shape = self.stacked.shape()[1:]
+        size = math.prod(shape) * np.dtype(dtype).itemsize
+        return dtype, shape, self.stacked.data_ptr() + self.layer * size
 
 
 def _score_outputs(feeds: dict[str, Tensor], wanted: np.ndarray | None) -> list[str]:

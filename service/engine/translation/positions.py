@@ -1,16 +1,18 @@
 """The decoder of layout ``per_layer_kv_positions`` (the fp16 variant, the GPU's): a per-layer
-self-attention cache that grows by one column a step, on either backend (``decoding.py``).
+self-attention cache that grows by one column a step, on either backend (``decoding.py``), in one
+onnxruntime run a step.
 
 Rows belong to sentences. The cross-attention memory depends only on a row's *sentence*, so it is
-kept once per sentence (the table) and gathered into the rows' feeds only when the row → sentence
-map changes (start of a beam, sentences finishing or joining), not on every beam reorder.
+fed once per sentence (the table: the encoder's output cut into its layers, no copy) with
+``memory_rows``, each row's sentence. The cache is never moved between steps: a reorder only
+composes ``beam_rows``, the past row each row continues, and the next step's graph gathers each
+layer's past by it before appending the new column (export/graphs/translation_layout.py).
 
 Each row feeds its ``positions``, the tokens it has decoded, and its cached keys are the *last*
 ``positions`` columns of the past: so on the host backend sentences may join between steps
-(``admit``), their rows appended with an empty cache, left-padded to the running length and
-masked by their own positions; the cache is cut back to the longest row's history when the rows
-that made it long have left. The device backend only gathers, so there ``admit`` needs an empty
-decoder.
+(``admit``), their rows continuing any past row (all its columns are masked at position 0); the
+cache is cut back to the longest row's history when the rows that made it long have left. The
+device backend holds the table as the encoder wrote it, so there ``admit`` needs an empty decoder.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from service.artefacts import (
+    BEAM_ROWS,
     INPUT_IDS,
     MEMORY_KEYS,
+    MEMORY_ROWS,
     MEMORY_VALUES,
     PAST_KEYS,
     PAST_VALUES,
@@ -37,18 +41,18 @@ from service.engine.translation.search import Candidates
 class PositionsDecoder(Decoder):
     """``search.IncrementalDecoder`` over a ``per_layer_kv_positions`` decoder, holding its cache."""
 
-    memory_per_sentence = False
+    memory_per_sentence = True
     steps_over_shortlists = False
     cache_on_host = False
 
     def _start(self) -> None:
-        self._table: tuple[Tensor, Tensor] | None = None  # memory K/V per sentence
+        self._table: tuple[Tensor, Tensor] | None = None  # stacked memory K/V per sentence
         self._table_mask = np.zeros((0, 0), dtype=np.int64)  # (sentences, S) source masks
-        self._row_sentence = np.zeros(0, dtype=np.int64)
+        self._row_sentence = np.zeros(0, dtype=np.int64)  # the memory_rows feed
         self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
-        self._memory: dict[str, Tensor] = {}
-        self._mask = self._table_mask
-        self._past = self._empty_cache(0, 0)
+        self._memory: dict[str, Tensor] = {}  # the table's layers, by input name
+        self._past = self._empty_cache()
+        self._beam_rows = np.zeros(0, dtype=np.int64)  # each row's row of ``_past``
         self._past_len = 0
         self._bound = StepBinding()  # this decode's binding on the device backend
 
@@ -73,7 +77,7 @@ class PositionsDecoder(Decoder):
         return self._past_len
 
     def reserve(self, rows: int, sentences: int, source_len: int) -> None:
-        """Nothing: the cache and the memory grow by concatenating as sentences join."""
+        """Nothing: the memory grows by concatenating as sentences join, the cache by steps."""
 
     def admit(
         self,
@@ -96,9 +100,13 @@ class PositionsDecoder(Decoder):
         new_rows = np.repeat(np.arange(first, first + len(repeats)), repeats)
         self._row_sentence = np.concatenate([self._row_sentence, new_rows])
         self._positions = np.concatenate([self._positions, np.zeros(len(new_rows), dtype=np.int64)])
-        # The new rows' cache is empty: zeros, all masked by their position 0.
-        self._past = {name: _grown(x, len(new_rows)) for name, x in self._past.items()}
-        self._gather_memory()
+        # At position 0 a row sees none of its past's columns: any past row will do as its own.
+        self._beam_rows = np.concatenate([self._beam_rows, np.zeros(len(new_rows), dtype=np.int64)])
+        self._memory = {
+            per_layer(name, i): x
+            for name, stacked in zip((MEMORY_KEYS, MEMORY_VALUES), self._table, strict=True)
+            for i, x in enumerate(self.backend.layers(stacked))
+        }
 
     def _compact(self) -> int:
         """Forget the table's sentences no row decodes any more; → the next sentence's index."""
@@ -113,20 +121,10 @@ class PositionsDecoder(Decoder):
             self._row_sentence = np.searchsorted(used, self._row_sentence)
         return self._table_mask.shape[0]
 
-    def _gather_memory(self) -> None:
-        """The decoder's memory inputs, each layer's K/V of the rows' sentences (host: views)."""
-        assert self._table is not None
-        gathered = self.backend.take_layers(self._table, self._row_sentence, 1)
-        self._memory = {
-            per_layer(name, i): x
-            for name, layers in zip((MEMORY_KEYS, MEMORY_VALUES), gathered, strict=True)
-            for i, x in enumerate(layers)
-        }
-        self._mask = self._table_mask[self._row_sentence]
-
-    def _empty_cache(self, rows: int, length: int) -> dict[str, Tensor]:
+    def _empty_cache(self) -> dict[str, Tensor]:
+        """A past of no columns, with the one row every row's ``beam_rows`` may name."""
         layers, heads, d_head = self._cache_shape
-        empty = np.zeros((rows, heads, length, d_head), dtype=self._cache_dtype)
+        empty = np.zeros((1, heads, 0, d_head), dtype=self._cache_dtype)
         return {per_layer(name, i): empty for name in (PAST_KEYS, PAST_VALUES) for i in range(layers)}
 
     def _run(
@@ -134,35 +132,39 @@ class PositionsDecoder(Decoder):
     ) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
         feeds: dict[str, Tensor] = {
             INPUT_IDS: np.ascontiguousarray(last_tokens, dtype=np.int64)[:, None],
-            SOURCE_MASK: self._mask,
+            SOURCE_MASK: self._table_mask,
             **self._memory,
+            MEMORY_ROWS: self._row_sentence,
             **self._past,
+            BEAM_ROWS: self._beam_rows,
             TOP_K: np.array([top_k], dtype=np.int64),
             POSITIONS: self._positions,
         }
         log_probs, attn, self._past = self.backend.step(feeds, self.with_attention, wanted, self._bound)
+        self._beam_rows = np.arange(len(self._positions), dtype=np.int64)  # the present is in row order
         self._past_len += 1
         self._positions = self._positions + 1
         return log_probs, attn
 
     def reorder(self, rows: np.ndarray) -> None:
+        """No cache moves: the next step's graph gathers the past at the composed ``beam_rows``."""
         if len(rows) == len(self._row_sentence) and np.array_equal(rows, np.arange(len(rows))):
             return
         self._positions = self._positions[rows]
+        self._row_sentence = self._row_sentence[rows]
+        self._beam_rows = self._beam_rows[rows]
         if self._past_len == 0 or not len(rows):
             self._past_len = 0
-            self._past = self._empty_cache(len(rows), 0)
-        else:
+            self._past = self._empty_cache()
+            self._beam_rows = np.zeros(len(rows), dtype=np.int64)
+        elif self.joins_midway:
             # Columns older than the longest remaining history are padding for every row: cut.
-            cut = self._past_len - int(self._positions.max()) if self.joins_midway else 0
-            past = [x[..., cut:, :] if cut else x for x in self._past.values()]
-            self._past = dict(zip(self._past, self.backend.take(past, rows, 0), strict=True))
-            self._past_len -= cut
-        sentences = self._row_sentence[rows]
-        if not np.array_equal(sentences, self._row_sentence):
-            self._row_sentence = sentences
-            if len(rows):
-                self._gather_memory()
+            cut = self._past_len - int(self._positions.max())
+            if cut:  # host arrays: the live rows' columns, in row order
+                live = self._beam_rows
+                self._past = {name: np.take(x[..., cut:, :], live, 0) for name, x in self._past.items()}
+                self._beam_rows = np.arange(len(rows), dtype=np.int64)
+                self._past_len -= cut
 
 
 def _join_memory(
@@ -183,11 +185,3 @@ def _join_memory(
     out_mask[:n, : table_mask.shape[1]] = table_mask
     out_mask[n:, : mask.shape[1]] = mask
     return (keys, values), out_mask
-
-
-def _grown(x: Tensor, n: int) -> np.ndarray:
-    """Host cache ``x`` with ``n`` zero rows appended: one allocation, one copy."""
-    x = np.asarray(x)
-    out = np.zeros((x.shape[0] + n, *x.shape[1:]), dtype=x.dtype)
-    out[: x.shape[0]] = x
-    return out

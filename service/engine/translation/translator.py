@@ -40,7 +40,6 @@ from service.engine.base import (
 from service.engine.session import (
     DEFAULT_SESSION,
     NUMPY_DTYPE,
-    DeviceGather,
     SessionConfig,
     check_io,
     create_session,
@@ -136,8 +135,7 @@ class OnnxTranslator:
         on_device = io_binding if io_binding is not None else self.provider == CUDA
         if on_device and not self.decoder_class.cache_on_host:
             device = device_type(self.provider)
-            gather = DeviceGather(session.provider, device, session.device_id)
-            self.backend: Backend = DeviceBackend(encoder, decoder, gather, device, session.device_id)
+            self.backend: Backend = DeviceBackend(encoder, decoder, device, session.device_id)
         else:
             self.backend = HostBackend(encoder, decoder)
 

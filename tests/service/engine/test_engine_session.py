@@ -1,4 +1,4 @@
-"""Sessions: provider choice, options, unloadable graphs, and the on-device gather."""
+"""Sessions: provider choice, options and unloadable graphs."""
 
 from __future__ import annotations
 
@@ -15,11 +15,9 @@ from service.engine import session as sess
 from service.engine.session import (
     CPU,
     CUDA,
-    DeviceGather,
     ProviderUnavailable,
     SessionConfig,
     create_session,
-    gather_model_bytes,
     resolve_providers,
     session_options,
     spinning,
@@ -94,7 +92,7 @@ def test_threads_spin_on_the_cpu_only_unless_configured(
 
     monkeypatch.setattr(sess, "session_options", recorded)
     path = tmp_path / "gather.onnx"
-    path.write_bytes(gather_model_bytes("float32", 0, 2))
+    _gather_graph(path)
     monkeypatch.setattr(sess, "resolve_providers", lambda *_: [(CUDA, {}), CPU])
     create_session(path)  # onnxruntime without CUDA runs it on the CPU, as asked second
     monkeypatch.setattr(sess, "resolve_providers", lambda *_: [CPU])
@@ -109,49 +107,9 @@ def test_an_unloadable_graph_is_an_artefact_error_naming_it(tmp_path: Path) -> N
         create_session(bad, SessionConfig("cpu", 1))
 
 
-def test_gather_model_is_valid_onnx() -> None:
-    onnx = pytest.importorskip("onnx")
-    for tensors, layers in ((1, 0), (3, 0), (2, 4)):
-        model = gather_model_bytes("float16", 3, 5, tensors=tensors, layers=layers)
-        onnx.checker.check_model(onnx.load_from_string(model), full_check=True)
-    with pytest.raises(ValueError, match="axis"):
-        gather_model_bytes("float32", 5, 5)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64])
-def test_device_gather_equals_np_take(dtype: type[np.generic]) -> None:
-    """The on-device reorder is np.take, repeats and empty axes included (here on CPU OrtValues)."""
-    gather = DeviceGather("cpu")
-    rng = np.random.default_rng(0)
-    x = (rng.random((2, 4, 3, 5, 2)) * 100).astype(dtype)
-    rows = np.array([3, 3, 0, 2, 1, 0])
-    for axis in (1, 3):
-        (out,) = gather([ort.OrtValue.ortvalue_from_numpy(x)], rows[rows < x.shape[axis]], axis)
-        np.testing.assert_array_equal(out.numpy(), np.take(x, rows[rows < x.shape[axis]], axis))
-    empty = np.zeros((2, 4, 3, 0, 2), dtype=dtype)
-    assert gather([ort.OrtValue.ortvalue_from_numpy(empty)], rows[:2], 1)[0].shape() == [2, 2, 3, 0, 2]
-
-
-def test_device_gather_takes_every_tensor_and_layer_in_one_run() -> None:
-    """A reorder of every layer's cache, or of the stacked memory cut into its layers, is one
-    onnxruntime run whatever the number of tensors."""
-    gather = DeviceGather("cpu")
-    rng = np.random.default_rng(1)
-    xs = [rng.random((3, 4, 2, 5)).astype(np.float32) for _ in range(4)]
-    rows = np.array([2, 0, 0, 1])
-    out = gather([ort.OrtValue.ortvalue_from_numpy(x) for x in xs], rows, 1)
-    for x, got in zip(xs, out, strict=True):
-        np.testing.assert_array_equal(got.numpy(), np.take(x, rows, 1))
-    layered = gather([ort.OrtValue.ortvalue_from_numpy(x) for x in xs[:2]], rows, 1, layers=3)
-    assert len(layered) == 6 and len(gather._sessions) == 2
-    for j, x in enumerate(xs[:2]):
-        for i in range(3):
-            np.testing.assert_array_equal(layered[j * 3 + i].numpy(), np.take(x, rows, 1)[i])
-
-
 def test_used_provider_reports_the_session_provider(tmp_path: Path) -> None:
     path = tmp_path / "g.onnx"
-    path.write_bytes(gather_model_bytes("float32", 0, 1))
+    _gather_graph(path)
     s = create_session(path, SessionConfig("auto", 1))
     assert sess.used_provider(s) in (CPU, CUDA)
     sess.warmup(s, {"data_0": np.ones(3, np.float32), "indices": np.array([0], np.int64)})
@@ -163,13 +121,31 @@ def test_sessions_share_the_process_cpu_arena(tmp_path: Path) -> None:
     assert session_options(1, 1).get_session_config_entry("session.use_env_allocators") == "1"
     sess.shared_cpu_arena()
     path = tmp_path / "g.onnx"
-    path.write_bytes(gather_model_bytes("float32", 0, 1))
+    _gather_graph(path)
     x = np.arange(6, dtype=np.float32)
     for _ in range(2):
         out = create_session(path, SessionConfig("cpu", 1)).run(
             None, {"data_0": x, "indices": np.array([4, 1])}
         )
         np.testing.assert_array_equal(out[0], [4.0, 1.0])
+
+
+def _gather_graph(path: Path) -> Path:
+    """``out_0 = Gather(data_0, indices)``: the smallest graph a session loads and runs."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["data_0", "indices"], ["out_0"], axis=0)],
+        "gather",
+        [
+            helper.make_tensor_value_info("data_0", TensorProto.FLOAT, ["n"]),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, ["m"]),
+        ],
+        [helper.make_tensor_value_info("out_0", TensorProto.FLOAT, ["m"])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
 
 
 def _fusable_graph(path: Path) -> Path:

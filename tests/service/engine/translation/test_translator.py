@@ -7,10 +7,18 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from export.graphs.translation_layout import POSITIONS_DECODER, DecoderIO
-from service.artefacts import ArtefactError, write_manifest
+from service.artefacts import (
+    BEAM_ROWS,
+    MEMORY_ROWS,
+    ArtefactError,
+    read_manifest,
+    served_decoder_layout,
+    write_manifest,
+)
 from service.engine.base import (
     Abandoned,
     TextTooLong,
@@ -89,8 +97,9 @@ def test_tokens_equal_the_pytorch_reference(
 def test_io_binding_backend_matches_the_host_backend(
     translation_checkpoint: Path, translation_artefact: Path, tmp_path: Path
 ) -> None:
-    """The CUDA code path (IO binding, cache kept as OrtValues, on-device Gather reorder), on CPU,
-    with the layout the GPU variant (fp16) is exported with; the slot layout keeps host buffers."""
+    """The CUDA code path (IO binding, cache kept as OrtValues and reordered by the decoder graph,
+    the memory bound layer by layer at its address), on CPU, with the layout the GPU variant
+    (fp16) is exported with; the slot layout keeps host buffers."""
     positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", POSITIONS_DECODER)
     device = OnnxTranslator(positions, SessionConfig("cpu", 1), io_binding=True)
     translator = OnnxTranslator(positions, SessionConfig("cpu", 1))
@@ -258,6 +267,54 @@ def test_an_item_abandoned_during_the_search_leaves_it_at_the_next_step(translat
         results = translator.translate(batch)
     assert isinstance(results[0], Abandoned) and isinstance(results[1], Translation)
     assert rows[0] == rows[1] == 4 and rows[2] == 2  # from the third step on, only the other's 2 beams
+
+
+def test_the_device_backend_runs_only_the_decoder_once_a_step(
+    translation_checkpoint: Path, tmp_path: Path
+) -> None:
+    """The positions layout on the device backend: besides encoding, a batch is one decoder run
+    per decoder step, the beams' reorders and the memory's cut into layers included (no other
+    onnxruntime session runs)."""
+    positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", POSITIONS_DECODER)
+    engine = OnnxTranslator(positions, SessionConfig("cpu", 1), io_binding=True)
+    assert isinstance(engine.backend, DeviceBackend)
+    runs: list[ort.InferenceSession] = []
+    steps: list[int] = []
+    real_run, real_step = ort.InferenceSession.run_with_iobinding, RunningDecode.step
+
+    def counted_run(self: ort.InferenceSession, *args: object, **kwargs: object) -> object:
+        runs.append(self)
+        return real_run(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def counted_step(self: RunningDecode) -> object:
+        steps.append(self.rows)
+        return real_step(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ort.InferenceSession, "run_with_iobinding", counted_run)
+        patch.setattr(ort.InferenceSession, "run", lambda *_, **__: pytest.fail("a run without binding"))
+        patch.setattr(RunningDecode, "step", counted_step)
+        results = engine.translate(items(TEXTS, beam_size=4, n_best=2, max_length=12))
+    assert all(isinstance(r, Translation) for r in results) and len(steps) > 2
+    encoder, decoder = engine.backend.encoder, engine.backend.decoder
+    assert runs.count(decoder) == len(steps) and runs.count(encoder) + runs.count(decoder) == len(runs)
+
+
+def test_a_positions_artefact_from_before_the_graph_reordered_its_cache_is_refused_and_stale(
+    translation_checkpoint: Path, tmp_path: Path
+) -> None:
+    """A positions decoder without beam_rows / memory_rows (its cache reordered by runs of its
+    own) is no longer served: loading says to export again, and the service's start counts it
+    stale (``served_decoder_layout``), so ``make serve`` exports it again."""
+    positions = artefact_with_layout(translation_checkpoint, tmp_path / "positions", POSITIONS_DECODER)
+    assert served_decoder_layout(read_manifest(positions))
+    manifest = json.loads((positions / "manifest.json").read_text())
+    decoder = manifest["graphs"]["decoder"]
+    decoder["inputs"] = [t for t in decoder["inputs"] if t["name"] not in (BEAM_ROWS, MEMORY_ROWS)]
+    (positions / "manifest.json").write_text(json.dumps(manifest))
+    assert not served_decoder_layout(read_manifest(positions))
+    with pytest.raises(ArtefactError, match=r"without beam_rows.*export the model again"):
+        OnnxTranslator(positions, SessionConfig("cpu", 1))
 
 
 def artefact_with_layout(checkpoint: Path, out: Path, decoder: DecoderIO) -> Path:
