@@ -150,7 +150,9 @@ class RunningDecode:
 
         A sentence with required phrases searches free first: the best of its finished
         hypotheses that hold every phrase are its results, if there are ``n_best`` of them;
-        otherwise it starts again under its constraints (``step``). The free search's hypotheses
+        otherwise it starts again (``step``), with the phrases it missed where their source words
+        aligned in its best free translation (placement.py), or under its constraints where none
+        can be placed. The free search's hypotheses
         are the model's own choice, which a constrained search, splitting its beam between
         hypotheses by the phrases they have met, finds less often (docs/decisions.md)."""
         searches = []
@@ -302,6 +304,8 @@ class RunningDecode:
         for entry in self._again:  # not running yet: nothing to reorder
             (left if gone(entry[0]) else kept).append(entry)
         self._again = kept
+        for s, _ in left:
+            self._checked.pop(s, None)
         return removed + [s for s, _ in left]
 
 
