@@ -286,56 +286,42 @@ def best_pass(bench: Bench, system: Any, sentences: Sequence[TermSentence], how:
     return min((translate_pass(system, batched) for _ in range(bench.rounds)), key=lambda p: p.seconds)
 
 
-def measure(bench: Bench, system: Any, sentences: Sequence[TermSentence], section: str) -> None:
-    """The dictionary set: the three passes against the references."""
-    import sacrebleu
-
-    references = [[s.reference for s in sentences]]
-    for how in Passes:
-        best = best_pass(bench, system, sentences, how)
-        extra = {
-            "sentences": len(sentences),
-            "terms": sum(len(s.terms) for s in sentences),
-            "term_accuracy_pct": round(100 * term_accuracy(best.outputs, sentences), 2),
-            "bleu": round(sacrebleu.corpus_bleu(best.outputs, references).score, 2),
-            "unsatisfiable": best.unsatisfiable,
-        }
-        row = Row(
-            section,
-            how.value,
-            len(sentences) / best.seconds,
-            "sent/s",
-            baseline=how is Passes.FREE,
-            extra=extra,
-        )
-        bench.results.add(row)
+UNSEEN_FIGURES = {Passes.FREE: Figure.TERMS_UNSEEN_FREE, Passes.PLACED: Figure.TERMS_UNSEEN_PLACED}
 
 
-def measure_unseen(
-    bench: Bench, system: Any, sentences: Sequence[TermSentence], section: str, figures: bool
+def measure(
+    bench: Bench, system: Any, sentences: Sequence[TermSentence], section: str, figures: bool = False
 ) -> None:
-    """The unseen set: the terms' accuracy, the share bolted on, and BLEU / chrF against the free
-    translation with the terms in place."""
+    """The three passes of a set: sent/s, the terms' accuracy; for the dictionary set BLEU against
+    the references, for the unseen set (its sentences name the words they replaced) the share
+    bolted on and BLEU / chrF against the free translation with the terms in place."""
     import sacrebleu
 
+    unseen = any(s.seen for s in sentences)
     free = best_pass(bench, system, sentences, Passes.FREE)
-    references = [[with_terms(out, s) for out, s in zip(free.outputs, sentences, strict=True)]]
+    if unseen:
+        references = [[with_terms(out, s) for out, s in zip(free.outputs, sentences, strict=True)]]
+    else:
+        references = [[s.reference for s in sentences]]
     for how in Passes:
         best = free if how is Passes.FREE else best_pass(bench, system, sentences, how)
-        bolted = sum(
-            bolted_on(out, f, [t for _, t in s.terms])
-            for out, f, s in zip(best.outputs, free.outputs, sentences, strict=True)
-        )
-        extra = {
+        extra: dict[str, float] = {
             "sentences": len(sentences),
             "terms": sum(len(s.terms) for s in sentences),
             "term_accuracy_pct": round(100 * term_accuracy(best.outputs, sentences), 2),
-            "bolted_on_pct": round(100 * bolted / len(sentences), 2),
-            "bleu_vs_free_with_terms": round(sacrebleu.corpus_bleu(best.outputs, references).score, 2),
-            "chrf_vs_free_with_terms": round(sacrebleu.corpus_chrf(best.outputs, references).score, 2),
             "unsatisfiable": best.unsatisfiable,
         }
-        figure = {Passes.FREE: Figure.TERMS_UNSEEN_FREE, Passes.PLACED: Figure.TERMS_UNSEEN_PLACED}.get(how)
+        bleu = round(sacrebleu.corpus_bleu(best.outputs, references).score, 2)
+        if unseen:
+            bolted = sum(
+                bolted_on(out, f, [t for _, t in s.terms])
+                for out, f, s in zip(best.outputs, free.outputs, sentences, strict=True)
+            )
+            extra["bolted_on_pct"] = round(100 * bolted / len(sentences), 2)
+            extra["bleu_vs_free_with_terms"] = bleu
+            extra["chrf_vs_free_with_terms"] = round(sacrebleu.corpus_chrf(best.outputs, references).score, 2)
+        else:
+            extra["bleu"] = bleu
         row = Row(
             section,
             how.value,
@@ -343,7 +329,7 @@ def measure_unseen(
             "sent/s",
             baseline=how is Passes.FREE,
             extra=extra,
-            figure=figure if figures else None,
+            figure=UNSEEN_FIGURES.get(how) if figures else None,
         )
         bench.results.add(row)
 
@@ -373,7 +359,7 @@ def run(bench: Bench) -> None:
             bench.results.note(f"terminology: {name}'s sentences have no noun terms for the unseen set")
             continue
         first = name == DEFAULT_TRANSLATE_MODELS[0]  # the targets read the first direction's
-        measure_unseen(bench, systems[0], unseen, UNSEEN_SECTION.format(pair="→".join(pair)), first)
+        measure(bench, systems[0], unseen, UNSEEN_SECTION.format(pair="→".join(pair)), first)
 
 
 STAGE = Stage(

@@ -12,14 +12,14 @@ import pytest
 from prometheus_client import REGISTRY
 
 from export.graphs.translation_layout import POSITIONS_DECODER
-from service.engine.base import Encoded, TranslateItem, TranslateOptions, Translation
+from service.engine.base import Encoded, TranslateItem, TranslateOptions
 from service.engine.session import SessionConfig
 from service.engine.translation.decoding import DeviceBackend
 from service.engine.translation.placement import place
 from service.engine.translation.sentence_search import Prefix, SentenceSearch, TokenHypothesis
 from service.engine.translation.translator import OnnxTranslator
 from service.engine.translation.word_alignment import source_words, target_words
-from tests.service.engine.translation.test_constrained_decoding import random_phrases
+from tests.service.engine.translation.test_constrained_decoding import ok, random_phrases
 from tests.service.engine.translation.test_translator import TEXTS, artefact_with_layout
 
 SOURCE = Encoded(
@@ -98,11 +98,6 @@ def test_a_prefix_is_forced_and_scored_then_the_words_it_replaced_are_barred() -
 @pytest.fixture(scope="module")
 def translator(translation_artefact: Path) -> OnnxTranslator:
     return OnnxTranslator(translation_artefact, SessionConfig("cpu", 1))
-
-
-def ok(result: Translation | Exception) -> Translation:
-    assert isinstance(result, Translation), result
-    return result
 
 
 def placed_count(engine: OnnxTranslator) -> float:
