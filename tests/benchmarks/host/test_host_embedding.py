@@ -8,8 +8,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import onnxruntime as ort
+import psutil
 import pytest
 
 from benchmarks.harness import Bench
@@ -121,3 +123,28 @@ def test_the_http_figures_from_a_replayed_service(embedding_artefact: Path, tmp_
         service.stop()
     assert res.requests > 0 and res.errors == 0
     assert extra["server_cpu_us_per_sentence"] > 0
+
+
+def test_several_serving_processes_each_replay_and_are_metered_together(
+    embedding_artefact: Path, tmp_path: Path
+) -> None:
+    """TSERVE_WORKERS=2: each serving process replays its own sessions (every answer, whichever
+    process took its connection, reports the device's provider), and the server's CPU is that
+    of the whole tree, whose parent only supervises."""
+    args = argparse.Namespace(quick=True, threads=2, out=tmp_path, data_dir=tmp_path, duration=1.0, rounds=1)
+    service = replayed_service(Bench(args), embedding_artefact, "device", workers=2)
+    try:
+        serving = [c for c in psutil.Process(service.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+        assert len(serving) == 2
+        for _ in range(8):  # a connection each: the kernel hands them to either process
+            cards = httpx.get(f"{service.base}/v1/models", headers={"Connection": "close"}).json()["data"]
+            assert [card["provider"] for card in cards] == [CUDA]
+        parent = psutil.Process(service.pid)
+        before = sum(parent.cpu_times()[:2])
+        res, extra = http_load(f"{service.base}/v1/embeddings", service.pid, SENTENCES, 8, 1, 0.5)
+        parent_cpu = sum(parent.cpu_times()[:2]) - before
+    finally:
+        service.stop()
+    assert res.requests > 0 and res.errors == 0
+    parent_us_per_sentence = 1e6 * parent_cpu / res.requests  # over the whole load, warm-up included
+    assert extra["server_cpu_us_per_sentence"] > 2 * parent_us_per_sentence
