@@ -1,25 +1,30 @@
 """Token ids of texts, the same as the library's tokenizer makes, for callers that read ids only
-(the embedder): without offsets or token strings, and on ASCII text under BERT's normaliser
-without the library's normaliser and post-processor either.
+(the embedder): without offsets or token strings, and on ASCII text under BERT's tokenizer
+without the library's normaliser, pre-tokenizer and post-processor either.
 
 The tokenizers library's ``BertNormalizer`` (BERT, MiniLM, BGE, E5, …) tracks each character's
-alignment through every change it makes, and its post-processor rebuilds every field of an
-encoding to add two special tokens: together more than half of a short sentence's tokenization
-(the host stage, benchmarks/host/embedding.py). On ASCII text most of the normaliser's steps do
-nothing (CJK spacing, accent stripping); what is left is its clean-up (control characters
-dropped, ``\\t \\n \\r`` made spaces) and lowercasing, which ``str.translate`` and ``str.lower``
-do without alignments (``AsciiNormalizer``); the special tokens a single text gets around it
-(``[CLS] … [SEP]``) are put on its ids here, and a text to cut is cut to the room they leave, as
-the library cuts it. Token ids are the same (tests/service/engine/test_ids_tokenizer.py holds
-every ASCII character and the cut to the library's own). Any other normaliser or post-processor,
-or a text with a non-ASCII character, goes through the library's tokenizer as it is.
+alignment through every change it makes, its pre-tokenizer each piece's offsets, and its
+post-processor rebuilds every field of an encoding to add two special tokens: most of a short
+sentence's tokenization (the host stage, benchmarks/host/embedding.py, 59 → 15 µs a sentence in
+process). On ASCII text most of the normaliser's steps do nothing (CJK spacing, accent
+stripping); what is left is its clean-up (control characters dropped, ``\t \n \r`` made spaces)
+and lowercasing, which ``str.translate`` and ``str.lower`` do (``AsciiNormalizer``); the words
+the pre-tokenizer would make are a regular expression's; the model reads each word alone, so a
+word's ids are kept in a bounded cache and only new words go to the library (in one call); the
+special tokens a single text gets (``[CLS] … [SEP]``) are put around, and a text to cut is cut
+to the room they leave, as the library cuts it. Token ids are the same
+(tests/service/engine/test_ids_tokenizer.py holds every ASCII character, random ASCII and the
+cut to the library's own). Any other tokenizer, or a text with a non-ASCII character, goes
+through the library as it is.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from tokenizers import Encoding, Tokenizer
 
@@ -27,6 +32,11 @@ from tokenizers import Encoding, Tokenizer
 # except tab, newline and carriage return, which are whitespace and become spaces
 _CLEAN = {c: None for c in [*range(0x20), 0x7F]} | {ord(c): " " for c in "\t\n\r"}
 _PROBES = ("a", "hello world, again")  # texts whose special tokens tell where a text goes
+# BERT's pre-tokenizer on cleaned ASCII text (its only whitespace a space): runs of other
+# characters, and each ASCII punctuation character alone
+_PUNCTUATION = r"!-/:-@\[-`{-~"
+_WORDS = re.compile(f"[^ {_PUNCTUATION}]+|[{_PUNCTUATION}]")
+WORD_CACHE_SIZE = 100_000  # words whose ids are kept (and one call's new ones): a few MB at most
 
 
 @dataclass(frozen=True)
@@ -69,15 +79,30 @@ def single_specials(tokenizer: Tokenizer) -> tuple[list[int], list[int]] | None:
     return list(prefix), list(suffix)
 
 
-@dataclass(frozen=True)
 class _AsciiPath:
-    """What tokenizes ASCII text without the library's normaliser and post-processor."""
+    """ASCII text's ids without the library's normaliser, pre-tokenizer and post-processor: the
+    words BERT's pre-tokenizer would split the normalised text into, each word's ids from a
+    cache (the words missing from it tokenized by the library in one call), the specials around.
+    A word's ids do not depend on its neighbours: the model reads each pre-token alone."""
 
-    normalize: AsciiNormalizer
-    prefix: list[int]
-    suffix: list[int]
-    room: int  # tokens of the text itself a cut leaves
-    bare: dict[bool, Tokenizer]  # cut → the library's tokenizer without either
+    def __init__(
+        self, normalize: AsciiNormalizer, specials: tuple[list[int], list[int]], bare: Tokenizer
+    ) -> None:
+        self.normalize = normalize
+        self.prefix, self.suffix = specials
+        self._bare = bare  # the library's tokenizer without normaliser and post-processor, no cut
+        self._word_ids: dict[str, list[int]] = {}
+
+    def ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each (ASCII) text's ids, special tokens excluded, not cut."""
+        words_of = [_WORDS.findall(self.normalize(text)) for text in texts]
+        known = self._word_ids
+        if len(known) >= WORD_CACHE_SIZE:  # bounded: start again with a new one, never emptying
+            known = self._word_ids = {}  # one another thread is reading (engines share tokenizers)
+        missing = list({w for words in words_of for w in words if w not in known})
+        for word, encoding in zip(missing, _encode_all(self._bare, missing), strict=True):
+            known[word] = encoding.ids
+        return [list(chain.from_iterable([known[w] for w in words])) for words in words_of]
 
 
 class IdsTokenizer:
@@ -88,7 +113,7 @@ class IdsTokenizer:
     def __init__(self, whole: Tokenizer, cut: Tokenizer, max_len: int) -> None:
         self._library = {False: whole, True: cut}
         self._max_len = max_len
-        self._ascii = _ascii_path(whole, max_len)
+        self._ascii = _ascii_path(whole)
 
     def encode(self, texts: Sequence[str], cut: bool) -> list[tuple[list[int], bool]]:
         """Each text's ids and whether it was cut (``cut`` False: never), in the texts' order."""
@@ -96,9 +121,12 @@ class IdsTokenizer:
         if fast is None:
             return self._by_library(texts, cut)
         ascii_texts = [i for i, text in enumerate(texts) if text.isascii()]
-        made = _encode_all(fast.bare[cut], [fast.normalize(texts[i]) for i in ascii_texts])
-        prefix, suffix, room = fast.prefix, fast.suffix, fast.room
-        done = [(prefix + e.ids + suffix, cut and len(e.ids) == room and bool(e.overflowing)) for e in made]
+        prefix, suffix = fast.prefix, fast.suffix
+        room = self._max_len - len(prefix) - len(suffix) if cut else None
+        done = [
+            (prefix + ids[:room] + suffix, room is not None and len(ids) > room)
+            for ids in fast.ids([texts[i] for i in ascii_texts])
+        ]
         if len(ascii_texts) == len(texts):
             return done
         others = [i for i, text in enumerate(texts) if not text.isascii()]
@@ -111,21 +139,20 @@ class IdsTokenizer:
         return [(e.ids, cut and len(e.ids) == self._max_len and bool(e.overflowing)) for e in made]
 
 
-def _ascii_path(whole: Tokenizer, max_len: int) -> _AsciiPath | None:
+def _ascii_path(whole: Tokenizer) -> _AsciiPath | None:
+    """The ASCII path where the tokenizer is BERT's (its normaliser cleaning text, its
+    pre-tokenizer, special tokens around a text), else None."""
     normalize = AsciiNormalizer.of(whole)
+    config = json.loads(whole.to_str())
     specials = single_specials(whole)
-    if normalize is None or specials is None:
+    bert_words = (config.get("pre_tokenizer") or {}).get("type") == "BertPreTokenizer"
+    if normalize is None or not normalize.clean_text or specials is None or not bert_words:
         return None
-    prefix, suffix = specials
-    room = max_len - len(prefix) - len(suffix)
-    bare: dict[bool, Tokenizer] = {}
-    for may_cut in (False, True):
-        bare[may_cut] = Tokenizer.from_str(whole.to_str())
-        bare[may_cut].normalizer = None
-        bare[may_cut].post_processor = None
-        if may_cut:
-            bare[may_cut].enable_truncation(room)
-    return _AsciiPath(normalize, prefix, suffix, room, bare)
+    bare = Tokenizer.from_str(whole.to_str())
+    bare.normalizer = None
+    bare.post_processor = None
+    bare.no_truncation()
+    return _AsciiPath(normalize, specials, bare)
 
 
 def _encode_all(tokenizer: Tokenizer, texts: Sequence[str]) -> list[Encoding]:

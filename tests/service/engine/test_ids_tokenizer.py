@@ -1,6 +1,7 @@
-"""Token ids for the embedder (service/engine/ids_tokenizer.py): BERT's normaliser done in str
-methods on ASCII text and the special tokens put on in Python give the library's own ids, whole and
-cut, with non-ASCII texts and other tokenizers going through the library as they are."""
+"""Token ids for the embedder (service/engine/ids_tokenizer.py): on ASCII text, BERT's normaliser
+and pre-tokenizer done in str methods, each word's ids from a cache and the special tokens put on
+in Python give the library's own ids, whole and cut; non-ASCII texts and other tokenizers go
+through the library as they are."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, normalizers
 
+from service.engine import ids_tokenizer
 from service.engine.ids_tokenizer import IdsTokenizer, single_specials
 from tests.tiny_bert import write_wordpiece_tokenizer
 
@@ -59,6 +61,27 @@ def test_texts_are_cut_as_the_library_cuts_them_and_only_those_marked_cut(bert: 
     texts = ["", "the cat sat on the mat " * 5, exactly, exactly + " cat", "Hello World"]
     assert_same_ids(library, ours, texts)
     assert [cut for _, cut in ours.encode(texts, True)] == [False, True, False, True, False]
+
+
+def test_random_ascii_gives_the_library_s_ids(bert: Tokenizer) -> None:
+    """Characters, words and pieces in any order: words the cache holds already, new ones, words
+    over the model's 100 characters a word ([UNK]), punctuation runs, spaces in a row."""
+    library, ours = library_and_ours(bert)
+    rng = random.Random(7)
+    alphabet = [chr(c) for c in range(128)] + ["the ", "cat", "sed", " ", "...", "x" * 101]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(400)]
+    assert_same_ids(library, ours, texts)
+    assert_same_ids(library, ours, texts[::-1])  # now from the cache
+
+
+def test_the_word_cache_is_bounded(bert: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ids_tokenizer, "WORD_CACHE_SIZE", 10)
+    library, ours = library_and_ours(bert)
+    texts = [f"word{i} the cat{i % 3}" for i in range(30)]
+    for text in texts:  # at most the size and one call's new words (three here)
+        assert_same_ids(library, ours, [text])
+        assert ours._ascii is not None and len(ours._ascii._word_ids) <= 10 + 3
+    assert_same_ids(library, ours, texts)
 
 
 def test_non_ascii_texts_go_through_the_library_in_their_places(bert: Tokenizer) -> None:
