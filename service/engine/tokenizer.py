@@ -184,8 +184,10 @@ class TextTokenizer:
         self, texts: Sequence[str], truncate: Sequence[bool], given: Sequence[Encoded | None]
     ) -> list[Encoded | TextTooLong]:
         """``encode_batch`` for an engine that reads only the ids (embeddings): the texts that may
-        be cut tokenized in one call that cuts them, the others in one call whole, and no token
-        strings made; ``given`` encodings (None where not) go through ``encode_batch``."""
+        be cut tokenized in one call that cuts them, the others in one call whole, by
+        ``IdsTokenizer`` (the library's ids, without its alignments on ASCII text under BERT's
+        tokenizer), no token strings kept; ``given`` encodings (None where not) go through
+        ``encode_batch``."""
         out: list[Encoded | TextTooLong | None] = [None] * len(texts)
         known = [i for i, enc in enumerate(given) if enc is not None]
         if known:
