@@ -61,6 +61,7 @@ class Figure(StrEnum):
     HOST_EMBED_HTTP_4X128_DEVICE = "host.embed.http.4x128.device"
     HOST_EMBED_HTTP_64X1_CPU = "host.embed.http.64x1.cpu"
     HOST_EMBED_HTTP_64X1_DEVICE = "host.embed.http.64x1.device"
+    HOST_EMBED_HTTP_64X1_DEVICE_2_PROCESSES = "host.embed.http.64x1.device.2_processes"  # TSERVE_WORKERS=2
     # serving efficiency
     EMBED_VS_ENGINE_HTTP = "serving.embed_vs_engine.http"
     EMBED_VS_ENGINE_IN_PROCESS = "serving.embed_vs_engine.in_process"

@@ -231,6 +231,14 @@ TARGETS = (
         False,
     ),
     Target(
+        "embed, compute replayed, device path, 64 clients × 1 over HTTP: 2 serving processes / 1",
+        Read(F.HOST_EMBED_HTTP_64X1_DEVICE_2_PROCESSES),
+        Read(F.HOST_EMBED_HTTP_64X1_DEVICE),
+        "×",
+        1.6,
+        True,
+    ),
+    Target(
         "continuous decoding, short-request p99: mixed traffic / no long inputs (16 clients of captions)",
         Read(F.MIXED_SHORT_P99_CONTINUOUS),
         Read(F.UNIFORM_CONTINUOUS, "p99_ms"),

@@ -6,7 +6,9 @@ service take the branches they take on a GPU while the arrays stay here). In-pro
 engine's ``embed`` of 128-sentence batches, in µs of the process's CPU a sentence (on a shared
 machine a wall clock also counts the others' work; the wall figure is a column). Over HTTP: the
 service with its sessions replayed (``python -m benchmarks.host.replay``) under 4 clients × 128
-sentences and 64 clients × 1, in sentences/s, with the server's CPU µs a sentence.
+sentences and 64 clients × 1, in sentences/s, with the server's CPU µs a sentence (over its whole
+process tree); and on the device path 64 × 1 again with two serving processes
+(``TSERVE_WORKERS=2``, each replaying its own sessions), against one.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ IN_PROCESS = "host, in-process, batch 128: CPU µs a sentence (compute replayed)
 OVER_HTTP = "host, over HTTP: sentences/s (compute replayed)"
 BATCH = 128
 LEVELS = ((4, 128), (64, 1))  # clients × sentences a request
+SEVERAL = 2  # serving processes of the several-process row (device path, 64 × 1)
 IN_PROCESS_FIGURES = {"CPU": Figure.HOST_EMBED_IN_PROCESS_CPU, "device": Figure.HOST_EMBED_IN_PROCESS_DEVICE}
-HTTP_FIGURES = {
-    ("CPU", 4, 128): Figure.HOST_EMBED_HTTP_4X128_CPU,
-    ("device", 4, 128): Figure.HOST_EMBED_HTTP_4X128_DEVICE,
-    ("CPU", 64, 1): Figure.HOST_EMBED_HTTP_64X1_CPU,
-    ("device", 64, 1): Figure.HOST_EMBED_HTTP_64X1_DEVICE,
+HTTP_FIGURES = {  # (path, serving processes, clients, sentences a request)
+    ("CPU", 1, 4, 128): Figure.HOST_EMBED_HTTP_4X128_CPU,
+    ("device", 1, 4, 128): Figure.HOST_EMBED_HTTP_4X128_DEVICE,
+    ("CPU", 1, 64, 1): Figure.HOST_EMBED_HTTP_64X1_CPU,
+    ("device", 1, 64, 1): Figure.HOST_EMBED_HTTP_64X1_DEVICE,
+    ("device", SEVERAL, 64, 1): Figure.HOST_EMBED_HTTP_64X1_DEVICE_2_PROCESSES,
 }
 
 
@@ -76,17 +80,22 @@ def in_process_cost(engine: OnnxEmbedder, sentences: Sequence[str], min_seconds:
     return HostCost(1e6 * cpu / done, 1e6 * wall / done)
 
 
-def replayed_service(bench: Bench, artefact: Path, path: str) -> Service:
-    """Our service on ``artefact`` (…/<model>/<variant>), its sessions replayed on ``path``."""
+def replayed_service(bench: Bench, artefact: Path, path: str, workers: int = 1) -> Service:
+    """Our service on ``artefact`` (…/<model>/<variant>) in ``workers`` serving processes, their
+    sessions replayed on ``path``."""
     return Service(
         artefact.parent.parent,
         [],
         artefact.parent.name,
         variant=artefact.name,
         threads=bench.threads,
-        log=bench.out / f"service-host-{path}.log",
-        # a 4 × 128 level's requests are over the default limit of texts a request
-        extra_env={PROVIDER_VARIABLE: PATHS[path], "TSERVE_MAX_ITEMS_PER_REQUEST": str(BATCH)},
+        log=bench.out / f"service-host-{path}-{workers}.log",
+        extra_env={
+            PROVIDER_VARIABLE: PATHS[path],
+            # a 4 × 128 level's requests are over the default limit of texts a request
+            "TSERVE_MAX_ITEMS_PER_REQUEST": str(BATCH),
+            "TSERVE_WORKERS": str(workers),
+        },
         module="benchmarks.host.replay",
     )
 
@@ -95,7 +104,8 @@ def http_load(
     url: str, pid: int, sentences: Sequence[str], clients: int, size: int, duration_s: float
 ) -> tuple[LoadResult, dict[str, Any]]:
     """One load level on ``/v1/embeddings``: the run and its row's columns, the server's CPU µs a
-    sentence among them."""
+    sentence among them (of ``pid`` and every process under it: the serving processes and their
+    parent where there are several)."""
     n = len(sentences)
 
     def body(i: int) -> dict[str, Any]:
@@ -131,27 +141,38 @@ def run(bench: Bench) -> None:
     if bench.args.no_http:
         return
     for path in PATHS:
-        _http_rows(bench, artefact, path, sentences)
+        _http_rows(bench, artefact, path, sentences, 1, LEVELS)
+    _http_rows(bench, artefact, "device", sentences, SEVERAL, [(64, 1)])
 
 
-def _http_rows(bench: Bench, artefact: Path, path: str, sentences: Sequence[str]) -> None:
-    service = replayed_service(bench, artefact, path)
+def _http_rows(
+    bench: Bench,
+    artefact: Path,
+    path: str,
+    sentences: Sequence[str],
+    workers: int,
+    levels: Sequence[tuple[int, int]],
+) -> None:
+    """Each level's row (clients × sentences a request) from a replayed service of ``workers``
+    processes, the best of ``bench.rounds``."""
+    service = replayed_service(bench, artefact, path, workers)
     try:
         url = f"{service.base}/v1/embeddings"
-        for clients, size in LEVELS:
+        for clients, size in levels:
             runs = [
                 http_load(url, service.pid, sentences, clients, size, bench.duration)
                 for _ in range(bench.rounds)
             ]
             res, extra = max(runs, key=lambda r: r[0].items_per_s)
-            system = f"{path} path, {clients} clients × {size} sent."
+            processes = f", {workers} processes" if workers > 1 else ""
+            system = f"{path} path{processes}, {clients} clients × {size} sent."
             if res.requests == 0:
                 bench.results.note(
                     f"host {system}: no successful request ({res.errors} errors: {res.first_error})"
                 )
                 continue
             row = Row(OVER_HTTP, system, res.items_per_s, "sent/s", extra=extra)
-            row.figure = HTTP_FIGURES[path, clients, size]
+            row.figure = HTTP_FIGURES[path, workers, clients, size]
             bench.results.add(row)
     finally:
         service.stop()

@@ -1,20 +1,28 @@
 """onnxruntime runs made free: a session's ``run`` and ``run_with_iobinding`` answer at once with
-outputs of the right names, shapes and dtypes, so that what is left of a timed decode is the host
+outputs of the right names, shapes and dtypes, so that what is left of a timed request is the host
 side around the graphs: what a GPU, whose compute is nearly free, leaves the service to do.
 
-``FreeRuns`` patches live sessions in place (the engine keeps calling the same objects) and counts
-their runs. IO bindings are recorded by a ``RecordedBinding`` that also forwards each bind to the
-real binding where the device exists, so binding costs what it costs; what the session allocates is an
-OrtValue owning its memory, as a run's outputs are; outputs whose values nobody reads
+``FreeRuns`` is the ``host`` stage's one session patcher: it patches sessions in place (the engine
+keeps calling the same objects, of onnxruntime's own class), counts their runs by kind, and can
+make each session report a provider first (``provider``), so that an engine takes that provider's
+code path (a device's sub-batch cut, its decoder layout's IO binding) while the arrays stay on the
+host. ``FreeRuns.made_free`` patches every session onnxruntime makes inside it, whoever makes it
+(an engine's graphs, the sessions it makes later on, as the device's cache moves), each with the
+kind and outputs its ``Choose`` picks from the session and its model. Outputs are synthetic
+(``translation.py``'s) or recorded from a real run and replayed (``replay.py``).
+
+IO bindings are recorded by a ``RecordedBinding`` that also forwards each bind to the real
+binding where the device exists, so binding costs what it costs; what the session allocates is
+an OrtValue owning its memory, as a run's outputs are; outputs whose values nobody reads
 (``Unwritten``: a cache, the memory) are allocated and left unwritten, and a cache bound to the
-caller's buffers (written in place by the graph) is left alone. Each session's outputs come from
-its ``Outputs`` function.
+caller's buffers (written in place by the graph) is left alone.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +45,9 @@ class Unwritten:
 
 # (wanted output names, the run's inputs) → {name: its values or ``Unwritten``}: the run's answer
 Outputs = Callable[[list[str], Feeds], dict[str, "np.ndarray | Unwritten"]]
+# (a session just made, the model it was made from: a path or the model's bytes) → (its kind, its
+# outputs); called before the session is patched, so that it may keep the session's real ``run``
+Choose = Callable[[ort.InferenceSession, "str | bytes"], tuple[str, Outputs]]
 
 
 def shape_of(x: Any) -> tuple[int, ...]:
@@ -83,11 +94,30 @@ class RecordedBinding:
 
 
 class FreeRuns:
-    """Sessions whose runs cost nothing, and how many runs each kind made."""
+    """Sessions whose runs cost nothing, and how many runs each kind made. ``provider``: the
+    provider each patched session reports first (None: its real ones)."""
 
-    def __init__(self, forward_bindings: bool = True) -> None:
+    def __init__(self, forward_bindings: bool = True, provider: str | None = None) -> None:
         self.forward_bindings = forward_bindings
+        self.provider = provider
         self.runs: Counter[str] = Counter()
+
+    @contextmanager
+    def made_free(self, choose: Choose) -> Iterator[None]:
+        """Every ``onnxruntime.InferenceSession`` made inside the block is patched with the kind
+        and outputs ``choose`` picks for it; its runs stay free after the block."""
+        real = ort.InferenceSession
+
+        def made(model: str | bytes, *args: Any, **kwargs: Any) -> ort.InferenceSession:
+            session = real(model, *args, **kwargs)
+            self.patch(session, *choose(session, model))
+            return session
+
+        ort.InferenceSession = made
+        try:
+            yield
+        finally:
+            ort.InferenceSession = real
 
     def patch(self, session: ort.InferenceSession, kind: str, outputs: Outputs) -> None:
         """``session``'s runs answer with ``outputs``, counted under ``kind``."""
@@ -105,28 +135,33 @@ class FreeRuns:
         def run_with_iobinding(binding: RecordedBinding, *_: Any) -> None:
             self.runs[kind] += 1
             made = outputs(list(binding.outputs), binding.inputs)
-            results = []
-            for name, bound in binding.outputs.items():
-                value = made.get(name)
-                stand_in = (
-                    binding.inputs.get(value.reuse) if isinstance(value, Unwritten) and value.reuse else None
-                )
-                if bound is None and isinstance(stand_in, ort.OrtValue):
-                    results.append(stand_in)
-                    continue
-                if bound is None:  # the run allocates it: an OrtValue owning its memory, as a run's
-                    assert value is not None, name
-                    bound = ort.OrtValue.ortvalue_from_shape_and_type(
-                        list(value.shape), np.dtype(value.dtype).type, "cpu"
-                    )
-                if isinstance(value, np.ndarray):
-                    bound.update_inplace(np.ascontiguousarray(value))
-                results.append(bound)
-            binding.results = results
+            binding.results = [
+                _bound(name, bound, made.get(name), binding.inputs) for name, bound in binding.outputs.items()
+            ]
 
-        session.run = run  # type: ignore[method-assign]
-        session.io_binding = io_binding  # type: ignore[method-assign]
-        session.run_with_iobinding = run_with_iobinding  # type: ignore[method-assign]
+        session.run = run
+        session.io_binding = io_binding
+        session.run_with_iobinding = run_with_iobinding
+        if self.provider is not None:
+            reported = [self.provider, *(p for p in session.get_providers() if p != self.provider)]
+            session.get_providers = lambda: list(reported)
+
+
+def _bound(name: str, bound: Any, value: np.ndarray | Unwritten | None, inputs: Feeds) -> ort.OrtValue:
+    """An IO-bound output after a free run: the caller's OrtValue, written where the value is
+    read; else one the run allocates (an input's OrtValue where the output may reuse it)."""
+    stand_in = inputs.get(value.reuse) if isinstance(value, Unwritten) and value.reuse else None
+    if bound is None and isinstance(stand_in, ort.OrtValue):
+        return stand_in
+    if bound is None:  # the run allocates it: an OrtValue owning its memory, as a run's
+        if value is None:
+            raise KeyError(f"the free run made no {name!r}")
+        bound = ort.OrtValue.ortvalue_from_shape_and_type(
+            list(value.shape), np.dtype(value.dtype).type, "cpu"
+        )
+    if isinstance(value, np.ndarray):
+        bound.update_inplace(np.ascontiguousarray(value))
+    return bound
 
 
 def _array(value: np.ndarray | Unwritten) -> np.ndarray:

@@ -24,25 +24,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from benchmarks.harness import Bench
-from benchmarks.host.free_runs import Feeds, FreeRuns, Outputs, Unwritten, shape_of
+from benchmarks.host.free_runs import Choose, Feeds, FreeRuns, Outputs, Unwritten, shape_of
+from benchmarks.host.replay import recorded
 from benchmarks.results import Figure, Results, Row
 from service.artefacts import (
     CROSS_ATTENTION,
     INPUT_IDS,
     LOG_PROBS,
+    MEMORY_KEYS,
     POSITIONS,
     SOURCE_MASK,
     TOP_K,
     TOP_LOG_PROBS,
     TOP_TOKENS,
     past_of,
+    read_manifest,
 )
 from service.engine.base import TranslateItem, TranslateOptions
 from service.engine.session import ELEMENT_NUMPY
-from service.engine.translation.decoding import DeviceBackend
 from service.engine.translation.translator import OnnxTranslator
 
 STEPS = 20  # decoder steps every sentence takes
@@ -126,31 +129,47 @@ def gather_outputs(axis: int, layers: int) -> Outputs:
     return outputs
 
 
-def free_translator(directory: Path, layout: str, runs: FreeRuns) -> OnnxTranslator:
-    """The artefact's translator, its runs made free and counted in ``runs`` (under "encoder",
-    "decoder" and "gather")."""
-    engine = OnnxTranslator(directory, io_binding=layout == "device")
-    backend = engine.backend
-    info = engine.info
-    runs.patch(
-        backend.encoder, "encoder", encoder_outputs(backend.encoder, info.n_layers, info.n_heads, info.d_head)
-    )
-    runs.patch(backend.decoder, "decoder", decoder_outputs(backend.decoder, engine.eos_id))
-    if isinstance(backend, DeviceBackend):
-        gather = backend.gather
-        made = gather._session
+GATHER_INPUTS = frozenset({"data_0", "indices"})  # the device's cache moves (``gather_model_bytes``)
 
-        def session(
-            dtype: str, axis: int, rank: int, indices_rank: int, tensors: int, layers: int
-        ) -> ort.InferenceSession:
-            fresh = (dtype, axis, rank, indices_rank, tensors, layers) not in gather._sessions
-            s = made(dtype, axis, rank, indices_rank, tensors, layers)
-            if fresh:
-                runs.patch(s, "gather", gather_outputs(axis, layers))
-            return s
 
-        gather._session = session  # type: ignore[method-assign]
-    return engine
+def gather_axis(model: str | bytes) -> int:
+    """The axis of the ``Gather`` a cache-moving graph takes its data along (its first node's)."""
+    graph = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
+    (axis,) = (a.i for a in graph.graph.node[0].attribute if a.name == "axis")
+    return axis
+
+
+def translation_outputs(directory: Path) -> Choose:
+    """Each of the artefact's sessions' kind and free outputs, told by its graph's names: the
+    decoder's (it ranks candidates), the encoder's (the memory), a cache-moving ``Gather`` graph
+    the device backend makes as it decodes; any other graph's outputs are recorded once and
+    replayed (``replay.recorded``), counted as "other"."""
+    manifest = read_manifest(directory)
+    info, eos_id = manifest.translation, manifest.special_ids.eos
+    if info is None or eos_id is None:
+        raise ValueError(f"{directory}: not a translation artefact")
+
+    def choose(session: ort.InferenceSession, model: str | bytes) -> tuple[str, Outputs]:
+        inputs = {i.name for i in session.get_inputs()}
+        outputs = {o.name for o in session.get_outputs()}
+        if TOP_TOKENS in outputs:
+            return "decoder", decoder_outputs(session, eos_id)
+        if MEMORY_KEYS in outputs:
+            return "encoder", encoder_outputs(session, info.n_layers, info.n_heads, info.d_head)
+        if inputs >= GATHER_INPUTS:
+            layers = sum(name.startswith("layer_") for name in inputs)
+            return "gather", gather_outputs(gather_axis(model), layers)
+        return "other", recorded(session)
+
+    return choose
+
+
+@contextmanager
+def free_translator(directory: Path, layout: str, runs: FreeRuns) -> Iterator[OnnxTranslator]:
+    """The artefact's translator, every session it makes in the block free and counted in
+    ``runs`` (under "encoder", "decoder" and "gather")."""
+    with runs.made_free(translation_outputs(directory)):
+        yield OnnxTranslator(directory, io_binding=layout == "device")
 
 
 @dataclass(frozen=True)
@@ -175,7 +194,7 @@ def counted(runs: FreeRuns) -> Iterator[dict[str, float]]:
     out["seconds"] = time.perf_counter() - start
     made = runs.runs - before
     out["decoder"] = made["decoder"]
-    out["runs"] = made["decoder"] + made["gather"]
+    out["runs"] = made.total() - made["encoder"]  # the decoder's and whatever moves its cache
 
 
 def whole_batch(engine: OnnxTranslator, runs: FreeRuns, batch: int, beam: int) -> HostCost:
@@ -256,8 +275,8 @@ def run(bench: Bench) -> None:
     for layout, directory in (("cpu", int8), ("device", fp16)):
         print(f"== host: translation, {layout} layout, free onnxruntime runs", flush=True)
         runs = FreeRuns()
-        engine = free_translator(directory, layout, runs)
-        report(bench.results, layout, measure(engine, runs, BATCHES, rounds=bench.rounds))
+        with free_translator(directory, layout, runs) as engine:
+            report(bench.results, layout, measure(engine, runs, BATCHES, rounds=bench.rounds))
 
 
 def report(results: Results, layout: str, costs: dict[str, HostCost]) -> None:

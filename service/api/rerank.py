@@ -11,7 +11,9 @@ One route reads both shapes and answers in the one it was asked in:
 
 The options of either apply to both (``top_n`` on a TEI body, ``raw_scores`` on a Cohere one).
 Scores are the sigmoid of the cross-encoder's logit, TEI's default and Cohere's 0–1 relevance;
-``raw_scores`` gives the logits. Over-long pairs are cut (the document and query longest-first)
+``raw_scores`` gives the logits. Scores are written from the serving path's float32 array by
+orjson (the shortest decimal that reads back as the float32, as TEI's f32 scores), never as
+Python floats. Over-long pairs are cut (the document and query longest-first)
 unless ``truncate`` is false, which makes them a 422 naming the document.
 """
 
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
@@ -61,18 +62,16 @@ async def rerank(body: RerankRequest, request: Request, runtime: RerankRuntime) 
         model=body.model,
     )
     done = await serving.rerank(runtime, HttpClient(request), asked)
+    # iterating the float32 array gives NumPy scalars, which orjson writes as float32s
+    ranked = zip(done.indices.tolist(), done.scores, strict=True)
     if tei:
         show = body.return_text
-        ranks = [
-            {"index": r.index, "score": r.score} | ({"text": texts[r.index]} if show else {})
-            for r in done.ranking
-        ]
-        return Response(orjson.dumps(ranks), media_type="application/json")  # TEI answers a bare list
+        ranks = [{"index": i, "score": s} | ({"text": texts[i]} if show else {}) for i, s in ranked]
+        return json_response(ranks)  # TEI answers a bare list
     show = body.return_documents
     results = [
-        {"index": r.index, "relevance_score": r.score}
-        | ({"document": {"text": texts[r.index]}} if show else {})
-        for r in done.ranking
+        {"index": i, "relevance_score": s} | ({"document": {"text": texts[i]}} if show else {})
+        for i, s in ranked
     ]
     meta = {"api_version": {"version": "2"}, "tokens": {"input_tokens": done.n_tokens, "output_tokens": 0}}
     return json_response({"id": request_id(request) or "", "results": results, "meta": meta})

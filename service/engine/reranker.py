@@ -62,7 +62,7 @@ class RerankItem:
 
 @dataclass(frozen=True)
 class Relevance:
-    logit: float  # the classifier's raw output for the pair
+    logit: np.float32  # the classifier's raw output for the pair, as the graph gave it
     n_tokens: int  # after truncation
 
 
@@ -166,7 +166,7 @@ class OnnxReranker:
                     results[i] = e
                 continue
             for i, score in zip(chunk, scores, strict=True):
-                results[i] = Relevance(logit=float(score), n_tokens=todo[i].n_tokens)
+                results[i] = Relevance(logit=score, n_tokens=todo[i].n_tokens)
         if todo:
             observe_stage(self.name, "encoder", time.perf_counter() - started)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from tokenizers import Encoding, Tokenizer
 from service.artefacts import ArtefactError
 from service.cuda import CUDA
 from service.engine.base import Encoded, TextTooLong
+from service.engine.ids_tokenizer import IdsTokenizer
 
 __all__ = ["Encoded", "EncodingCache", "SubBatches", "TextTokenizer", "padded_partition"]
 
@@ -132,6 +134,7 @@ class TextTokenizer:
         # A second instance so that truncating never flips settings on a shared object.
         self._truncating = Tokenizer.from_str(self._full.to_str())
         self._truncating.enable_truncation(max_len)
+        self._ids = IdsTokenizer(self._full, self._truncating, max_len)
 
     @classmethod
     def from_file(cls, path: Path, max_len: int, pad_id: int) -> TextTokenizer:
@@ -184,8 +187,10 @@ class TextTokenizer:
         self, texts: Sequence[str], truncate: Sequence[bool], given: Sequence[Encoded | None]
     ) -> list[Encoded | TextTooLong]:
         """``encode_batch`` for an engine that reads only the ids (embeddings): the texts that may
-        be cut tokenized in one call that cuts them, the others in one call whole, and no token
-        strings made; ``given`` encodings (None where not) go through ``encode_batch``."""
+        be cut tokenized in one call that cuts them, the others in one call whole, by
+        ``IdsTokenizer`` (the library's ids, without its alignments on ASCII text under BERT's
+        tokenizer), no token strings kept; ``given`` encodings (None where not) go through
+        ``encode_batch``."""
         out: list[Encoded | TextTooLong | None] = [None] * len(texts)
         known = [i for i, enc in enumerate(given) if enc is not None]
         if known:
@@ -194,28 +199,27 @@ class TextTokenizer:
             )
             for i, result in zip(known, made, strict=True):
                 out[i] = result
-        for tokenizer, may_cut in ((self._truncating, True), (self._full, False)):
+        for may_cut in (True, False):
             todo = [i for i, enc in enumerate(given) if enc is None and truncate[i] == may_cut]
-            for i, enc in zip(todo, _encode_all(tokenizer, [texts[i] for i in todo]), strict=True):
-                out[i] = (
-                    Encoded(enc.ids, [], truncated=bool(enc.overflowing))
-                    if may_cut or len(enc.ids) <= self.max_len
-                    else self._too_long(len(enc.ids))
-                )
+            ids_of = self._ids.encode([texts[i] for i in todo], may_cut)
+            for i, (ids, was_cut) in zip(todo, ids_of, strict=True):
+                n = len(ids)
+                out[i] = Encoded(ids, [], was_cut) if n <= self.max_len else self._too_long(n)
         return [r for r in out if r is not None]
 
     def _too_long(self, n: int) -> TextTooLong:
         return TextTooLong(f"text has {n} tokens; the model takes at most {self.max_len}", self.max_len)
 
     def pad(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Right-pad to the longest sequence: ids (B, T) int64 and mask (B, T) int64, 1 = real."""
-        width = max((len(s) for s in seqs), default=0)
+        """Right-pad to the longest sequence: ids (B, T) int64 and mask (B, T) int64, 1 = real.
+        The ids are read in one pass and put in place by the mask (row-major, as they come),
+        not row by row."""
+        lengths = np.fromiter(map(len, seqs), dtype=np.intp, count=len(seqs))
+        width = int(lengths.max(initial=0))
+        real = np.arange(width) < lengths[:, None]
         ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(seqs), width), dtype=np.int64)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = s
-            mask[i, : len(s)] = 1
-        return ids, mask
+        ids[real] = np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum()))
+        return ids, real.astype(np.int64)
 
     def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return list(self._full.decode_batch([list(x) for x in ids], skip_special_tokens=True))

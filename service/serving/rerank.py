@@ -6,7 +6,9 @@ engine's input. The pairs of a request go through the reranker's queue as items 
 that they share batches with other requests' pairs, as embedding texts do; the same limits
 apply (documents per request as texts per request, characters per text to the query and each
 document) and the same errors (a pair over the model's length with ``truncate`` false names its
-document). Scores are the logits' sigmoid unless the request asks for the raw logits.
+document). Scores are the logits' sigmoid unless the request asks for the raw logits, computed in
+float64 and answered as a float32 array: the API writes them from it (orjson's NumPy support), the
+shortest decimal that reads back as the float32, never through Python floats.
 """
 
 from __future__ import annotations
@@ -42,15 +44,10 @@ class RerankRequest:
 
 
 @dataclass(frozen=True)
-class Ranked:
-    index: int  # the document's place in the request
-    score: float
-
-
-@dataclass(frozen=True)
 class Reranked:
     model: str
-    ranking: list[Ranked]  # best first; ties in request order
+    indices: np.ndarray  # int64: the documents' places in the request, best first; ties in request order
+    scores: np.ndarray  # float32: their scores, in the same order
     n_tokens: int  # of every pair, after truncation
 
 
@@ -93,7 +90,8 @@ async def rerank(runtime: Runtime, client: Client, request: RerankRequest) -> Re
     order = np.argsort(-scores, kind="stable")[: request.top_n]
     return Reranked(
         engine.manifest.name,
-        [Ranked(int(i), float(scores[i])) for i in order],
+        order,
+        scores[order].astype(np.float32),
         sum(r.n_tokens for r in relevances),
     )
 

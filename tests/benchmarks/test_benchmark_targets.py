@@ -46,7 +46,8 @@ def test_the_table_lists_exactly_the_open_targets() -> None:
     """Issue 43: ours / CTranslate2 at its best on both models, the decode loop's share at batch
     32 and one sentence, one short request, HTTP against its bare-handler floor, continuous
     decoding's short p99 against its no-long-input bound, the two memory budgets; issue 52: the
-    host's CPU a sentence with the compute replayed, in-process and over HTTP (device path);
+    host's CPU a sentence with the compute replayed, in-process and over HTTP (device path), and
+    two serving processes against one at 64 × 1;
     issue 51: the host's µs a sentence-step at batch 128 and ms a step for one sentence on both
     decoder layouts, and one onnxruntime run per decoder step on the device's; issue 56: the markup
     stage's identical text, <b> on the term and cost against plain text."""
@@ -77,6 +78,7 @@ def test_the_table_lists_exactly_the_open_targets() -> None:
         (F.HOST_DEVICE_RUNS, None, None, None): (1, False),
         (F.HOST_EMBED_IN_PROCESS_DEVICE, None, None, None): (15, False),
         (F.HOST_EMBED_HTTP_4X128_DEVICE, "server_cpu_us_per_sentence", None, None): (40, False),
+        (F.HOST_EMBED_HTTP_64X1_DEVICE_2_PROCESSES, None, F.HOST_EMBED_HTTP_64X1_DEVICE, None): (1.6, True),
         (F.MIXED_SHORT_P99_CONTINUOUS, None, F.UNIFORM_CONTINUOUS, "p99_ms"): (1.1, False),
         (F.SERVICE_RSS_THREE_MODELS_PEAK, None, None, None): (500, False),
         (F.SERVICE_RSS_AFTER_LOAD, None, None, None): (400, False),

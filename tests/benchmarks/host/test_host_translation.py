@@ -21,22 +21,22 @@ def layout(
 
 def test_every_sentence_ends_after_the_fixed_steps_whatever_its_batch(layout: tuple[str, Path]) -> None:
     runs = FreeRuns()
-    engine = free_translator(layout[1], layout[0], runs)
-    for batch in (1, 5):
-        before = runs.runs["decoder"]
-        items = [TranslateItem(f"a dog runs {i}", TranslateOptions(beam_size=4)) for i in range(batch)]
-        results = engine.translate(items)
-        assert runs.runs["decoder"] - before == STEPS  # the batch's sentences step together
-        for r in results:
-            assert not isinstance(r, Exception)
-            assert len(r.hypotheses[0].tokens) == STEPS - 1  # </s> was the last step's token
+    with free_translator(layout[1], layout[0], runs) as engine:
+        for batch in (1, 5):
+            before = runs.runs["decoder"]
+            items = [TranslateItem(f"a dog runs {i}", TranslateOptions(beam_size=4)) for i in range(batch)]
+            results = engine.translate(items)
+            assert runs.runs["decoder"] - before == STEPS  # the batch's sentences step together
+            for r in results:
+                assert not isinstance(r, Exception)
+                assert len(r.hypotheses[0].tokens) == STEPS - 1  # </s> was the last step's token
     assert runs.runs["encoder"] == 2
 
 
 def test_runs_per_step_count_the_cache_moves(layout: tuple[str, Path]) -> None:
     runs = FreeRuns()
-    engine = free_translator(layout[1], layout[0], runs)
-    cost = whole_batch(engine, runs, 3, 4)
+    with free_translator(layout[1], layout[0], runs) as engine:
+        cost = whole_batch(engine, runs, 3, 4)
     assert cost.sentence_steps == 3 * STEPS
     if layout[0] == "cpu":  # slots: the graph writes the cache in place
         assert cost.runs_per_step == 1
@@ -46,8 +46,8 @@ def test_runs_per_step_count_the_cache_moves(layout: tuple[str, Path]) -> None:
 
 def test_continuous_decoding_joins_sentences_between_steps(translation_artefact: Path) -> None:
     runs = FreeRuns()
-    engine = free_translator(translation_artefact, "cpu", runs)
-    cost = continuous(engine, runs, 8, 4, waves=2)
+    with free_translator(translation_artefact, "cpu", runs) as engine:
+        cost = continuous(engine, runs, 8, 4, waves=2)
     assert cost.sentence_steps == 16 * STEPS
     # 8 at a time, one joining a step at most (8 / STEPS rounded up): more steps than one batch's
     assert runs.runs["decoder"] > 2 * STEPS
@@ -55,8 +55,8 @@ def test_continuous_decoding_joins_sentences_between_steps(translation_artefact:
 
 def test_the_report_files_each_layouts_figures(translation_artefact: Path) -> None:
     runs = FreeRuns()
-    engine = free_translator(translation_artefact, "cpu", runs)
-    costs = measure(engine, runs, [1, 2], rounds=1)
+    with free_translator(translation_artefact, "cpu", runs) as engine:
+        costs = measure(engine, runs, [1, 2], rounds=1)
     assert set(costs) == {"whole/1", "whole/2", "continuous/2"}
     costs["whole/128"] = costs["whole/2"]
     results = Results()

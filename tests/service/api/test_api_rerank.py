@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 import pytest
 
 pytest.importorskip("torch")
@@ -16,7 +17,7 @@ pytest.importorskip("transformers")
 
 from export.sources.cross_encoder import inspect_cross_encoder
 from export.verify.rerank import hugging_face_logits
-from service.engine.reranker import OnnxReranker, sigmoid
+from service.engine.reranker import OnnxReranker, Relevance, RerankItem, sigmoid
 from service.engine.session import SessionConfig
 from service.http.app import create_app
 from tests.service.api.conftest import Served, engines, error_of, metric, serving, small_settings, until_ready
@@ -70,6 +71,34 @@ async def test_tei_options_raw_scores_and_text(served: Served, hf_logits: np.nda
     ranks = (await served.client.post("/rerank", json=body)).json()  # TEI's own path
     assert [rank["text"] for rank in ranks] == [TEXTS[rank["index"]] for rank in ranks]
     np.testing.assert_allclose([rank["score"] for rank in ranks], np.sort(hf_logits)[::-1], atol=1e-4)
+
+
+@pytest.mark.parametrize("raw_scores", [False, True])
+async def test_scores_are_written_from_float32s_not_python_floats(
+    served: Served, artefact: Path, raw_scores: bool
+) -> None:
+    """Each score is the float32 of the float64 one computed before (the logits' sigmoid, or the
+    logits) and its text is what orjson writes for that float32: the shortest decimal that reads
+    back as it. A score gone through a Python float is written with float64's digits
+    (0.7310585975646973 for 0.7310586), which this body would not equal."""
+    alone = OnnxReranker(artefact, SessionConfig("cpu", 1, allow_spinning=False))
+    relevances = alone.rerank([RerankItem(QUERY, t) for t in TEXTS])
+    logits = np.array([r.logit for r in relevances if isinstance(r, Relevance)], np.float64)
+    assert len(logits) == len(TEXTS)
+    expected = logits if raw_scores else sigmoid(logits)
+    order = np.argsort(-expected, kind="stable").tolist()
+    scores = expected[order].astype(np.float32)
+    for field, score, shape in (("texts", "score", list), ("documents", "relevance_score", dict)):
+        body = {"query": QUERY, field: TEXTS, "raw_scores": raw_scores}
+        r = await served.client.post("/v1/rerank", json=body)
+        assert r.status_code == 200, r.text
+        ranks = r.json() if shape is list else r.json()["results"]
+        assert [rank["index"] for rank in ranks] == order
+        written = [orjson.dumps(rank[score]) for rank in ranks]  # each as the body had it
+        assert written == [orjson.dumps(s, option=orjson.OPT_SERIALIZE_NUMPY) for s in scores]
+        assert f'"{score}":'.encode() + written[0] in r.content
+        as_python_floats = [orjson.dumps(float(s)) for s in scores]
+        assert written != as_python_floats  # these scores tell the two apart
 
 
 async def test_cohere_shape(served: Served, hf_logits: np.ndarray) -> None:

@@ -1,5 +1,6 @@
-"""The host stage: sessions replayed with the shapes the feeds ask for, and its embedding
-measurements on the tiny embedding artefact, in-process and over HTTP, on both code paths."""
+"""The host stage's embedding rows: sessions replayed with the shapes the feeds ask for (the
+stage's one session patcher, ``FreeRuns``, with recorded outputs), and the measurements on the
+tiny embedding artefact, in-process and over HTTP, on both code paths."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
+import onnxruntime as ort
+import psutil
 import pytest
 
 from benchmarks.harness import Bench
@@ -18,7 +22,9 @@ from benchmarks.host.embedding import (
     replayed_engine,
     replayed_service,
 )
-from benchmarks.host.replay import ReplaySession
+from benchmarks.host.free_runs import FreeRuns
+from benchmarks.host.replay import KIND, recorded, replaying
+from service.artefacts import read_manifest
 from service.cuda import CUDA
 from service.engine.base import Embedding, EmbedItem
 from service.engine.embedder import OnnxEmbedder
@@ -47,6 +53,9 @@ class CountingSession:
     def get_providers(self) -> list[str]:
         return ["CPUExecutionProvider"]
 
+    def io_binding(self) -> None:
+        raise AssertionError("a replayed graph runs with run, not IO binding")
+
     def run(self, names: list[str], feeds: dict[str, np.ndarray], options: Any = None) -> list[np.ndarray]:
         self.runs += 1
         b, t = feeds["ids"].shape
@@ -58,19 +67,35 @@ class CountingSession:
 
 
 def test_a_replayed_session_runs_the_graph_once_and_answers_every_shape_after() -> None:
-    real = CountingSession()
-    session = ReplaySession(real, CUDA)
+    session = CountingSession()
+    runs = FreeRuns(provider=CUDA)
+    runs.patch(session, KIND, recorded(session))
     assert session.get_providers() == [CUDA, "CPUExecutionProvider"]
     first = session.run(["hidden", "pooled"], {"ids": np.zeros((2, 5), np.int64)})
     for b, t in [(7, 3), (1, 9), (2, 5)]:
         hidden, pooled = session.run(["hidden", "pooled"], {"ids": np.zeros((b, t), np.int64)})
         assert hidden.shape == (b, t, 3) and hidden.dtype == np.float16
         assert pooled.shape == (b, 3) and pooled.dtype == np.float32
-    assert real.runs == 1 and session.runs == 4
+    assert session.runs == 1 and runs.runs[KIND] == 4
     (again,) = session.run(["pooled"], {"ids": np.zeros((2, 5), np.int64)})  # other outputs: captured anew
-    assert real.runs == 2
+    assert session.runs == 2
     np.testing.assert_array_equal(again, first[1])
     assert again is not first[1]  # a fresh array each run, as a real one returns
+
+
+def test_sessions_made_in_the_block_are_replayed_in_place_and_none_after(embedding_artefact: Path) -> None:
+    graph = str(embedding_artefact / read_manifest(embedding_artefact).graphs["encoder"].file)
+    with replaying(CUDA) as runs:
+        session = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    assert type(session) is ort.InferenceSession  # onnxruntime's own: isinstance checks hold
+    assert session.get_providers()[0] == CUDA
+    feeds = {i.name: np.ones((2, 4), np.int64) for i in session.get_inputs()}  # ids, mask, types
+    first = session.run(None, feeds)
+    wider = session.run(None, {k: np.ones((5, 4), np.int64) for k in feeds})
+    assert runs.runs[KIND] == 2 and [w.shape[0] for w in wider] == [5] * len(first)
+    after = ort.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    after.run(None, feeds)
+    assert runs.runs[KIND] == 2 and after.get_providers()[0] == "CPUExecutionProvider"
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -98,3 +123,28 @@ def test_the_http_figures_from_a_replayed_service(embedding_artefact: Path, tmp_
         service.stop()
     assert res.requests > 0 and res.errors == 0
     assert extra["server_cpu_us_per_sentence"] > 0
+
+
+def test_several_serving_processes_each_replay_and_are_metered_together(
+    embedding_artefact: Path, tmp_path: Path
+) -> None:
+    """TSERVE_WORKERS=2: each serving process replays its own sessions (every answer, whichever
+    process took its connection, reports the device's provider), and the server's CPU is that
+    of the whole tree, whose parent only supervises."""
+    args = argparse.Namespace(quick=True, threads=2, out=tmp_path, data_dir=tmp_path, duration=1.0, rounds=1)
+    service = replayed_service(Bench(args), embedding_artefact, "device", workers=2)
+    try:
+        serving = [c for c in psutil.Process(service.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+        assert len(serving) == 2
+        for _ in range(8):  # a connection each: the kernel hands them to either process
+            cards = httpx.get(f"{service.base}/v1/models", headers={"Connection": "close"}).json()["data"]
+            assert [card["provider"] for card in cards] == [CUDA]
+        parent = psutil.Process(service.pid)
+        before = sum(parent.cpu_times()[:2])
+        res, extra = http_load(f"{service.base}/v1/embeddings", service.pid, SENTENCES, 8, 1, 0.5)
+        parent_cpu = sum(parent.cpu_times()[:2]) - before
+    finally:
+        service.stop()
+    assert res.requests > 0 and res.errors == 0
+    parent_us_per_sentence = 1e6 * parent_cpu / res.requests  # over the whole load, warm-up included
+    assert extra["server_cpu_us_per_sentence"] > 2 * parent_us_per_sentence
