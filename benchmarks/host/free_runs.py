@@ -74,6 +74,12 @@ class RecordedBinding:
         if self.forward is not None:
             self.forward.bind_ortvalue_input(name, value)
 
+    def bind_input(self, name: str, device_type: str, device_id: int, *address: Any) -> None:
+        """An input bound by its address (a device buffer the caller holds): recorded as given."""
+        self.inputs[name] = address
+        if self.forward is not None:
+            self.forward.bind_input(name, device_type, device_id, *address)
+
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0) -> None:
         self.outputs[name] = None
         if self.forward is not None:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 from benchmarks.harness import Bench
@@ -111,54 +110,21 @@ def decoder_outputs(session: ort.InferenceSession, eos_id: int, steps: int = STE
     return outputs
 
 
-def gather_outputs(axis: int, layers: int) -> Outputs:
-    """``DeviceGather``'s graph: each ``data_j`` with ``indices`` in place of its ``axis``, cut
-    into its ``layers`` where it asks for them."""
-
-    def outputs(names: list[str], feeds: Feeds) -> dict[str, np.ndarray | Unwritten]:
-        indices = np.asarray(feeds["indices"])
-        made: dict[str, np.ndarray | Unwritten] = {}
-        for name in names:
-            data = feeds[f"data_{name.split('_')[1]}"]
-            shape = shape_of(data)
-            out = shape[:axis] + indices.shape + shape[axis + 1 :]
-            reuse = f"data_{name.split('_')[1]}" if not layers and out == shape else None
-            made[name] = Unwritten(out[1:] if layers else out, ELEMENT_NUMPY[data.data_type()], reuse)
-        return made
-
-    return outputs
-
-
-GATHER_INPUTS = frozenset({"data_0", "indices"})  # the device's cache moves (``gather_model_bytes``)
-
-
-def gather_axis(model: str | bytes) -> int:
-    """The axis of the ``Gather`` a cache-moving graph takes its data along (its first node's)."""
-    graph = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
-    (axis,) = (a.i for a in graph.graph.node[0].attribute if a.name == "axis")
-    return axis
-
-
 def translation_outputs(directory: Path) -> Choose:
     """Each of the artefact's sessions' kind and free outputs, told by its graph's names: the
-    decoder's (it ranks candidates), the encoder's (the memory), a cache-moving ``Gather`` graph
-    the device backend makes as it decodes; any other graph's outputs are recorded once and
-    replayed (``replay.recorded``), counted as "other"."""
+    decoder's (it ranks candidates), the encoder's (the memory); any other graph's outputs are
+    recorded once and replayed (``replay.recorded``), counted as "other"."""
     manifest = read_manifest(directory)
     info, eos_id = manifest.translation, manifest.special_ids.eos
     if info is None or eos_id is None:
         raise ValueError(f"{directory}: not a translation artefact")
 
     def choose(session: ort.InferenceSession, model: str | bytes) -> tuple[str, Outputs]:
-        inputs = {i.name for i in session.get_inputs()}
         outputs = {o.name for o in session.get_outputs()}
         if TOP_TOKENS in outputs:
             return "decoder", decoder_outputs(session, eos_id)
         if MEMORY_KEYS in outputs:
             return "encoder", encoder_outputs(session, info.n_layers, info.n_heads, info.d_head)
-        if inputs >= GATHER_INPUTS:
-            layers = sum(name.startswith("layer_") for name in inputs)
-            return "gather", gather_outputs(gather_axis(model), layers)
         return "other", recorded(session)
 
     return choose
@@ -167,7 +133,7 @@ def translation_outputs(directory: Path) -> Choose:
 @contextmanager
 def free_translator(directory: Path, layout: str, runs: FreeRuns) -> Iterator[OnnxTranslator]:
     """The artefact's translator, every session it makes in the block free and counted in
-    ``runs`` (under "encoder", "decoder" and "gather")."""
+    ``runs`` (under "encoder", "decoder" and "other")."""
     with runs.made_free(translation_outputs(directory)):
         yield OnnxTranslator(directory, io_binding=layout == "device")
 
