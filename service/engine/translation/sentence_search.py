@@ -250,13 +250,23 @@ class SentenceSearch:
         assert self.constraints is not None
         room = self.max_len - self.steps - 1
         ending, going = constrained_step(self.constraints, self.states, pool, self.beam_size, room, eos_id)
+        if not ending and not going and not self.finished:
+            # every continuation barred (a met phrase's word may not go on; </s> not among the
+            # candidates): the rows that hold every phrase end as they stand, as at the limit
+            ending = [
+                (row, -1, score) for row, score in enumerate(self.scores.tolist()) if self._holds_all(row)
+            ]
         for row, token, score in ending:
             ended_with_eos = token == eos_id
-            tokens = self.history[row] if ended_with_eos else np.append(self.history[row], token)
+            tokens = self.history[row] if ended_with_eos or token < 0 else np.append(self.history[row], token)
             self.finished.append(self._finish(tokens, row, score, ended_with_eos))
         self.finished.sort(key=lambda h: -h.score)
         del self.finished[self.beam_size :]
         return self._move_on(going if room else [])
+
+    def _holds_all(self, row: int) -> bool:
+        assert self.constraints is not None
+        return self.scores[row] > -np.inf and self.constraints.done(self.states[row])
 
     def _move_on(self, going: list[tuple[int, int, float]]) -> np.ndarray | None:
         """The step's running continuations (best first) become the rows; None: done."""

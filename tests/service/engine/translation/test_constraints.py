@@ -16,7 +16,7 @@ from service.engine.translation.constraints import (
     phrase_token_ids,
 )
 from service.engine.translation.search_loop import beam_search
-from service.engine.translation.sentence_search import TokenHypothesis
+from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 
 CORPUS = ["der Warenkorb ist voll", "ein Haus mit Tür", "Warenkorb und Haustür"] * 20
 
@@ -236,3 +236,16 @@ def test_a_result_holds_its_phrases_as_the_constrained_search_would_have_them() 
     assert not c.holds([5, 2, 6, 7])  # a phrase broken off counts for nothing
     assert not c.holds([5, 6, 3])  # one phrase missing
     assert not c.holds([5, 6, 8, 7])  # a piece glued to a phrase just met
+
+
+def test_a_search_whose_every_continuation_is_barred_ends_with_the_rows_that_hold_every_phrase() -> None:
+    """The phrase met, its word may not go on, and </s> is not among the candidates: the row that
+    holds it ends as it stands, as at the length limit, rather than the sentence getting nothing."""
+    eos, phrase, gluing = 1, 5, 7
+    search = SentenceSearch(
+        0, beam_size=2, max_len=10, constraints=Constraints([[(phrase,)]], continuing=frozenset({gluing}))
+    )
+    search.advance([(0, phrase, -0.5)], None, eos)
+    assert search.advance([(0, gluing, -0.6), (1, gluing, -0.7)], None, eos) is None
+    assert search.done and [h.tokens for h in search.results()] == [[phrase]]
+    assert search.results()[0].score == pytest.approx(-0.5)
