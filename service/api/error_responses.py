@@ -1,5 +1,7 @@
-"""Every failure in one of two JSON shapes: ours, ``{"error": {"type", "message", "limit"?, ...}}``,
-and LibreTranslate's, ``{"error": "..."}`` (``libretranslate_error``).
+"""Every failure in one of three JSON shapes: ours, ``{"error": {"type", "message", "limit"?, ...}}``,
+LibreTranslate's, ``{"error": "..."}`` (``libretranslate_error``), and text-embeddings-inference's,
+``{"error", "error_type"}`` (``tei_error``); ``renderer_for`` picks a path's, for what HTTP itself
+refuses there (an unknown method or sub-path, the body's limits) as for its routes' own refusals.
 
 Why a request fails, and its status, is decided once (``service.serving.failures.failure_of``, and
 ``http_failure`` below for what HTTP itself refuses); a shape only writes it. 5xx answers and
@@ -144,6 +146,27 @@ def tei_error(failure: Failure, request_id: str | None = None) -> JSONResponse:
     return JSONResponse({"error": message, "error_type": error_type}, status, headers=dict(failure.headers))
 
 
+# The paths of the APIs whose clients read their own shape: LibreTranslate's web page shows its
+# ``error`` as text, and would show ``[object Object]`` for ours (DeepL's routes answer theirs
+# themselves). Exact paths, and LibreTranslate's sub-paths under these prefixes.
+_LIBRETRANSLATE_PATHS = frozenset(
+    {"/translate", "/translate_file", "/detect", "/languages", "/frontend/settings", "/suggest", "/spec"}
+)
+_LIBRETRANSLATE_PREFIXES = ("/download_file/", "/frontend/")
+_TEI_PATHS = frozenset({"/", "/embed", "/similarity", "/tokenize", "/decode", "/info"})
+
+
+def renderer_for(path: str) -> Renderer:
+    """The shape the clients of ``path`` read: LibreTranslate's, TEI's, or ours."""
+    if _is_libretranslate(path):
+        return libretranslate_error
+    return tei_error if path in _TEI_PATHS else error_response
+
+
+def _is_libretranslate(path: str) -> bool:
+    return path in _LIBRETRANSLATE_PATHS or path.startswith(_LIBRETRANSLATE_PREFIXES)
+
+
 def answer(request: Request, error: Exception, render: Renderer) -> JSONResponse:
     """``error`` (one of ``SERVING_ERRORS``) in ``render``'s shape; an internal error is logged."""
     assert isinstance(error, SERVING_ERRORS)
@@ -243,12 +266,16 @@ async def _on_validation(request: Request, exc: Exception) -> Response:
         # FastAPI leaves a non-JSON body unparsed, which would read as "expected a JSON object".
         got = repr(content_type) if content_type else "none"
         message = f"send the body as JSON with 'Content-Type: application/json' (got {got})"
-        return error_response(Failure(415, "unsupported_media_type", message, "application/json"))
-    return error_response(Failure(422, "validation_error", "", problems=problems), request_id(request))
+        return _render(request, Failure(415, "unsupported_media_type", message, "application/json"))
+    return _render(request, Failure(422, "validation_error", "", problems=problems))
+
+
+def _render(request: Request, failure: Failure) -> JSONResponse:
+    return renderer_for(request.scope["path"])(failure, request_id(request))
 
 
 async def _on_serving_error(request: Request, exc: Exception) -> Response:
-    return answer(request, exc, error_response)
+    return answer(request, exc, renderer_for(request.scope["path"]))
 
 
 async def _on_disconnected(request: Request, exc: Exception) -> Response:
@@ -257,7 +284,7 @@ async def _on_disconnected(request: Request, exc: Exception) -> Response:
 
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    return error_response(http_failure(exc), request_id(request))
+    return _render(request, http_failure(exc))
 
 
 def _is_number_too_long(cause: BaseException | None) -> bool:
@@ -280,7 +307,10 @@ def _unparsable_body(cause: BaseException | None) -> str | None:
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     rid = request_id(request)
     log.error("request %s: unhandled %s", rid, type(exc).__name__, exc_info=exc)
-    return error_response(Failure(500, "internal_error", "internal server error"), rid)
+    # a 500 (TEI's shape would make it an engine's 424), in LibreTranslate's shape on its paths:
+    # its page shows only a string
+    render = libretranslate_error if _is_libretranslate(request.scope["path"]) else error_response
+    return render(Failure(500, "internal_error", "internal server error"), rid)
 
 
 # How a request's own failures are answered, wherever its route runs (the router, the hot path).
