@@ -148,11 +148,11 @@ def tei_error(failure: Failure, request_id: str | None = None) -> JSONResponse:
 
 # The paths of the APIs whose clients read their own shape: LibreTranslate's web page shows its
 # ``error`` as text, and would show ``[object Object]`` for ours (DeepL's routes answer theirs
-# themselves). Exact paths, and LibreTranslate's sub-paths under these prefixes.
-_LIBRETRANSLATE_PATHS = frozenset(
-    {"/translate", "/translate_file", "/detect", "/languages", "/frontend/settings", "/suggest", "/spec"}
+# themselves). LibreTranslate's: these first segments, and whatever lies under them (a path its
+# page or clients may call that this service does not serve).
+_LIBRETRANSLATE_SEGMENTS = frozenset(
+    {"translate", "translate_file", "download_file", "detect", "languages", "frontend", "suggest", "spec"}
 )
-_LIBRETRANSLATE_PREFIXES = ("/download_file/", "/frontend/")
 _TEI_PATHS = frozenset({"/", "/embed", "/similarity", "/tokenize", "/decode", "/info"})
 
 
@@ -164,7 +164,8 @@ def renderer_for(path: str) -> Renderer:
 
 
 def _is_libretranslate(path: str) -> bool:
-    return path in _LIBRETRANSLATE_PATHS or path.startswith(_LIBRETRANSLATE_PREFIXES)
+    segments = path.split("/", 2)  # ["", first, rest]
+    return len(segments) > 1 and segments[1] in _LIBRETRANSLATE_SEGMENTS
 
 
 def answer(request: Request, error: Exception, render: Renderer) -> JSONResponse:

@@ -221,6 +221,7 @@ async def test_body_limits_answer_in_its_shape_too() -> None:
         ("GET", "/translate_file", 405),
         ("GET", "/suggest", 405),
         ("GET", "/frontend/unknown", 404),
+        ("POST", "/translate/v2", 404),  # a path of its API not served here
         ("GET", "/spec", 404),  # LibreTranslate's OpenAPI document: ours is /openapi.json
         ("POST", "/download_file/x", 405),
         ("GET", "/download_file/" + "x" * 300, 400),  # past the longest name given: its 400
