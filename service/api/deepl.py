@@ -27,11 +27,10 @@ from typing import Any, TypeVar
 import langcodes
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ValidationError
-from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, runtime_of
-from service.api.error_responses import answer, documented, http_failure
+from service.api.error_responses import QUOTA_EXCEEDED, answer, deepl_error, documented
 from service.api.glossaries import glossary_store
 from service.api.schemas.common import FORMS, json_or_form
 from service.api.schemas.deepl import (
@@ -45,7 +44,7 @@ from service.api.schemas.deepl import (
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.detection import AUTO
-from service.serving.failures import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
+from service.serving.failures import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
 from service.serving.routing import translation_models
 from service.serving.terminology import Terminology
 
@@ -54,7 +53,6 @@ M = TypeVar("M", bound=BaseModel)
 
 _LISTS = ("text", "non_splitting_tags", "splitting_tags", "ignore_tags")  # repeated form fields
 _MAX_FORM_FIELDS = 2 * 2048 + 32
-QUOTA_EXCEEDED = 456  # DeepL's status for a spent quota (here: the glossaries' limits)
 
 _ERRORS = documented(
     DeepLErrorBody,
@@ -119,8 +117,6 @@ async def translate(request: Request) -> Response:
             terminology=Terminology(glossary_store(request), body.glossary_id, key, field="glossary_id"),
         )
         done = await translation.translate(ready(runtime_of(request)), HttpClient(request), asked)
-    except HTTPException as e:  # the body stream's limits (413, 408)
-        return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     translated_characters(request)[key or ""] += sum(len(t) for t in body.text)
@@ -191,28 +187,6 @@ def translated_characters(request: Request) -> Counter[str]:
     """Characters translated through ``/v2/translate`` per key ("" with API keys off)."""
     counts: Counter[str] = request.app.state.deepl_characters
     return counts
-
-
-def deepl_error(failure: Failure, request_id: str | None = None) -> JSONResponse:
-    """DeepL's shape and statuses (see the module's docstring)."""
-    headers = dict(failure.headers)
-    if failure.type in ("unauthorized", "forbidden"):
-        return JSONResponse({"message": f"Authorization failure: {failure.message}"}, 403)
-    if failure.problems is not None:
-        status = 400
-        if any(p.get("type") == "glossary_full" for p in failure.problems):
-            status = QUOTA_EXCEEDED
-        message = "; ".join(_described(p) for p in failure.problems[:10])
-        return JSONResponse({"message": message}, status, headers=headers)
-    return JSONResponse({"message": failure.message}, failure.status, headers=headers)
-
-
-def _described(found: Any) -> str:
-    where = ""
-    for part in found.get("loc", ()):
-        if part != "body":
-            where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
-    return f"{where}: {found.get('msg')}" if where else str(found.get("msg"))
 
 
 async def admitted(request: Request) -> tuple[str | None, dict[str, Any]]:

@@ -16,12 +16,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.deepl import BODY_ERRORS, admitted, deepl_error, deepl_key, error_responses, ours, validated
 from service.api.dependencies import runtime_of
-from service.api.error_responses import answer, http_failure
+from service.api.error_responses import answer
 from service.api.files import download
 from service.api.glossaries import glossary_store
 from service.api.schemas.common import documented_body, json_or_form
@@ -95,8 +94,6 @@ async def upload(request: Request) -> Response:
             limit = runtime.settings.max_file_bytes
             raise FileTooLarge(f"the file has {len(asked.data)} bytes, more than {limit}", limit=limit)
         document = documents(request).submit(ready(runtime), asked)
-    except HTTPException as e:  # the body's and the form parser's limits
-        return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     return JSONResponse({"document_id": document.id, "document_key": document.key})
@@ -115,8 +112,6 @@ async def status(document_id: str, request: Request) -> Response:
         key, fields = await admitted(request)
         asked = validated(DeepLDocumentRequest, fields)
         document = documents(request).find(document_id, asked.document_key, key)
-    except HTTPException as e:
-        return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     out: dict[str, Any] = {"document_id": document.id, "status": document.status}
@@ -146,8 +141,6 @@ async def result(document_id: str, request: Request) -> Response:
         store = documents(request)
         asked = validated(DeepLDocumentRequest, fields)
         translated = store.take(store.find(document_id, asked.document_key, key))
-    except HTTPException as e:
-        return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     return download(translated)

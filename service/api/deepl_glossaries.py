@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.deepl import (
@@ -25,7 +24,7 @@ from service.api.deepl import (
     validated,
 )
 from service.api.dependencies import runtime_of
-from service.api.error_responses import answer, http_failure
+from service.api.error_responses import answer
 from service.api.glossaries import glossary_of, glossary_store
 from service.api.schemas.common import json_or_form
 from service.api.schemas.deepl import (
@@ -94,8 +93,6 @@ async def create(request: Request) -> Response:
             entries,
             ("source_lang", "target_lang"),
         )
-    except HTTPException as e:
-        return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     return JSONResponse(_info(made), 201)

@@ -41,7 +41,7 @@ def test_every_route_is_in_the_openapi_document(
 ) -> None:
     document, served = document_and_routes
     listed = {(method.upper(), path) for path, item in document["paths"].items() for method in item}
-    assert NOT_OPERATIONS <= served  # each exception is still served, and still needs its reason
+    assert served >= NOT_OPERATIONS  # each exception is still served, and still needs its reason
     assert served - NOT_OPERATIONS - listed == set()
     assert listed <= served
 
