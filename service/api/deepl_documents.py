@@ -18,9 +18,9 @@ from fastapi import APIRouter, Request
 from starlette.datastructures import UploadFile
 from starlette.responses import JSONResponse, Response
 
-from service.api.deepl import BODY_ERRORS, admitted, deepl_error, deepl_key, error_responses, ours, validated
+from service.api.deepl import BODY_ERRORS, admitted, deepl_key, error_responses, ours, validated
 from service.api.dependencies import runtime_of
-from service.api.error_responses import answer
+from service.api.error_responses import answer, deepl_error
 from service.api.files import download
 from service.api.glossaries import glossary_store
 from service.api.schemas.common import documented_body, json_or_form

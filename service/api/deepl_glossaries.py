@@ -16,15 +16,13 @@ from starlette.responses import JSONResponse, Response
 
 from service.api.deepl import (
     BODY_ERRORS,
-    QUOTA_EXCEEDED,
     admitted,
-    deepl_error,
     error_responses,
     ours,
     validated,
 )
 from service.api.dependencies import runtime_of
-from service.api.error_responses import answer
+from service.api.error_responses import QUOTA_EXCEEDED, answer, deepl_error
 from service.api.glossaries import glossary_of, glossary_store
 from service.api.schemas.common import json_or_form
 from service.api.schemas.deepl import (
