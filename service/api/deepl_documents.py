@@ -12,9 +12,10 @@ Keys and error shapes are ``service/api/deepl.py``'s.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
+from fastapi import Path as PathParam
 from starlette.datastructures import UploadFile
 from starlette.responses import JSONResponse, Response
 
@@ -40,6 +41,7 @@ from service.serving.terminology import Terminology
 router = APIRouter(tags=["deepl"])
 
 _MAX_FORM_FIELDS = 16
+DocumentId = Annotated[str, PathParam(max_length=64, description="As the upload answered it")]
 
 
 def _upload_form() -> dict[str, Any]:
@@ -106,7 +108,7 @@ async def upload(request: Request) -> Response:
     responses=error_responses(*BODY_ERRORS, 404),
     openapi_extra=json_or_form(DeepLDocumentRequest),
 )
-async def status(document_id: str, request: Request) -> Response:
+async def status(document_id: DocumentId, request: Request) -> Response:
     """Where the document is: ``queued``, ``translating``, ``done`` or ``error``."""
     try:
         key, fields = await admitted(request)
@@ -134,7 +136,7 @@ async def status(document_id: str, request: Request) -> Response:
     },
     openapi_extra=json_or_form(DeepLDocumentRequest),
 )
-async def result(document_id: str, request: Request) -> Response:
+async def result(document_id: DocumentId, request: Request) -> Response:
     """The translated document, once it is done; given once."""
     try:
         key, fields = await admitted(request)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
+from fastapi import Path as PathParam
 from starlette.responses import JSONResponse, Response
 
 from service.api.deepl import (
@@ -39,6 +40,7 @@ from service.serving.routing import translation_models
 from service.serving.terminology import UnknownGlossary, create_glossary, refused
 
 router = APIRouter(tags=["deepl"])
+GlossaryIdInPath = Annotated[str, PathParam(max_length=256)]  # as long as a body's glossary_id
 
 
 @router.get(
@@ -106,7 +108,7 @@ async def listed(request: Request) -> Response:
 
 
 @router.get("/v2/glossaries/{glossary_id}", response_model=DeepLGlossaryInfo, responses=error_responses(404))
-async def read(glossary_id: str, request: Request) -> Response:
+async def read(glossary_id: GlossaryIdInPath, request: Request) -> Response:
     return await _with_glossary(request, glossary_id, lambda found: JSONResponse(_info(found)))
 
 
@@ -121,7 +123,7 @@ async def read(glossary_id: str, request: Request) -> Response:
         **error_responses(404),
     },
 )
-async def entries(glossary_id: str, request: Request) -> Response:
+async def entries(glossary_id: GlossaryIdInPath, request: Request) -> Response:
     """The entries as TSV, one ``source<TAB>target`` per line (DeepL's only format here)."""
     return await _with_glossary(
         request,
@@ -143,7 +145,7 @@ async def _with_glossary(
 
 
 @router.delete("/v2/glossaries/{glossary_id}", status_code=204, responses=error_responses(404))
-async def delete(glossary_id: str, request: Request) -> Response:
+async def delete(glossary_id: GlossaryIdInPath, request: Request) -> Response:
     store = glossary_store(request)
     try:
         key, _ = await admitted(request)

@@ -183,6 +183,7 @@ async def test_languages_pairs_and_usage(served: Served) -> None:
     [
         ("GET", "/v2/translate", {}, 405),
         ("GET", "/v2/unknown", {}, 404),
+        ("GET", "/v2/glossaries/" + "x" * 300, {}, 400),  # longer than any glossary_id
         # a form the parser cannot read, on a route that takes a body only optionally
         ("POST", "/v2/languages", {"Content-Type": "multipart/form-data; boundary=x"}, 400),
         ("POST", "/v2/usage", {"Content-Type": "multipart/form-data; boundary=x"}, 400),
