@@ -107,7 +107,9 @@ async def listed(request: Request) -> Response:
     return JSONResponse({"glossaries": [_info(g) for g in glossary_store(request).list(key)]})
 
 
-@router.get("/v2/glossaries/{glossary_id}", response_model=DeepLGlossaryInfo, responses=error_responses(404))
+@router.get(
+    "/v2/glossaries/{glossary_id}", response_model=DeepLGlossaryInfo, responses=error_responses(400, 404)
+)
 async def read(glossary_id: GlossaryIdInPath, request: Request) -> Response:
     return await _with_glossary(request, glossary_id, lambda found: JSONResponse(_info(found)))
 
@@ -120,7 +122,7 @@ async def read(glossary_id: GlossaryIdInPath, request: Request) -> Response:
             "content": {"text/tab-separated-values": {"schema": {"type": "string"}}},
             "description": "One source<TAB>target entry a line",
         },
-        **error_responses(404),
+        **error_responses(400, 404),
     },
 )
 async def entries(glossary_id: GlossaryIdInPath, request: Request) -> Response:
@@ -144,7 +146,7 @@ async def _with_glossary(
     return answer_with(found)
 
 
-@router.delete("/v2/glossaries/{glossary_id}", status_code=204, responses=error_responses(404))
+@router.delete("/v2/glossaries/{glossary_id}", status_code=204, responses=error_responses(400, 404))
 async def delete(glossary_id: GlossaryIdInPath, request: Request) -> Response:
     store = glossary_store(request)
     try:

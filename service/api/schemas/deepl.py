@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 
 from service.api.schemas.common import OneOrManyTexts
 
-LanguageCode = Annotated[str, Field(max_length=16, description="DeepL's code: DE, EN-US, PT-BR, ...")]
+LanguageCode = Annotated[
+    str, Field(min_length=1, max_length=16, description="DeepL's code: DE, EN-US, PT-BR, ...")
+]
 GlossaryId = Annotated[str, Field(max_length=256)]
 _FLAGS = {"1": True, "true": True, "0": False, "false": False}  # a flag as DeepL's forms send it
 
