@@ -44,8 +44,8 @@ from service.api.schemas.deepl import (
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.detection import AUTO
-from service.serving.failures import SERVING_ERRORS, InvalidRequest, UnsupportedMediaType, problem
-from service.serving.routing import translation_models
+from service.serving.failures import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
+from service.serving.routing import UnservedLanguages, translation_models
 from service.serving.terminology import Terminology
 
 router = APIRouter(tags=["deepl"])
@@ -117,6 +117,9 @@ async def translate(request: Request) -> Response:
             terminology=Terminology(glossary_store(request), body.glossary_id, key, field="glossary_id"),
         )
         done = await translation.translate(ready(runtime_of(request)), HttpClient(request), asked)
+    except UnservedLanguages as e:  # named by DeepL's fields, not /v1's
+        field = "source_lang" if e.reason == "source" else "target_lang"
+        return deepl_error(Failure(400, "unsupported_language", f"{field}: {e.problems[0]['msg']}"))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     translated_characters(request)[key or ""] += sum(len(t) for t in body.text)

@@ -144,7 +144,11 @@ async def test_translate_errors_in_deepls_shape(served: Served) -> None:
     wrong = {"Authorization": "DeepL-Auth-Key nope"}
     message(await served.client.post("/v2/translate", json=body, headers=wrong), 403)
     unserved = {**body, "target_lang": "JA"}
-    message(await served.client.post("/v2/translate", json=unserved, headers=KEY), 400)
+    refused = message(await served.client.post("/v2/translate", json=unserved, headers=KEY), 400)
+    assert refused.startswith("target_lang: 'ja' is not served"), refused  # DeepL's field name
+    from_unserved = {**body, "source_lang": "JA"}
+    refused = message(await served.client.post("/v2/translate", json=from_unserved, headers=KEY), 400)
+    assert refused.startswith("source_lang: "), refused
     no_source = {"text": ["a"], "target_lang": "DE", "glossary_id": "x"}
     assert "source_lang" in message(
         await served.client.post("/v2/translate", json=no_source, headers=KEY), 400
