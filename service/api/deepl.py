@@ -1,7 +1,7 @@
 """DeepL's API (v2), so its clients (the official ``deepl`` libraries with ``server_url``, tools
-built on them) work against this service: ``/v2/translate``, ``/v2/glossaries`` (create from TSV
-or CSV entries, list, get, ``/entries``, delete), ``/v2/glossary-language-pairs``,
-``/v2/languages`` and ``/v2/usage``; documents are ``service/api/deepl_documents.py``.
+built on them) work against this service: ``/v2/translate``, ``/v2/languages`` and
+``/v2/usage``; glossaries are ``service/api/deepl_glossaries.py``, documents
+``service/api/deepl_documents.py``.
 
 Bodies come as JSON or as forms (``text`` repeated), as DeepL takes them; the key as DeepL sends
 it, ``Authorization: DeepL-Auth-Key <key>`` (or a bearer token, or the legacy ``auth_key``
@@ -20,48 +20,89 @@ sentence by sentence, and line breaks are always kept).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import langcodes
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ValidationError
-from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import HttpClient, runtime_of
-from service.api.error_responses import answer, http_failure
-from service.api.glossaries import glossary_of, glossary_store
-from service.api.schemas.deepl import DeepLGlossaryRequest, DeepLTranslateRequest
-from service.glossaries.entries import GlossaryProblem, as_tsv, parse_entries
-from service.glossaries.store import Glossary, GlossaryNotFound
+from service.api.error_responses import QUOTA_EXCEEDED, answer, deepl_error, documented
+from service.api.glossaries import glossary_store
+from service.api.schemas.common import FORMS, json_or_form
+from service.api.schemas.deepl import (
+    DeepLErrorBody,
+    DeepLLanguage,
+    DeepLLanguagesRequest,
+    DeepLTranslateRequest,
+    DeepLTranslateResponse,
+    DeepLUsage,
+)
 from service.serving import translation
 from service.serving.access import check_api_key, ready
 from service.serving.detection import AUTO
 from service.serving.failures import SERVING_ERRORS, Failure, InvalidRequest, UnsupportedMediaType, problem
-from service.serving.routing import translation_models
-from service.serving.terminology import Terminology, UnknownGlossary, create_glossary, refused
+from service.serving.routing import UnservedLanguages, translation_models
+from service.serving.terminology import Terminology
 
-# DeepL's own reference documents these routes (docs/api.md says what differs): they stay out of
-# /openapi.json, whose contract is this service's shapes.
-router = APIRouter(tags=["deepl"], include_in_schema=False)
+router = APIRouter(tags=["deepl"])
 M = TypeVar("M", bound=BaseModel)
 
-_FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 _LISTS = ("text", "non_splitting_tags", "splitting_tags", "ignore_tags")  # repeated form fields
 _MAX_FORM_FIELDS = 2 * 2048 + 32
-_QUOTA_EXCEEDED = 456  # DeepL's status for a spent quota (here: the glossaries' limits)
+
+_ERRORS = documented(
+    DeepLErrorBody,
+    {
+        400: "Invalid request (DeepL's status for every validation error): the field and why",
+        403: "API key missing or wrong (Authorization: DeepL-Auth-Key <key>)",
+        404: "No such glossary (or document) for this key",
+        408: "Request body not complete in time",
+        413: "Request body (or the document, or its text) too large",
+        415: "Body neither JSON nor a form (or a document format not translated)",
+        429: "Queue full, too many documents in flight, or the key over its quota; see Retry-After",
+        QUOTA_EXCEEDED: "The glossaries' limits reached (DeepL's quota status)",
+        500: "Internal error",
+        503: "Not ready yet, shutting down (or the document not translated yet)",
+        504: "Deadline exceeded",
+    },
+)
 
 
-@router.post("/v2/translate")
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` in DeepL's error shape, for a route answering only ``statuses``
+    (403 for the key, which every route checks, always)."""
+    return {status: _ERRORS[status] for status in sorted({403, *statuses})}
+
+
+BODY_ERRORS = (400, 408, 413, 415)  # a body read by hand, JSON or a form
+_SERVING_ERRORS = (429, 500, 503, 504)
+_TYPE_PARAMETER = {
+    "parameters": [
+        {
+            "name": "type",
+            "in": "query",
+            "required": False,
+            "schema": {"enum": ["source", "target"], "default": "source"},
+        }
+    ]
+}
+
+
+@router.post(
+    "/v2/translate",
+    response_model=DeepLTranslateResponse,
+    responses=error_responses(*BODY_ERRORS, 404, *_SERVING_ERRORS),
+    openapi_extra=json_or_form(DeepLTranslateRequest),
+)
 async def translate(request: Request) -> Response:
     """Translate ``text`` (one or many) into ``target_lang``; DeepL's answer shape."""
     try:
         key, fields = await admitted(request)
-        body = _validated(DeepLTranslateRequest, fields)
+        body = validated(DeepLTranslateRequest, fields)
         source = ours(body.source_lang) if body.source_lang else AUTO
         if body.glossary_id and source == AUTO:
             raise _invalid("source_lang", "source_lang is required when a glossary_id is given")
@@ -76,8 +117,9 @@ async def translate(request: Request) -> Response:
             terminology=Terminology(glossary_store(request), body.glossary_id, key, field="glossary_id"),
         )
         done = await translation.translate(ready(runtime_of(request)), HttpClient(request), asked)
-    except HTTPException as e:  # the body stream's limits (413, 408)
-        return deepl_error(http_failure(e))
+    except UnservedLanguages as e:  # named by DeepL's fields, not /v1's
+        field = "source_lang" if e.reason == "source" else "target_lang"
+        return deepl_error(Failure(400, "unsupported_language", f"{field}: {e.problems[0]['msg']}"))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     translated_characters(request)[key or ""] += sum(len(t) for t in body.text)
@@ -100,14 +142,25 @@ async def translate(request: Request) -> Response:
     )
 
 
-@router.api_route("/v2/languages", methods=["GET", "POST"])
+@router.get(
+    "/v2/languages",
+    response_model=list[DeepLLanguage],
+    responses=error_responses(400, 503),
+    openapi_extra=_TYPE_PARAMETER,
+)
+@router.post(
+    "/v2/languages",
+    response_model=list[DeepLLanguage],
+    responses=error_responses(*BODY_ERRORS, 503),
+    openapi_extra=json_or_form(DeepLLanguagesRequest),
+)
 async def languages(request: Request) -> Response:
     """Source languages, or with ``type=target`` the target ones (in query or body)."""
     try:
         _, fields = await admitted(request)
-        kind = fields.get("type") or request.query_params.get("type") or "source"
-        if kind not in ("source", "target"):
-            raise _invalid("type", "type must be source or target")
+        kind = validated(
+            DeepLLanguagesRequest, {"type": request.query_params.get("type", "source")} | fields
+        ).type
         served = translation_models(ready(runtime_of(request)))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
@@ -118,21 +171,8 @@ async def languages(request: Request) -> Response:
     return JSONResponse([{"language": v, "name": _name(c), "supports_formality": False} for v, c in listed])
 
 
-@router.api_route("/v2/glossary-language-pairs", methods=["GET", "POST"])
-async def glossary_language_pairs(request: Request) -> Response:
-    """Every pair some model translates: a glossary may be made for each."""
-    try:
-        await admitted(request)
-        served = translation_models(ready(runtime_of(request)))
-    except SERVING_ERRORS as e:
-        return answer(request, e, deepl_error)
-    pairs = dict.fromkeys((s, t) for m in served for s in m.sources for t in m.targets if s != t)
-    return JSONResponse(
-        {"supported_languages": [{"source_lang": _lower(s), "target_lang": _lower(t)} for s, t in pairs]}
-    )
-
-
-@router.api_route("/v2/usage", methods=["GET", "POST"])
+@router.get("/v2/usage", response_model=DeepLUsage, responses=error_responses())
+@router.post("/v2/usage", response_model=DeepLUsage, responses=error_responses(*BODY_ERRORS))
 async def usage(request: Request) -> Response:
     """Characters the key translated through ``/v2/translate`` since the service started, and
     its ``characters_per_day`` quota as the limit (DeepL's figure for no limit otherwise)."""
@@ -150,105 +190,6 @@ def translated_characters(request: Request) -> Counter[str]:
     """Characters translated through ``/v2/translate`` per key ("" with API keys off)."""
     counts: Counter[str] = request.app.state.deepl_characters
     return counts
-
-
-@router.post("/v2/glossaries", status_code=201)
-async def create(request: Request) -> Response:
-    try:
-        key, fields = await admitted(request)
-        body = _validated(DeepLGlossaryRequest, fields)
-        try:
-            entries = parse_entries(body.entries, body.entries_format)
-        except GlossaryProblem as e:
-            raise refused(e) from e
-        runtime = ready(runtime_of(request))
-        languages = (ours(body.source_lang), ours(body.target_lang))
-        made = await asyncio.to_thread(
-            create_glossary,
-            runtime,
-            glossary_store(request),
-            key,
-            body.name,
-            languages,
-            entries,
-            ("source_lang", "target_lang"),
-        )
-    except HTTPException as e:
-        return deepl_error(http_failure(e))
-    except SERVING_ERRORS as e:
-        return answer(request, e, deepl_error)
-    return JSONResponse(_info(made), 201)
-
-
-@router.get("/v2/glossaries")
-async def listed(request: Request) -> Response:
-    try:
-        key, _ = await admitted(request)
-    except SERVING_ERRORS as e:
-        return answer(request, e, deepl_error)
-    return JSONResponse({"glossaries": [_info(g) for g in glossary_store(request).list(key)]})
-
-
-@router.get("/v2/glossaries/{glossary_id}")
-async def read(glossary_id: str, request: Request) -> Response:
-    return await _with_glossary(request, glossary_id, lambda found: JSONResponse(_info(found)))
-
-
-@router.get("/v2/glossaries/{glossary_id}/entries")
-async def entries(glossary_id: str, request: Request) -> Response:
-    """The entries as TSV, one ``source<TAB>target`` per line (DeepL's only format here)."""
-    return await _with_glossary(
-        request,
-        glossary_id,
-        lambda found: Response(as_tsv(found.entries), media_type="text/tab-separated-values; charset=utf-8"),
-    )
-
-
-async def _with_glossary(
-    request: Request, glossary_id: str, answer_with: Callable[[Glossary], Response]
-) -> Response:
-    """The key's glossary ``glossary_id`` as ``answer_with`` answers it, or DeepL's refusal."""
-    try:
-        key, _ = await admitted(request)
-        found = glossary_of(glossary_store(request), key, glossary_id)
-    except SERVING_ERRORS as e:
-        return answer(request, e, deepl_error)
-    return answer_with(found)
-
-
-@router.delete("/v2/glossaries/{glossary_id}", status_code=204)
-async def delete(glossary_id: str, request: Request) -> Response:
-    store = glossary_store(request)
-    try:
-        key, _ = await admitted(request)
-        await asyncio.to_thread(store.delete, key, glossary_id)
-    except GlossaryNotFound as e:
-        return deepl_error(Failure(404, UnknownGlossary.type, str(e)))
-    except SERVING_ERRORS as e:
-        return answer(request, e, deepl_error)
-    return Response(status_code=204)
-
-
-def deepl_error(failure: Failure, request_id: str | None = None) -> JSONResponse:
-    """DeepL's shape and statuses (see the module's docstring)."""
-    headers = dict(failure.headers)
-    if failure.type in ("unauthorized", "forbidden"):
-        return JSONResponse({"message": f"Authorization failure: {failure.message}"}, 403)
-    if failure.problems is not None:
-        status = 400
-        if any(p.get("type") == "glossary_full" for p in failure.problems):
-            status = _QUOTA_EXCEEDED
-        message = "; ".join(_described(p) for p in failure.problems[:10])
-        return JSONResponse({"message": message}, status, headers=headers)
-    return JSONResponse({"message": failure.message}, failure.status, headers=headers)
-
-
-def _described(found: Any) -> str:
-    where = ""
-    for part in found.get("loc", ()):
-        if part != "body":
-            where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
-    return f"{where}: {found.get('msg')}" if where else str(found.get("msg"))
 
 
 async def admitted(request: Request) -> tuple[str | None, dict[str, Any]]:
@@ -270,7 +211,7 @@ def deepl_key(request: Request) -> str | None:
 async def _fields(request: Request) -> dict[str, Any]:
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     try:
-        if media in _FORMS:
+        if media in FORMS:
             form = await request.form(max_files=0, max_fields=_MAX_FORM_FIELDS)
             fields: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
             for name in _LISTS:
@@ -290,7 +231,7 @@ async def _fields(request: Request) -> dict[str, Any]:
     return parsed
 
 
-def _validated(schema: type[M], fields: dict[str, Any]) -> M:
+def validated(schema: type[M], fields: dict[str, Any]) -> M:
     try:
         return schema.model_validate(fields)
     except ValidationError as e:
@@ -312,10 +253,6 @@ def _theirs(code: str) -> str:
     return code.upper()
 
 
-def _lower(code: str) -> str:
-    return code.lower()
-
-
 def _target_variants(code: str) -> list[str]:
     """DeepL lists English and Portuguese as targets only with their regions."""
     return {"en": ["EN-GB", "EN-US"], "pt": ["PT-BR", "PT-PT"]}.get(code, [_theirs(code)])
@@ -326,15 +263,3 @@ def _name(code: str) -> str:
         return str(langcodes.Language.get(code).display_name())
     except (ValueError, LookupError):
         return code
-
-
-def _info(glossary: Glossary) -> dict[str, Any]:
-    return {
-        "glossary_id": glossary.id,
-        "name": glossary.name,
-        "ready": True,
-        "source_lang": _lower(glossary.source_language),
-        "target_lang": _lower(glossary.target_language),
-        "creation_time": glossary.created_at,
-        "entry_count": len(glossary.entries),
-    }

@@ -12,18 +12,25 @@ Keys and error shapes are ``service/api/deepl.py``'s.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
+from fastapi import Path as PathParam
 from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
-from service.api.deepl import admitted, deepl_error, deepl_key, ours
+from service.api.deepl import BODY_ERRORS, admitted, deepl_key, error_responses, ours, validated
 from service.api.dependencies import runtime_of
-from service.api.error_responses import answer, http_failure
+from service.api.error_responses import answer, deepl_error
 from service.api.files import download
 from service.api.glossaries import glossary_store
+from service.api.schemas.common import documented_body, json_or_form
+from service.api.schemas.deepl import (
+    DeepLDocumentForm,
+    DeepLDocumentHandle,
+    DeepLDocumentRequest,
+    DeepLDocumentStatus,
+)
 from service.files.documents import Documents
 from service.files.refusals import FileTooLarge
 from service.files.registry import FileRequest, file_format
@@ -31,12 +38,31 @@ from service.serving.access import check_api_key, ready
 from service.serving.failures import SERVING_ERRORS, InvalidRequest, problem
 from service.serving.terminology import Terminology
 
-router = APIRouter(tags=["deepl"], include_in_schema=False)  # as deepl.py's: DeepL documents them
+router = APIRouter(tags=["deepl"])
 
 _MAX_FORM_FIELDS = 16
+DocumentId = Annotated[str, PathParam(max_length=64, description="As the upload answered it")]
 
 
-@router.post("/v2/document")
+def _upload_form() -> dict[str, Any]:
+    """The multipart form of an upload: ``file`` and ``DeepLDocumentForm``'s fields, each a
+    string (an optional one is left out rather than sent empty)."""
+    fields = DeepLDocumentForm.model_json_schema()
+    properties: dict[str, Any] = {"file": {"type": "string", "format": "binary"}}
+    for name, field in fields["properties"].items():
+        string = next(option for option in field.get("anyOf", [field]) if option.get("type") == "string")
+        described = {"description": field["description"]} if "description" in field else {}
+        properties[name] = {**string, **described}
+    schema = {"type": "object", "required": ["file", *fields["required"]], "properties": properties}
+    return documented_body(schema, "multipart/form-data")
+
+
+@router.post(
+    "/v2/document",
+    response_model=DeepLDocumentHandle,
+    responses=error_responses(*BODY_ERRORS, 404, 429, 503),
+    openapi_extra=_upload_form(),
+)
 async def upload(request: Request) -> Response:
     """Accept a document for translation: ``{"document_id", "document_key"}``."""
     runtime = runtime_of(request)
@@ -47,22 +73,21 @@ async def upload(request: Request) -> Response:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise _invalid("file", "missing the file")
-        if not fields.get("target_lang"):
-            raise _invalid("target_lang", "missing target_lang")
+        asked_for = validated(DeepLDocumentForm, fields)
         filename = upload.filename or ""
         extension = file_format(filename).extension  # 415 for a format not translated
-        wanted = fields.get("output_format", "").lower().lstrip(".")
+        wanted = (asked_for.output_format or "").lower().lstrip(".")
         if wanted and f".{wanted}" != extension:
             raise _invalid("output_format", f"{extension} documents are translated into {extension} only")
-        source = ours(fields["source_lang"]) if fields.get("source_lang") else "auto"
-        glossary = fields.get("glossary_id") or fields.get("glossary_ids") or None
+        source = ours(asked_for.source_lang) if asked_for.source_lang else "auto"
+        glossary = asked_for.glossary_id or asked_for.glossary_ids or None
         if glossary and source == "auto":
             raise _invalid("source_lang", "source_lang is required when a glossary_id is given")
         asked = FileRequest(
             filename=filename,
             data=await upload.read(),
             source=source,
-            target=ours(fields["target_lang"]),
+            target=ours(asked_for.target_lang),
             first_of_several=True,  # DeepL's clients cannot name a model
             api_key=key,
             terminology=Terminology(glossary_store(request), glossary, key, field="glossary_id"),
@@ -71,21 +96,24 @@ async def upload(request: Request) -> Response:
             limit = runtime.settings.max_file_bytes
             raise FileTooLarge(f"the file has {len(asked.data)} bytes, more than {limit}", limit=limit)
         document = documents(request).submit(ready(runtime), asked)
-    except HTTPException as e:  # the body's and the form parser's limits
-        return deepl_error(http_failure(e))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     return JSONResponse({"document_id": document.id, "document_key": document.key})
 
 
-@router.post("/v2/document/{document_id}")
-async def status(document_id: str, request: Request) -> Response:
+@router.post(
+    "/v2/document/{document_id}",
+    response_model=DeepLDocumentStatus,
+    response_model_exclude_none=True,
+    responses=error_responses(*BODY_ERRORS, 404),
+    openapi_extra=json_or_form(DeepLDocumentRequest),
+)
+async def status(document_id: DocumentId, request: Request) -> Response:
     """Where the document is: ``queued``, ``translating``, ``done`` or ``error``."""
     try:
         key, fields = await admitted(request)
-        document = documents(request).find(document_id, str(fields.get("document_key", "")), key)
-    except HTTPException as e:
-        return deepl_error(http_failure(e))
+        asked = validated(DeepLDocumentRequest, fields)
+        document = documents(request).find(document_id, asked.document_key, key)
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     out: dict[str, Any] = {"document_id": document.id, "status": document.status}
@@ -99,15 +127,22 @@ async def status(document_id: str, request: Request) -> Response:
     return JSONResponse(out)
 
 
-@router.post("/v2/document/{document_id}/result")
-async def result(document_id: str, request: Request) -> Response:
+@router.post(
+    "/v2/document/{document_id}/result",
+    response_class=Response,  # not JSON
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "The translated document"},
+        **error_responses(*BODY_ERRORS, 404, 503),
+    },
+    openapi_extra=json_or_form(DeepLDocumentRequest),
+)
+async def result(document_id: DocumentId, request: Request) -> Response:
     """The translated document, once it is done; given once."""
     try:
         key, fields = await admitted(request)
         store = documents(request)
-        translated = store.take(store.find(document_id, str(fields.get("document_key", "")), key))
-    except HTTPException as e:
-        return deepl_error(http_failure(e))
+        asked = validated(DeepLDocumentRequest, fields)
+        translated = store.take(store.find(document_id, asked.document_key, key))
     except SERVING_ERRORS as e:
         return answer(request, e, deepl_error)
     return download(translated)

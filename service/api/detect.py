@@ -19,7 +19,8 @@ from starlette.responses import JSONResponse, Response
 
 from service.api.dependencies import runtime_of
 from service.api.error_responses import answer, http_failure, libretranslate_error
-from service.api.libretranslate import admitted_body, error_responses, json_or_form
+from service.api.libretranslate import admitted_body, error_responses
+from service.api.schemas.common import json_or_form
 from service.api.schemas.libretranslate import DetectRequest, LibreTranslateDetection
 from service.serving import detection
 from service.serving.access import ready

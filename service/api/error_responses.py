@@ -1,5 +1,8 @@
-"""Every failure in one of two JSON shapes: ours, ``{"error": {"type", "message", "limit"?, ...}}``,
-and LibreTranslate's, ``{"error": "..."}`` (``libretranslate_error``).
+"""Every failure in one of four JSON shapes: ours, ``{"error": {"type", "message", "limit"?, ...}}``,
+LibreTranslate's, ``{"error": "..."}`` (``libretranslate_error``), text-embeddings-inference's,
+``{"error", "error_type"}`` (``tei_error``), and DeepL's, ``{"message": "..."}`` (``deepl_error``);
+``renderer_for`` picks a path's, for what HTTP itself refuses there (an unknown method or sub-path,
+the body's limits) as for its routes' own refusals.
 
 Why a request fails, and its status, is decided once (``service.serving.failures.failure_of``, and
 ``http_failure`` below for what HTTP itself refuses); a shape only writes it. 5xx answers and
@@ -144,6 +147,47 @@ def tei_error(failure: Failure, request_id: str | None = None) -> JSONResponse:
     return JSONResponse({"error": message, "error_type": error_type}, status, headers=dict(failure.headers))
 
 
+# The paths of the APIs whose clients read their own shape: LibreTranslate's web page shows its
+# ``error`` as text, and would show ``[object Object]`` for ours. LibreTranslate's: these first
+# segments, and whatever lies under them (a path its page or clients may call that this service
+# does not serve); DeepL's: everything under /v2/ (ours is /v1/).
+_LIBRETRANSLATE_SEGMENTS = frozenset(
+    {"translate", "translate_file", "download_file", "detect", "languages", "frontend", "suggest", "spec"}
+)
+_TEI_PATHS = frozenset({"/", "/embed", "/similarity", "/tokenize", "/decode", "/info"})
+
+
+def renderer_for(path: str) -> Renderer:
+    """The shape the clients of ``path`` read: LibreTranslate's, DeepL's, TEI's, or ours."""
+    if _is_libretranslate(path):
+        return libretranslate_error
+    if path.startswith("/v2/"):
+        return deepl_error
+    return tei_error if path in _TEI_PATHS else error_response
+
+
+def _is_libretranslate(path: str) -> bool:
+    segments = path.split("/", 2)  # ["", first, rest]
+    return len(segments) > 1 and segments[1] in _LIBRETRANSLATE_SEGMENTS
+
+
+QUOTA_EXCEEDED = 456  # DeepL's status for a spent quota (here: the glossaries' limits)
+
+
+def deepl_error(failure: Failure, request_id: str | None = None) -> JSONResponse:
+    """DeepL's shape and statuses: 403 for a missing or wrong key, 400 for any invalid request,
+    456 when the glossaries are full; ours where it has none (404, 413, 429, 503, 504)."""
+    headers = dict(failure.headers)
+    if failure.type in ("unauthorized", "forbidden"):
+        return JSONResponse({"message": f"Authorization failure: {failure.message}"}, 403)
+    if failure.problems is not None:
+        full = any(p.get("type") == "glossary_full" for p in failure.problems)
+        return JSONResponse(
+            {"message": _listed(failure.problems)}, QUOTA_EXCEEDED if full else 400, headers=headers
+        )
+    return JSONResponse({"message": failure.message}, failure.status, headers=headers)
+
+
 def answer(request: Request, error: Exception, render: Renderer) -> JSONResponse:
     """``error`` (one of ``SERVING_ERRORS``) in ``render``'s shape; an internal error is logged."""
     assert isinstance(error, SERVING_ERRORS)
@@ -243,12 +287,16 @@ async def _on_validation(request: Request, exc: Exception) -> Response:
         # FastAPI leaves a non-JSON body unparsed, which would read as "expected a JSON object".
         got = repr(content_type) if content_type else "none"
         message = f"send the body as JSON with 'Content-Type: application/json' (got {got})"
-        return error_response(Failure(415, "unsupported_media_type", message, "application/json"))
-    return error_response(Failure(422, "validation_error", "", problems=problems), request_id(request))
+        return _render(request, Failure(415, "unsupported_media_type", message, "application/json"))
+    return _render(request, Failure(422, "validation_error", "", problems=problems))
+
+
+def _render(request: Request, failure: Failure) -> JSONResponse:
+    return renderer_for(request.scope["path"])(failure, request_id(request))
 
 
 async def _on_serving_error(request: Request, exc: Exception) -> Response:
-    return answer(request, exc, error_response)
+    return answer(request, exc, renderer_for(request.scope["path"]))
 
 
 async def _on_disconnected(request: Request, exc: Exception) -> Response:
@@ -257,7 +305,7 @@ async def _on_disconnected(request: Request, exc: Exception) -> Response:
 
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    return error_response(http_failure(exc), request_id(request))
+    return _render(request, http_failure(exc))
 
 
 def _is_number_too_long(cause: BaseException | None) -> bool:
@@ -280,7 +328,10 @@ def _unparsable_body(cause: BaseException | None) -> str | None:
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     rid = request_id(request)
     log.error("request %s: unhandled %s", rid, type(exc).__name__, exc_info=exc)
-    return error_response(Failure(500, "internal_error", "internal server error"), rid)
+    # a 500 in the path's shape, but for TEI's, which would make it an engine's 424
+    path = request.scope["path"]
+    render = error_response if path in _TEI_PATHS else renderer_for(path)
+    return render(Failure(500, "internal_error", "internal server error"), rid)
 
 
 # How a request's own failures are answered, wherever its route runs (the router, the hot path).

@@ -29,6 +29,7 @@ from service.api.dependencies import HttpClient, bearer_token, runtime_of
 from service.api.error_responses import answer, documented, http_failure, libretranslate_error
 from service.api.glossaries import glossary_store
 from service.api.hot_path import hot
+from service.api.schemas.common import FORMS, json_or_form
 from service.api.schemas.libretranslate import (
     Language,
     LibreTranslateErrorBody,
@@ -45,7 +46,6 @@ from service.serving.terminology import Terminology
 router = APIRouter(tags=["libretranslate"])
 Body = TypeVar("Body", bound=BaseModel)
 
-_FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
 _MAX_FORM_FIELDS = 2 * 2048 + 16  # q may repeat once per text
 
 
@@ -67,14 +67,6 @@ _ERRORS = documented(
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` in LibreTranslate's error shape, for a route answering only ``statuses``."""
     return {status: _ERRORS[status] for status in statuses}
-
-
-def json_or_form(schema: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route whose body ``parse_body`` reads by hand: ``schema``,
-    as JSON or as a form."""
-    fields = schema.model_json_schema()
-    content = {media: {"schema": fields} for media in ("application/json", *_FORMS)}
-    return {"requestBody": {"required": True, "content": content}}
 
 
 @router.post(
@@ -191,10 +183,10 @@ async def parse_body(request: Request, schema: type[Body]) -> tuple[Body, bool]:
     """The body as JSON or a form (LibreTranslate takes either), validated by ``schema``, and
     whether ``q`` was one string (then the answer is one string too)."""
     media = _media(request)
-    if media not in (*_FORMS, "application/json", ""):
+    if media not in (*FORMS, "application/json", ""):
         raise UnsupportedMediaType(f"send JSON or a form, not {media}")
     try:
-        if media in _FORMS:
+        if media in FORMS:
             form = await request.form(max_files=0, max_fields=_MAX_FORM_FIELDS)
             fields = _form_fields(form)
         else:

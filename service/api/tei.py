@@ -29,7 +29,7 @@ from service.api import rerank as rerank_api
 from service.api.dependencies import HttpClient, check_bearer_key, runtime_of
 from service.api.error_responses import answer, documented, http_failure, tei_error
 from service.api.hot_path import hot
-from service.api.schemas.common import json_response
+from service.api.schemas.common import documented_body, json_response
 from service.api.schemas.rerank import RerankRequest, TeiRank
 from service.api.schemas.tei import (
     TeiDecodeRequest,
@@ -68,10 +68,8 @@ _ERRORS = documented(
 )
 
 
-def _json_body(schema: type[BaseModel] | Any) -> dict[str, Any]:
-    """The OpenAPI request body of a route whose body is read here rather than by FastAPI."""
-    fields = schema if isinstance(schema, dict) else schema.model_json_schema()
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": fields}}}}
+def _json_body(schema: type[BaseModel] | dict[str, Any]) -> dict[str, Any]:
+    return documented_body(schema, "application/json")
 
 
 async def _in_tei_shape(request: Request, work: Callable[[Runtime, Any], Awaitable[Response]]) -> Response:

@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from service.api import (
     deepl,
     deepl_documents,
+    deepl_glossaries,
     detect,
     embed,
     files,
@@ -84,7 +85,8 @@ def create_app(
     app.include_router(libretranslate.router)  # its key may come in the body: checked in its routes
     app.include_router(detect.router)  # LibreTranslate's too
     app.include_router(deepl.router)  # DeepL's key header: checked in its routes
-    app.include_router(deepl_documents.router)  # DeepL's too
+    app.include_router(deepl_glossaries.router)  # DeepL's too
+    app.include_router(deepl_documents.router)
     app.include_router(files.router)  # /v1's behind the key; LibreTranslate's check theirs
     app.include_router(tei.router)  # answers in TEI's error shape, the key's refusals too
     if settings.playground:

@@ -16,10 +16,8 @@ from service.api.error_responses import (
     BodyNotUtf8,
     BodyTimeout,
     BodyTooLarge,
-    error_response,
     is_json,
-    libretranslate_error,
-    tei_error,
+    renderer_for,
 )
 from service.api.extensions import BODY_RECEIVED_EXTENSION, SERVER_TIMING_STAGES
 from service.metrics import INFLIGHT, REQUEST_LATENCY, REQUESTS, labelled
@@ -31,15 +29,6 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _new_ids = random.Random()
 _UTF8 = {"utf-8", "utf8"}
 _UTF16_OR_32_BOMS = (b"\xfe\xff", b"\xff\xfe")
-_LIBRETRANSLATE_PATHS = (
-    "/translate",
-    "/translate_file",
-    "/detect",
-    "/languages",
-    "/frontend/settings",
-    "/suggest",
-)  # {"error": ...}
-_TEI_PATHS = ("/", "/embed", "/similarity", "/tokenize", "/decode", "/info")  # {"error", "error_type"}
 
 
 def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
@@ -109,15 +98,7 @@ class BodyLimitMiddleware:
         headers = dict(scope.get("headers") or [])
         refusal = self._refusal(headers)
         if refusal is not None:
-            path = scope.get("path")
-            render = (
-                libretranslate_error
-                if path in _LIBRETRANSLATE_PATHS
-                else tei_error
-                if path in _TEI_PATHS
-                else error_response
-            )
-            response = render(refusal, None)
+            response = renderer_for(scope["path"])(refusal, None)
             response.headers["Connection"] = "close"
             await response(scope, receive, send)
             return

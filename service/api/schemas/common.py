@@ -61,6 +61,22 @@ OneOrManyTexts = Annotated[
 ]
 
 
+FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def documented_body(schema: type[BaseModel] | dict[str, Any], *media_types: str) -> dict[str, Any]:
+    """The OpenAPI request body (a route's ``openapi_extra``) of a route that reads its body by
+    hand: ``schema`` under each of ``media_types``."""
+    fields = schema if isinstance(schema, dict) else schema.model_json_schema()
+    content = {media: {"schema": fields} for media in media_types}
+    return {"requestBody": {"required": True, "content": content}}
+
+
+def json_or_form(schema: type[BaseModel]) -> dict[str, Any]:
+    """``documented_body`` of a body taken as JSON or as a form (LibreTranslate's, DeepL's)."""
+    return documented_body(schema, "application/json", *FORMS)
+
+
 class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 

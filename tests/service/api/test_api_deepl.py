@@ -144,7 +144,11 @@ async def test_translate_errors_in_deepls_shape(served: Served) -> None:
     wrong = {"Authorization": "DeepL-Auth-Key nope"}
     message(await served.client.post("/v2/translate", json=body, headers=wrong), 403)
     unserved = {**body, "target_lang": "JA"}
-    message(await served.client.post("/v2/translate", json=unserved, headers=KEY), 400)
+    refused = message(await served.client.post("/v2/translate", json=unserved, headers=KEY), 400)
+    assert refused.startswith("target_lang: 'ja' is not served"), refused  # DeepL's field name
+    from_unserved = {**body, "source_lang": "JA"}
+    refused = message(await served.client.post("/v2/translate", json=from_unserved, headers=KEY), 400)
+    assert refused.startswith("source_lang: "), refused
     no_source = {"text": ["a"], "target_lang": "DE", "glossary_id": "x"}
     assert "source_lang" in message(
         await served.client.post("/v2/translate", json=no_source, headers=KEY), 400
@@ -176,3 +180,22 @@ async def test_languages_pairs_and_usage(served: Served) -> None:
     await served.client.post("/v2/translate", json=body, headers=KEY)
     usage = (await served.client.get("/v2/usage", headers=KEY)).json()
     assert usage == {"character_count": 5, "character_limit": 1_000_000_000_000}
+
+
+@pytest.mark.parametrize(
+    "method, path, headers, status",
+    [
+        ("GET", "/v2/translate", {}, 405),
+        ("GET", "/v2/unknown", {}, 404),
+        ("GET", "/v2/glossaries/" + "x" * 300, {}, 400),  # longer than any glossary_id
+        # a form the parser cannot read, on a route that takes a body only optionally
+        ("POST", "/v2/languages", {"Content-Type": "multipart/form-data; boundary=x"}, 400),
+        ("POST", "/v2/usage", {"Content-Type": "multipart/form-data; boundary=x"}, 400),
+    ],
+)
+async def test_what_http_refuses_under_v2_is_in_deepl_s_shape(
+    served: Served, method: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    sent = b"--x\r\nContent-Disposition: form-data\r\n\r\nv\r\n--x--\r\n"  # a part with no name
+    r = await served.client.request(method, path, headers={**KEY, **headers}, content=sent)
+    assert message(r, status)

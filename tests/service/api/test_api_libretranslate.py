@@ -210,3 +210,31 @@ async def test_body_limits_answer_in_its_shape_too() -> None:
             "/translate", content=streamed(), headers={"Content-Type": "application/json"}
         )
         assert "larger than 1024 bytes" in lt_error(chunked, 413)
+
+
+@pytest.mark.parametrize(
+    "method, path, status",
+    [
+        ("GET", "/translate", 405),  # LibreTranslate's page and libretranslatepy POST it
+        ("PUT", "/detect", 405),
+        ("DELETE", "/languages", 405),
+        ("GET", "/translate_file", 405),
+        ("GET", "/suggest", 405),
+        ("GET", "/frontend/unknown", 404),
+        ("POST", "/translate/v2", 404),  # a path of its API not served here
+        ("GET", "/spec", 404),  # LibreTranslate's OpenAPI document: ours is /openapi.json
+        ("POST", "/download_file/x", 405),
+        ("GET", "/download_file/" + "x" * 300, 400),  # past the longest name given: its 400
+    ],
+)
+async def test_what_http_refuses_on_its_paths_is_in_its_shape(
+    served: Served, method: str, path: str, status: int
+) -> None:
+    """Its web page shows ``error`` as text: our object would read "[object Object]"."""
+    assert lt_error(await served.client.request(method, path), status)
+
+
+async def test_our_paths_keep_our_shape_for_the_same_refusals(served: Served) -> None:
+    for method, path in [("GET", "/v1/translate"), ("GET", "/v1/unknown"), ("GET", "/translated")]:
+        r = await served.client.request(method, path)
+        assert r.status_code in (404, 405) and isinstance(r.json()["error"], dict), r.text

@@ -3,6 +3,7 @@ the vectors /v1/embed's; and huggingface_hub's InferenceClient against a live se
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.servers import server_process, small_server_command
+from tests.servers import ServerProcess, artefact_env, server_process, service_command, small_server_command
 from tests.service.api.conftest import Served, serving, small_settings
 from tests.service.small_engines import HashEmbedder, ReverseTranslator
 from tests.tiny_bert import write_wordpiece_tokenizer
@@ -169,3 +170,66 @@ def test_huggingface_hub_inference_client_against_a_live_server(tmp_path: Path) 
             texts[0], [texts[0], texts[1]]
         )
         assert scores[0] == pytest.approx(1.0) and scores[1] < 1
+
+
+@pytest.fixture(scope="module")
+def embedder_and_reranker(
+    embedding_artefact: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """``python -m service`` serving a tiny exported embedder and a tiny exported cross-encoder
+    together (no translation model), with a key."""
+    from tests.tiny_cross_encoder import tiny_rerank_artefact
+
+    reranker = tiny_rerank_artefact(tmp_path_factory.mktemp("rerank"))
+    root = tmp_path_factory.mktemp("served")
+    for artefact in (embedding_artefact, reranker):
+        (root / artefact.parent.name).symlink_to(artefact.parent, target_is_directory=True)
+    env = artefact_env(root) | {
+        "TSERVE_TRANSLATE_MODEL": "",
+        "TSERVE_RERANK_MODEL": reranker.parent.name,
+        "TSERVE_API_KEYS": '["k1"]',
+        "TSERVE_MAX_WAIT_MS": "1",
+        "TSERVE_MAX_ITEMS_PER_REQUEST": "8",
+    }
+    with server_process(service_command(), env, root / "server.log") as server:
+        yield server
+
+
+def test_root_dispatches_by_the_body_with_a_reranker_served_too(embedder_and_reranker: ServerProcess) -> None:
+    """TEI's root answers as TEI serving each model would: ``inputs`` embeds (huggingface_hub's
+    ``feature_extraction``) or compares (``sentence_similarity``); ``query`` and ``texts`` rank
+    (huggingface_hub has no ranking call: plain HTTP), each as its own route answers."""
+    from huggingface_hub import InferenceClient
+
+    url, key = embedder_and_reranker.url, {"Authorization": "Bearer k1"}
+    client = InferenceClient(model=url, token="k1")
+    texts = ["a cat sleeps on the red ball", "the stock market fell"]
+    embedded = httpx.post(f"{url}/embed", json={"inputs": texts[0]}, headers=key).json()
+    np.testing.assert_allclose(client.feature_extraction(texts[0]), embedded, rtol=1e-6)
+    compared = httpx.post(
+        f"{url}/similarity", json={"inputs": {"source_sentence": "a cat", "sentences": texts}}, headers=key
+    ).json()
+    assert client.sentence_similarity("a cat", texts) == pytest.approx(compared, rel=1e-6)
+
+    body = {"query": "what does the cat do?", "texts": texts, "return_text": True}
+    ranked = httpx.post(f"{url}/", json=body, headers=key)
+    assert ranked.status_code == 200, ranked.text
+    assert ranked.json() == httpx.post(f"{url}/rerank", json=body, headers=key).json()
+    assert sorted(rank["index"] for rank in ranked.json()) == [0, 1]
+    assert [rank["text"] for rank in ranked.json()] == [texts[rank["index"]] for rank in ranked.json()]
+
+
+@pytest.mark.parametrize(
+    "body, status, error_type",
+    [
+        ({"query": "a cat", "texts": []}, 400, "empty"),
+        ({"query": "a cat", "texts": ["b"], "raw_scores": "yes"}, 422, "validation"),
+        ({"query": "a cat", "texts": ["b"], "truncation_direction": "Left"}, 422, "validation"),
+        ({"query": "a cat", "texts": ["b"] * 9}, 422, "validation"),  # TSERVE_MAX_ITEMS_PER_REQUEST
+    ],
+)
+def test_a_bad_rank_at_the_root_is_answered_in_teis_shape(
+    embedder_and_reranker: ServerProcess, body: dict[str, Any], status: int, error_type: str
+) -> None:
+    r = httpx.post(f"{embedder_and_reranker.url}/", json=body, headers={"Authorization": "Bearer k1"})
+    assert tei_error(r, status, error_type)
