@@ -10,10 +10,10 @@ follows can agree with the phrase. The words the phrase took the place of may no
 after it: a model that does not know the phrase would translate its source words again.
 
 With several phrases placed, the free tokens between their runs are forced too, and the model
-goes on after the last one. A phrase that aligns to nothing, has no source span, or whose run
-overlaps one already taken (two terms on one target word) is left to the constrained search
-over what follows (constraints.py), as are the phrases the free translation has after the last
-placed one.
+goes on after the last one; phrases whose runs overlap (two terms on one target word) share the
+runs' union, side by side. A phrase that aligns to nothing or has no source span is left to the
+constrained search over what follows (constraints.py), as are the phrases the free translation
+has after the last placed one.
 """
 
 from __future__ import annotations
@@ -52,27 +52,41 @@ def place(
         return None
     weights = word_weights(free.alignment, of_target, of_source, (of_target[-1] + 1, max(of_source) + 1))
     links = WordLinks(weights)
-    runs: list[tuple[int, int, str]] = []  # (first, last target word, phrase), in target order
+    found: list[tuple[int, int, str]] = []  # (first, last target word, phrase), in source order
     for phrase, span in phrases:
         words = _words_in(span, source, of_source)
         run = links.span(words) if words else None
-        if run is not None and all(run[1] < first or run[0] > last for first, last, _ in runs):
-            runs.append((*run, phrase))
-    if not runs:
+        if run is not None:
+            found.append((*run, phrase))
+    if not found:
         return None
-    runs.sort()
     prefix: list[int] = []
     replaced: set[int] = set()
     at = 0  # the free tokens forced so far
-    for first, last, phrase in runs:
+    for first, last, run_phrases in _merged(found):
         start = of_target.index(first)
         prefix += free.tokens[at:start]
-        prefix += spell(phrase, not prefix)
+        for phrase in run_phrases:
+            prefix += spell(phrase, not prefix)
         at = len(of_target) - of_target[::-1].index(last)
         replaced.update(
             free.tokens[i] for i in range(start, at) if i == start or of_target[i] != of_target[i - 1]
         )
-    return Placement(tuple(prefix), frozenset(phrase for _, _, phrase in runs), frozenset(replaced))
+    return Placement(tuple(prefix), frozenset(phrase for _, _, phrase in found), frozenset(replaced))
+
+
+def _merged(found: list[tuple[int, int, str]]) -> list[tuple[int, int, list[str]]]:
+    """The runs in target order, those that overlap as one with their phrases side by side in
+    their sources' order: two terms aligned to one word, as "U-Bahn" and "Bahnsteig" to "subway"."""
+    merged: list[tuple[int, int, list[int]]] = []  # (first, last, indices into ``found``)
+    for i in sorted(range(len(found)), key=lambda i: (found[i][0], i)):
+        first, last, _ = found[i]
+        if merged and first <= merged[-1][1]:
+            head, tail, held = merged[-1]
+            merged[-1] = (head, max(tail, last), [*held, i])
+        else:
+            merged.append((first, last, [i]))
+    return [(first, last, [found[i][2] for i in sorted(held)]) for first, last, held in merged]
 
 
 def _words_in(span: tuple[int, int] | None, source: Encoded, of_source: list[int]) -> list[int]:

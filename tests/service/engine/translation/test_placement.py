@@ -68,10 +68,12 @@ def test_a_phrase_with_no_source_span_or_no_alignment_is_not_placed() -> None:
     assert place(TokenHypothesis(FREE_TOKENS, -1.0, None), PIECES, SOURCE, [("Köter", (4, 8))], spell) is None
     unencoded = Encoded(SOURCE.ids, SOURCE.tokens, False)  # no offsets kept
     assert place(free, PIECES, unencoded, [("Köter", (4, 8))], spell) is None
-    # two phrases on the same target word: the first is placed, the second left to the search
-    one_word = TokenHypothesis(FREE_TOKENS, -1.0, aligned({0: 0, 1: 1, 2: 1, 3: 1, 4: 4}))
-    placed = place(one_word, PIECES, SOURCE, [("Köter", (4, 8)), ("Spielkugel", (9, 13))], spell)
-    assert placed is not None and placed.placed == {"Köter"}
+    # two phrases on one target word: side by side in their sources' order, over both runs
+    free = TokenHypothesis(FREE_TOKENS, -1.0, aligned({0: 0, 1: 1, 2: 3, 3: 4, 4: 4}))
+    placed = place(free, PIECES, SOURCE, [("Köter", (4, 8)), ("Spielkugel", (4, 13))], spell)
+    assert placed is not None and placed.placed == {"Köter", "Spielkugel"}
+    assert placed.prefix == (100, 200, 201, 300)  # "Zwei", then both over "Hunde spielen"
+    assert placed.replaced == {101, 102}
 
 
 def test_a_prefix_is_forced_and_scored_then_the_words_it_replaced_are_barred() -> None:
