@@ -28,7 +28,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP) tools
 	$(VENV)/bin/ruff check service export tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 ## Long reliability tests: full fuzzing, overload, soak.
 test-long: $(STAMP)

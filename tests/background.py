@@ -119,6 +119,7 @@ def _reap() -> None:
 def stop_all(config: pytest.Config) -> None:
     """At the end of the run, in its main process: every background command of the run that still
     runs is ended with its process group (a run cut short leaves nothing behind)."""
+    _reap()
     if is_worker():
         return
     for pid_file in (config_run_folder(config) / "background").glob("*/pid"):

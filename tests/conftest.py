@@ -2,12 +2,11 @@
 tiny real artefacts that tests across the tree use, each trained or exported once per run by the
 export code itself (a fixture imported into a module would be a second one, built again), for
 all of pytest-xdist's workers (tests/background.py); the default models' artefacts of the e2e
-and image tests, their export started as soon as collection ends; and the order and the xdist
-groups of the tests (``pytest_collection_modifyitems``).
+and image tests, their export started as soon as collection ends; and the order of the test
+files (``pytest_collection_modifyitems``).
 
-`make test` runs the suite on two xdist workers, ``--dist loadgroup``: a test module goes to one
-worker whole (its module fixtures built once), and the modules that share a served default
-model go together.
+`make test` runs the suite on two xdist workers, ``--dist loadfile --no-loadscope-reorder``: a
+test file goes to one worker whole (its module fixtures built once), in the order set here.
 """
 
 from __future__ import annotations
@@ -24,32 +23,23 @@ if TYPE_CHECKING:
 
 DEFAULT_ARTEFACTS = "default_artefacts"
 IMAGE = "cpu_image"  # tests/deploy/conftest.py: the CPU image, built in the background
-# Session fixtures serving the default models (tests/e2e/conftest.py): their modules share a worker.
-SERVED_DEFAULT_MODELS = frozenset({"service", "int8_service"})
 _default_export: list[DefaultArtefacts] = []  # the session's, once started
-
-
-def _fixtures(item: pytest.Item) -> set[str]:
-    return set(getattr(item, "fixturenames", ()))
 
 
 def _waits_for(item: pytest.Item) -> int:
     """0: nothing; 1: the default models' export; 2: the image (which serves them too)."""
-    fixtures = _fixtures(item)
+    fixtures = getattr(item, "fixturenames", ())
     return 2 if IMAGE in fixtures else 1 if DEFAULT_ARTEFACTS in fixtures else 0
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests that wait for a background job last, the image's after the export's, so that the
-    job runs beside the others instead of before its own; each file its own xdist group, but the
-    files that use a served default model, which share one."""
-    items.sort(key=_waits_for)  # stable: in their order otherwise
-    if not config.pluginmanager.hasplugin("xdist"):  # its marker is unknown without it
-        return
-    shared = {item.path for item in items if SERVED_DEFAULT_MODELS & _fixtures(item)}
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test files that wait for a background job last, the image's after the export's, each
+    file whole (xdist gives a file to one worker, in this order): the jobs run beside the other
+    tests instead of before their own."""
+    waits: dict[Path, int] = {}
     for item in items:
-        group = "served-default-models" if item.path in shared else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        waits[item.path] = max(waits.get(item.path, 0), _waits_for(item))
+    items.sort(key=lambda item: waits[item.path])  # stable: in their order otherwise
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
