@@ -22,11 +22,13 @@ tools: $(STAMP)
 serve: $(STAMP)
 	$(PY) -m service
 
-## Lint, type-check and run the test suite (what CI runs).
+## Lint, type-check and run the test suite (what CI runs) on TEST_WORKERS pytest-xdist workers,
+## each test file on one worker (tests/conftest.py); the 20 slowest steps are listed at the end.
+TEST_WORKERS ?= 2
 test: $(STAMP) tools
 	$(VENV)/bin/ruff check service export tests benchmarks
 	$(VENV)/bin/mypy
-	$(PY) -m pytest --durations=20
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 ## Long reliability tests: full fuzzing, overload, soak.
 test-long: $(STAMP)

@@ -1,22 +1,45 @@
 """Shared test settings: one CPU thread for torch (the machine is shared with training runs); the
-tiny real artefacts that tests across the tree use, each trained or exported once per session
-by the export code itself (a fixture imported into a module would be a second one, built again);
-and the default models' artefacts of the e2e and image tests, their export started as soon as
-collection ends."""
+tiny real artefacts that tests across the tree use, each trained or exported once per run by the
+export code itself (a fixture imported into a module would be a second one, built again), for
+all of pytest-xdist's workers (tests/background.py); the default models' artefacts of the e2e
+and image tests, their export started as soon as collection ends; and the order of the test
+files (``pytest_collection_modifyitems``).
+
+`make test` runs the suite on two xdist workers, ``--dist loadfile --no-loadscope-reorder``: a
+test file goes to one worker whole (its module fixtures built once), in the order set here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.background import built_once, config_run_folder, run_folder, stop_all
+
 if TYPE_CHECKING:
     from tests.e2e.real_models import DefaultArtefacts
 
 DEFAULT_ARTEFACTS = "default_artefacts"
+IMAGE = "cpu_image"  # tests/deploy/conftest.py: the CPU image, built in the background
 _default_export: list[DefaultArtefacts] = []  # the session's, once started
+
+
+def _waits_for(item: pytest.Item) -> int:
+    """0: nothing; 1: the default models' export; 2: the image (which serves them too)."""
+    fixtures = getattr(item, "fixturenames", ())
+    return 2 if IMAGE in fixtures else 1 if DEFAULT_ARTEFACTS in fixtures else 0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test files that wait for a background job last, the image's after the export's, each
+    file whole (xdist gives a file to one worker, in this order): the jobs run beside the other
+    tests instead of before their own."""
+    waits: dict[Path, int] = {}
+    for item in items:
+        waits[item.path] = max(waits.get(item.path, 0), _waits_for(item))
+    items.sort(key=lambda item: waits[item.path])  # stable: in their order otherwise
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -28,22 +51,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if any(DEFAULT_ARTEFACTS in getattr(item, "fixturenames", ()) for item in session.items):
         from tests.e2e.real_models import DefaultArtefacts
 
-        _default_export.append(DefaultArtefacts(cache.mkdir("e2e-artefacts")))
+        run = config_run_folder(session.config)
+        _default_export.append(DefaultArtefacts(cache.mkdir("e2e-artefacts"), run))
 
 
-def pytest_sessionfinish() -> None:
-    for export in _default_export:
-        export.stop()
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    stop_all(session.config)
 
 
 @pytest.fixture(scope="session")
-def default_artefacts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def default_artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fp32 and int8 of the default models (tests/e2e/real_models.py), exported once."""
     if not _default_export:
         from tests.e2e.real_models import DefaultArtefacts
 
-        _default_export.append(DefaultArtefacts(tmp_path_factory.mktemp("e2e-artefacts")))
-    yield _default_export[0].result()
+        run = run_folder(tmp_path_factory.getbasetemp())
+        _default_export.append(DefaultArtefacts(run / "e2e-artefacts", run))
+    return _default_export[0].result()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -62,7 +86,11 @@ def translation_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     from tests.tiny_models import tiny_translation_checkpoint
 
-    return tiny_translation_checkpoint(tmp_path_factory.mktemp("checkpoints") / "tiny-en-de")
+    return built_once(
+        tmp_path_factory,
+        "translation-checkpoint",
+        lambda folder: tiny_translation_checkpoint(folder / "tiny-en-de"),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -70,8 +98,11 @@ def translation_artefact(translation_checkpoint: Path, tmp_path_factory: pytest.
     """<root>/tiny-en-de/fp32, verified against PyTorch by export_translation."""
     from export.translation import export_translation
 
-    (directory,) = export_translation(translation_checkpoint, tmp_path_factory.mktemp("artefacts"), ["fp32"])
-    return directory
+    def export(folder: Path) -> Path:
+        (directory,) = export_translation(translation_checkpoint, folder, ["fp32"])
+        return directory
+
+    return built_once(tmp_path_factory, "translation-fp32", export)
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +111,9 @@ def embedding_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("transformers")
     from tests.tiny_models import tiny_bert_dir
 
-    return tiny_bert_dir(tmp_path_factory.mktemp("sources") / "tiny-bert")
+    return built_once(
+        tmp_path_factory, "embedding-source", lambda folder: tiny_bert_dir(folder / "tiny-bert")
+    )
 
 
 @pytest.fixture(scope="session")
@@ -88,14 +121,24 @@ def embedding_artefact(embedding_source: Path, tmp_path_factory: pytest.TempPath
     """<root>/tiny-bert/fp32, written and verified by export_embedding."""
     from export.embedding import export_embedding
 
-    (directory,) = export_embedding(embedding_source, tmp_path_factory.mktemp("artefacts"), ["fp32"])
-    return directory
+    def export(folder: Path) -> Path:
+        (directory,) = export_embedding(embedding_source, folder, ["fp32"])
+        return Path(directory)
+
+    return built_once(tmp_path_factory, "embedding-fp32", export)
 
 
 @pytest.fixture(scope="session")
-def translation_fp16(translation_checkpoint: Path, translation_artefact: Path) -> Path:
+def translation_fp16(
+    translation_checkpoint: Path, translation_artefact: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The same model's fp16 variant (float16 memory and cache), next to the fp32 one."""
     from export.translation import export_translation
 
-    (directory,) = export_translation(translation_checkpoint, translation_artefact.parent.parent, ["fp16"])
-    return directory
+    def export(_: Path) -> Path:
+        (directory,) = export_translation(
+            translation_checkpoint, translation_artefact.parent.parent, ["fp16"]
+        )
+        return directory
+
+    return built_once(tmp_path_factory, "translation-fp16", export)

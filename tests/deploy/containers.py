@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -82,23 +83,20 @@ class BackgroundBuild:
     knows it needs the image, so the build runs beside the tests that do not (a first build
     exports the default models: minutes of a 2-core machine's time, most of it the build's)."""
 
-    def __init__(self, engine: Engine, flavour: str, tag: str) -> None:
+    def __init__(self, engine: Engine, flavour: str, tag: str, run: Path) -> None:
         self.engine, self.flavour, self.tag = engine, flavour, tag
-        self.process = BackgroundProcess(["bash", str(BUILD_SCRIPT), flavour, tag], REPO, engine.env)
+        command = ["bash", str(BUILD_SCRIPT), flavour, tag]
+        self.process = BackgroundProcess(run, f"image-{flavour}", command, REPO, engine.env)
 
     def result(self) -> Build:
         """The built image, once the build is over; a failed one fails the test naming why."""
         try:
             code, output = self.process.wait(BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self.stop()
             pytest.fail(f"docker/build.sh {self.flavour} took more than {BUILD_TIMEOUT_S} s")
         assert code == 0, f"docker/build.sh {self.flavour} failed:\n{output}"
         size = int(self.engine.ok("image", "inspect", "--format", "{{.Size}}", self.tag).strip())
-        return Build(self.tag, time.monotonic() - self.process.started, size)
-
-    def stop(self) -> None:
-        self.process.stop()
+        return Build(self.tag, time.time() - self.process.started, size)
 
 
 def wait_for_status(

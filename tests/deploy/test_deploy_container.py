@@ -3,7 +3,8 @@
 Built by docker/build.sh (docker where an engine answers, else podman) from this repository,
 started with host networking on a free port, and checked against `python -m service` serving
 the same models from a local export: same translations, same embedding, readiness, metrics,
-the user, no torch, the HEALTHCHECK, and the drain on SIGTERM.
+the user, no torch, the HEALTHCHECK, and the drain on SIGTERM; and its environment as the deps
+stage made it: every module of `service` imports, and without artefacts the service exits 1.
 """
 
 from __future__ import annotations
@@ -129,6 +130,34 @@ def test_sigterm_drains_then_exits_0(engine: Engine, container: Container) -> No
     waited = engine("wait", container.name, timeout=DRAIN_DELAY_S + SHUTDOWN_GRACE_S + 15)
     assert waited.returncode == 0, waited.stderr
     assert waited.stdout.strip() == "0", f"exit code {waited.stdout.strip()}\n{container.logs()}"
+
+
+# Every module of `service`, imported in the image's environment (`pip install .` without the
+# checkpoint, the deps stage): a dependency the project does not declare would crash the image at
+# start. Run with no models (the entry point's own message in this case is the next test's).
+IMPORT_EVERY_MODULE = (
+    "import importlib, importlib.util, pkgutil, sys, service\n"
+    "assert importlib.util.find_spec('torch') is None, 'torch installed'\n"
+    "for m in pkgutil.walk_packages(service.__path__, 'service.'):\n"
+    "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+    "assert 'torch' not in sys.modules\n"
+    "print('ok')\n"
+)
+
+
+def test_every_module_of_the_service_imports_in_the_image_without_torch(
+    engine: Engine, cpu_image: Build
+) -> None:
+    ran = engine("run", "--rm", "--entrypoint", "python", cpu_image.image, "-c", IMPORT_EVERY_MODULE)
+    assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran.stdout[-3000:] + ran.stderr[-3000:]
+
+
+def test_without_artefacts_the_image_exits_1_naming_them(engine: Engine, cpu_image: Build) -> None:
+    """TSERVE_AUTO_EXPORT=false (the image's) and an empty artefact root: the service must not
+    start, and say where it looked."""
+    ran = engine("run", "--rm", "--env", "TSERVE_ARTEFACT_ROOT=/tmp/no-artefacts", cpu_image.image)
+    assert ran.returncode == 1, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "/tmp/no-artefacts" in ran.stdout + ran.stderr
 
 
 def test_image_layout(engine: Engine, cpu_image: Build) -> None:

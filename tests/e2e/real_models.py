@@ -56,10 +56,11 @@ def is_current(root: Path) -> bool:
 
 class DefaultArtefacts:
     """The default models' artefacts for the tests that serve them: ``.artefacts/`` when current,
-    else ``python -m export default`` into ``cache``, started at once in a process of its own so
-    that it runs beside other tests until ``result`` is asked for."""
+    else ``python -m export default`` into ``cache``, started at once in a process of its own (one
+    for the test run ``run``, tests/background.py) so that it runs beside other tests until
+    ``result`` is asked for."""
 
-    def __init__(self, cache: Path) -> None:
+    def __init__(self, cache: Path, run: Path) -> None:
         if missing := [str(path) for path in CHECKPOINTS.values() if not path.is_file()]:
             raise FileNotFoundError(f"no default translation checkpoint: {', '.join(missing)}")
         self.cache = cache
@@ -70,7 +71,7 @@ class DefaultArtefacts:
         self.root = cache
         command = [sys.executable, "-m", "export", "default", "--out", str(cache), "--threads", "1"]
         command += [arg for variant in VARIANTS for arg in ("--variant", variant)]
-        self.process = BackgroundProcess(command, ROOT)
+        self.process = BackgroundProcess(run, "default-export", command, ROOT)
 
     def result(self) -> Path:
         if self.process is None:
@@ -81,10 +82,6 @@ class DefaultArtefacts:
         if not is_current(self.cache):
             raise RuntimeError(f"the export left no current artefacts in {self.cache}:\n{log}")
         return self.cache
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
 
 
 def served_env(root: Path, variant: str, **overrides: str) -> dict[str, str]:

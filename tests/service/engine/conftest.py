@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.background import built_once
+
 
 @pytest.fixture(scope="session")
 def shortlist_artefact(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -15,9 +17,12 @@ def shortlist_artefact(translation_checkpoint: Path, tmp_path_factory: pytest.Te
 
     from export.translation import export_translation
 
-    root = tmp_path_factory.mktemp("shortlist")
-    vocab = Tokenizer.from_file(str(translation_checkpoint / "tokenizer.json")).get_vocab()
-    vmap = root / "identity.vmap"
-    vmap.write_text("".join(f"{t}\t{t}\n" for t in sorted(vocab) if not t.startswith("<")), encoding="utf-8")
-    (directory,) = export_translation(translation_checkpoint, root / "artefacts", ["int8"], vmap=vmap)
-    return directory
+    def export(root: Path) -> Path:
+        vocab = Tokenizer.from_file(str(translation_checkpoint / "tokenizer.json")).get_vocab()
+        vmap = root / "identity.vmap"
+        lines = [f"{t}\t{t}\n" for t in sorted(vocab) if not t.startswith("<")]
+        vmap.write_text("".join(lines), encoding="utf-8")
+        (directory,) = export_translation(translation_checkpoint, root / "artefacts", ["int8"], vmap=vmap)
+        return directory
+
+    return built_once(tmp_path_factory, "shortlist-int8", export)
