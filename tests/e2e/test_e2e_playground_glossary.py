@@ -122,7 +122,7 @@ def test_the_page_finds_the_terms_and_spans_the_service_requires(
     terms = SentenceTerms(TermMatcher(ENTRIES), tuple(KEPT))
     for sentence, page_found in zip(SENTENCES, found, strict=True):
         masked, required = terms.prepare(sentence)
-        service_terms = [r for r in required if r not in masked.placeholders]
+        service_terms = [phrase for phrase, _ in required if phrase not in masked.placeholders]
         assert page_found["terms"] == service_terms, sentence
         assert sorted(page_found["kept"]) == sorted({span for _, span in masked.kept}), sentence
     assert found[2]["terms"] == ["Hund"] and found[6]["kept"] == ["shopping cart {user}", "{user}"]
