@@ -98,7 +98,3 @@ class TermMatcher:
             if all(match.end <= t.start or match.start >= t.end for t in taken):
                 taken.append(match)
         return sorted(taken, key=lambda m: m.start)
-
-    def required(self, sentence: str) -> tuple[str, ...]:
-        """The target terms of the matches in ``sentence``, each once, in order of appearance."""
-        return tuple(dict.fromkeys(m.entry.target for m in self.matches(sentence)))
