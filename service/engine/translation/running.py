@@ -28,6 +28,9 @@ from service.engine.translation.sentence_search import EarlyStopping, Prefix, Se
 from service.engine.translation.shortlist import VocabularyMap
 from service.metrics import CONSTRAINED_SENTENCES, labelled
 
+# The candidates of a step where a forced prefix ends (a placed term): enough that one of them
+# starts a new word, where the best few of a word the model does not know all glue onto it
+PREFIX_END_WIDTH = 128
 ENCODER_ROWS = 64  # sentences per encoder run at most: more gain nothing, and it bounds the cut's search
 
 
@@ -222,7 +225,10 @@ class RunningDecode:
             again, self._again = self._again, []
             self._start(again)
         self.decoder.with_attention = self.search.with_attention
-        width = min(2 * self.search.widest_beam, self.shape.vocab_size)
+        width = 2 * self.search.widest_beam
+        if any(s.at_prefix_end for s in self._forcing):
+            width = max(width, PREFIX_END_WIDTH)
+        width = min(width, self.shape.vocab_size)
         wanted = self.search.wanted_tokens()
         scores, attention = self.decoder.step_candidates(self.search.last_tokens(), width, wanted)
         rows, finished = self.search.advance(scores, attention)

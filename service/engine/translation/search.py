@@ -313,10 +313,9 @@ class Search:
         block = None
         if attention is not None and s.with_attention:
             block = attention[start : start + s.k, : s.source_len]
-        continuations = s.forced(start, log_probs) or [
-            *zip(ranked.rows[0].tolist(), ranked.tokens[0].tolist(), ranked.scores[0].tolist(), strict=True),
-            *s.constraint_continuations(start, log_probs),
-        ]
+        rows, tokens, scores = ranked.rows[0].tolist(), ranked.tokens[0].tolist(), ranked.scores[0].tolist()
+        best = s.after_prefix(start, log_probs) if s.at_prefix_end else zip(rows, tokens, scores, strict=True)
+        continuations = s.forced(start, log_probs) or [*best, *s.constraint_continuations(start, log_probs)]
         return s.advance(continuations, block, self.eos_id)
 
     def _settle(self, leaving: np.ndarray, parents: np.ndarray, tokens: np.ndarray | None) -> np.ndarray:

@@ -142,6 +142,26 @@ class SentenceSearch:
         at = self.steps - (self.forced_first is not None)
         return self.prefix.tokens[at] if 0 <= at < len(self.prefix.tokens) else None
 
+    @property
+    def at_prefix_end(self) -> bool:
+        """Whether the next step is the first after its forced prefix: the one where the pieces
+        that would glue themselves to the prefix's last word are barred (``Prefix.not_after``)."""
+        return self.prefix is not None and self.steps - (self.forced_first is not None) == len(
+            self.prefix.tokens
+        )
+
+    def after_prefix(self, start: int, log_probs: Any) -> list[tuple[int, int, float]]:
+        """The continuations of its one live row at its prefix's end, every candidate the step
+        gave (a wide step: ``RunningDecode.step``), best first: after a word the model does not
+        know, its best few are often all pieces that would glue themselves to it."""
+        score = float(self.scores[0])
+        if isinstance(log_probs, np.ndarray):
+            row = log_probs[start]
+            tokens = np.argsort(-row, kind="stable")
+            return [(0, int(t), score + float(row[t])) for t in tokens.tolist()]
+        lps, tokens = log_probs.log_probs[start].tolist(), log_probs.tokens[start].tolist()
+        return [(0, t, score + lp) for t, lp in zip(tokens, lps, strict=True)]
+
     def forced(self, start: int, log_probs: Any) -> list[tuple[int, int, float]] | None:
         """The step's one continuation when its token is forced (the first token; a prefix
         token, scored by ``log_probs``, the step's, where its rows start at ``start``), else None."""

@@ -6,6 +6,7 @@ exported model through OnnxTranslator."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,8 +15,10 @@ from prometheus_client import REGISTRY
 from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import Encoded, TranslateItem, TranslateOptions
 from service.engine.session import SessionConfig
-from service.engine.translation.decoding import DeviceBackend
+from service.engine.translation.decoding import Decoder, DeviceBackend
 from service.engine.translation.placement import place
+from service.engine.translation.running import PREFIX_END_WIDTH
+from service.engine.translation.search import Candidates, Search
 from service.engine.translation.sentence_search import Prefix, SentenceSearch, TokenHypothesis
 from service.engine.translation.translator import OnnxTranslator
 from service.engine.translation.word_alignment import source_words, target_words
@@ -97,6 +100,25 @@ def test_a_prefix_is_forced_and_scored_then_the_words_it_replaced_are_barred() -
     assert search.history[0, -1] == 3
 
 
+def test_after_a_prefix_the_next_word_comes_from_the_wide_steps_candidates() -> None:
+    """After a placed word the model does not know, its best few continuations all glue onto it
+    (pieces without ``▁``): the search then takes its first candidate that starts a new word, from
+    every candidate the wide step gave, never a glued one."""
+    eos, glue = 1, frozenset(range(10, 30))
+    search = Search(bos_id=0, eos_id=eos)
+    sentence = SentenceSearch(0, beam_size=2, max_len=10, prefix=Prefix((5,), glue))
+    search.extend([sentence])
+    forced = Candidates(np.zeros((1, 4), np.float32), np.full((1, 4), 5), np.zeros((1, 1), np.float32))
+    search.advance(forced, None)
+    assert sentence.at_prefix_end and sentence.history[0].tolist() == [5]
+    ranked = [*range(10, 30), 7, 8, 9]  # twenty glue pieces first, then word starts
+    scores = -np.arange(len(ranked), dtype=np.float32) / 10
+    wide = Candidates(np.tile(scores, (2, 1)), np.tile(ranked, (2, 1)))
+    search.advance(wide, None)
+    assert not sentence.at_prefix_end
+    assert sorted(sentence.history[:, -1].tolist()) == [7, 8]  # the beam's two best word starts
+
+
 @pytest.fixture(scope="module")
 def translator(translation_artefact: Path) -> OnnxTranslator:
     return OnnxTranslator(translation_artefact, SessionConfig("cpu", 1))
@@ -140,6 +162,25 @@ def test_a_term_the_model_does_not_write_goes_where_its_source_word_aligned(
             ids = [translator.tokenizer.token_to_id(t) for t in best.tokens]
             assert tuple(ids[: len(plan.prefix)]) == plan.prefix
     assert placed_count(translator) - before == 2 * sum(p is not None for p in plans) > 0
+
+
+def test_the_step_where_a_placed_term_ends_is_wide(
+    translator: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decoder is asked for ``PREFIX_END_WIDTH`` candidates on the step after a placed term,
+    and for its rows' 2·k on the others (one row while the prefix is forced, then the beam)."""
+    item = placed_items(translator)[0]
+    widths: list[int] = []
+    step = Decoder.step_candidates
+
+    def recorded(self: Decoder, last: np.ndarray, n: int, wanted: np.ndarray | None = None) -> Any:
+        widths.append(n)
+        return step(self, last, n, wanted)
+
+    monkeypatch.setattr(Decoder, "step_candidates", recorded)
+    ok(translator.translate([item])[0])
+    wide = min(PREFIX_END_WIDTH, translator.manifest.vocab_size)
+    assert widths.count(wide) == 1 and set(widths) == {wide, 2, 2 * item.options.beam_size}
 
 
 def placed_items(engine: OnnxTranslator) -> list[TranslateItem]:
