@@ -14,9 +14,12 @@ place.
 
 Between steps (``search.IncrementalDecoder.reorder``) a row that keeps its place costs nothing;
 a row that takes another row's history (a beam that wins twice, a sentence moved into the place
-of one that left) gets that row's cache columns so far. Joining writes each new sentence's memory
-once; when a sentence leaves, the last memory slot moves into its place. Buffers grow (amortised)
-when rows, sentences, source width or history outgrow them and are let go when the decode empties.
+of one that left) gets that row's cache columns from the first one that differs: every column a
+step computes gets an id (``_lineage``), copied with it, so two beams of one sentence that share
+their first tokens hold the very same columns for them and only the later ones move. Joining
+writes each new sentence's memory once; when a sentence leaves, the last memory slot moves into
+its place. Buffers grow (amortised) when rows, sentences, source width or history outgrow them
+and are let go when the decode empties.
 
 With a vocabulary shortlist (the backend's decoder is decoder_shortlist.onnx, export/graphs/shortlist.py)
 every sentence joins with its own list of target ids; a step feeds their union and each row's mask
@@ -112,6 +115,10 @@ class SlotDecoder(Decoder):
         self._memory = self._buffers(0, 0)  # the same: sentence slots
         self._mask = np.zeros((0, 0), dtype=np.int64)  # (sentence slots, S)
         self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
+        # (row slots, cache columns): which step's computation each column of a slot holds
+        # (-1: zeros), so that a reorder copies only the columns that differ
+        self._lineage = np.full((0, 0), -1, dtype=np.int64)
+        self._next_column = 0  # the next id ``_lineage`` gives
         self._sentence = np.zeros(0, dtype=np.int64)  # which sentence a row decodes
         self._held = np.zeros(0, dtype=np.int64)  # which sentence a memory slot holds
         self._fold: tuple[np.ndarray, np.ndarray] | None = None  # (sentence_rows, beam_index)
@@ -135,6 +142,9 @@ class SlotDecoder(Decoder):
         if new_rows > have_rows or longer:
             length = max(cache_len, 2 * have_cache, _FIRST_CACHE_LEN) if longer else have_cache
             self._cache = self._regrown(self._cache, new_rows, length, self._rows)
+            lineage = np.full((new_rows, length), -1, dtype=np.int64)
+            lineage[: self._rows, : self._lineage.shape[1]] = self._lineage[: self._rows]
+            self._lineage = lineage
         if new_sentences > have_sentences or wider:
             width = max(source_len, self.source_len)
             self._memory = self._regrown(self._memory, new_sentences, width, self._sentences)
@@ -206,6 +216,8 @@ class SlotDecoder(Decoder):
         binding = self._binding_for(n, top_k, full)
         self._last[:n, 0] = last_tokens
         self.backend.decoder.run_with_iobinding(binding)
+        self._lineage[np.arange(n), self._positions[:n]] = self._next_column + np.arange(n)
+        self._next_column += n
         self._positions[:n] += 1
         attn = self._outputs[CROSS_ATTENTION].copy() if self.with_attention else None
         if not top_k:
@@ -281,10 +293,7 @@ class SlotDecoder(Decoder):
         regrouped = len(rows) != self._rows
         if len(moved):
             src = rows[moved]
-            length = int(self._positions[src].max())
-            if length:
-                for buffer in self._cache:  # the right side is gathered first: overlaps are safe
-                    buffer[moved, :, :length] = buffer[src, :, :length]
+            self._copy_history(moved, src)
             regrouped = regrouped or bool(np.any(self._sentence[src] != self._sentence[moved]))
             self._positions[moved] = self._positions[src]
             self._sentence[moved] = self._sentence[src]
@@ -292,6 +301,25 @@ class SlotDecoder(Decoder):
         if regrouped:
             self._drop_left_sentences()
             self._fold = None
+
+    def _copy_history(self, moved: np.ndarray, src: np.ndarray) -> None:
+        """Row ``moved[i]`` takes row ``src[i]``'s history: the columns from the first whose
+        computation differs (``_lineage``), in a few groups by that column, every source read
+        before any row is written (a row may be both)."""
+        length = int(self._positions[src].max())
+        if not length:
+            return
+        differs = self._lineage[moved, :length] != self._lineage[src, :length]
+        first = np.where(differs.any(axis=1), differs.argmax(axis=1), length)
+        groups = [
+            (moved[part], src[part], int(first[part].min()))
+            for part in _copy_groups(first)
+            if first[part].min() < length
+        ]
+        for buffer in (*self._cache, self._lineage[:, None, :]):
+            read = [buffer[s, :, start:length] for _, s, start in groups]
+            for (m, _, start), columns in zip(groups, read, strict=True):
+                buffer[m, :, start:length] = columns
 
     def _drop_left_sentences(self) -> None:
         """Free the memory slots of sentences no row decodes any more: the last slots in use move
@@ -308,6 +336,21 @@ class SlotDecoder(Decoder):
             self._mask[gaps] = self._mask[last]
             self._held[gaps] = self._held[last]
         self._sentences = keep
+
+
+COPY_GROUPS = 3  # copies a reorder makes per buffer at most: rows whose first differing column is near
+
+
+def _copy_groups(first: np.ndarray) -> list[np.ndarray]:
+    """The moved rows (their indices) in at most ``COPY_GROUPS`` groups of near first differing
+    columns, cut at the widest gaps between them; each group is copied from its smallest: the
+    beams of one step mostly differ in their last columns, a sentence moved into another's place
+    in all of them."""
+    order = np.argsort(first, kind="stable")
+    gaps = np.diff(first[order])
+    cuts = np.sort(np.argsort(-gaps, kind="stable")[: COPY_GROUPS - 1])
+    cuts = cuts[gaps[cuts] > 0]
+    return np.split(order, cuts + 1)
 
 
 def _grown(wanted: int, have: int) -> int:

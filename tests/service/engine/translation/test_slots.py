@@ -9,6 +9,7 @@ import pytest
 
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
+from service.engine.translation import slots
 from service.engine.translation.running import RunningDecode
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 from service.engine.translation.slots import SlotDecoder, fold_beams
@@ -98,3 +99,39 @@ def test_a_row_scores_the_same_whatever_the_width_of_the_folded_step(translator:
     for other in widths[1:]:
         for want, have in zip(widths[0], other, strict=True):
             assert np.array_equal(want, have)
+
+
+def test_a_reorder_copies_only_the_columns_that_differ_and_every_row_gets_its_whole_history(
+    translator: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beams that share their first tokens share those cache columns: a row that takes another
+    row's history gets only the columns from the first one computed apart, and then holds
+    exactly that row's history."""
+    copies: list[int] = []  # columns copied, per reorder
+    grouped = slots._copy_groups
+
+    def counted(first: np.ndarray) -> list[np.ndarray]:
+        parts = grouped(first)
+        copies.append(sum(len(p) * (length - int(first[p].min())) for p in parts if first[p].min() < length))
+        return parts
+
+    monkeypatch.setattr(slots, "_copy_groups", counted)
+    options = TranslateOptions(beam_size=4)
+    decode = translator.new_decode()
+    decode.admit([("a", translator.encode([TEXTS[0]])[0], options)])
+    decoder = decode.decoder
+    assert isinstance(decoder, SlotDecoder) and decoder.rows == 4
+    tokens = np.arange(4, dtype=np.int64) + 10
+    # the rows a reorder keeps, after each step, and the columns it copies: row 0's first column
+    # to the three others; then only the second of rows 0 and 1 (all four share the first); then
+    # rows 0, 2 and 3 differ from their sources from the second column on, row 1 at the third;
+    # then rows 1, 2 and 3 differ from row 0 at the fourth, third and second
+    plan = [([0, 0, 0, 0], 3), ([0, 1, 0, 1], 2), ([3, 3, 1, 2], 2 + 1 + 2 + 2), ([0, 0, 0, 0], 1 + 2 + 3)]
+    for rows, columns in plan:
+        decoder.step_candidates(tokens, 8)
+        length = int(decoder._positions[:4].max())
+        before = [b[:4].copy() for b in decoder._cache]
+        decoder.reorder(np.array(rows))
+        assert copies.pop() == columns
+        for buffer, old in zip(decoder._cache, before, strict=True):
+            assert all(np.array_equal(buffer[i, :, :length], old[r, :, :length]) for i, r in enumerate(rows))
