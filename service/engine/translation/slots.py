@@ -29,6 +29,7 @@ over it, which change only when sentences join or leave (``shortlist.StepVocabul
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import onnxruntime as ort
@@ -317,6 +318,10 @@ class SlotDecoder(Decoder):
             if first[part].min() < length
         ]
         for buffer in (*self._cache, self._lineage[:, None, :]):
+            if len(groups) == 1:  # the right side is gathered first: overlaps are safe
+                m, s, start = groups[0]
+                buffer[m, :, start:length] = buffer[s, :, start:length]
+                continue
             read = [buffer[s, :, start:length] for _, s, start in groups]
             for (m, _, start), columns in zip(groups, read, strict=True):
                 buffer[m, :, start:length] = columns
@@ -339,6 +344,7 @@ class SlotDecoder(Decoder):
 
 
 COPY_GROUPS = 3  # copies a reorder makes per buffer at most: rows whose first differing column is near
+GROUPED_ROWS = 16  # fewer moved rows are copied as one group: their columns cost less than the calls
 
 
 def _copy_groups(first: np.ndarray) -> list[np.ndarray]:
@@ -346,11 +352,13 @@ def _copy_groups(first: np.ndarray) -> list[np.ndarray]:
     columns, cut at the widest gaps between them; each group is copied from its smallest: the
     beams of one step mostly differ in their last columns, a sentence moved into another's place
     in all of them."""
+    if len(first) < GROUPED_ROWS:
+        return [np.arange(len(first))]
     order = np.argsort(first, kind="stable")
     gaps = np.diff(first[order])
     cuts = np.sort(np.argsort(-gaps, kind="stable")[: COPY_GROUPS - 1])
-    cuts = cuts[gaps[cuts] > 0]
-    return np.split(order, cuts + 1)
+    bounds = [0, *(cuts[gaps[cuts] > 0] + 1).tolist(), len(order)]
+    return [order[a:b] for a, b in pairwise(bounds)]
 
 
 def _grown(wanted: int, have: int) -> int:
