@@ -91,12 +91,11 @@ def round_robin(items: Iterable[X], request_of: Callable[[X], int], limit: int |
     by_request: dict[int, list[X]] = {}
     for item in items:
         by_request.setdefault(request_of(item), []).append(item)
-    taken: list[X] = []
-    for round_ in itertools.zip_longest(*by_request.values(), fillvalue=_NONE):
-        taken += [item for item in round_ if item is not _NONE]
-        if limit is not None and len(taken) >= limit:
-            return taken[:limit]
-    return taken
+    if len(by_request) == 1:
+        (only,) = by_request.values()
+        return only[:limit]
+    rounds = itertools.chain.from_iterable(itertools.zip_longest(*by_request.values(), fillvalue=_NONE))
+    return list(itertools.islice((item for item in rounds if item is not _NONE), limit))
 
 
 _NONE: Any = object()  # zip_longest's filler: no item of that request in this round
@@ -123,16 +122,19 @@ def choose_batch(queue: Queue[ItemT, ResultT], policy: BatchPolicy) -> list[Pend
     for pending in window:
         (others if pending.request in seen else firsts).append(pending)
         seen.add(pending.request)
-    candidates = firsts + sorted(others, key=lambda p: abs(p.cost - anchor.cost))
+    anchor_cost = anchor.cost
+    candidates = firsts + sorted(others, key=lambda p: abs(p.cost - anchor_cost))
     batch = [anchor]
-    longest = anchor.cost
+    size, budget = policy.max_batch_size, policy.max_batch_tokens
+    longest = anchor_cost
     for pending in candidates:
-        if len(batch) >= policy.max_batch_size:
-            break
-        if max(longest, pending.cost) * (len(batch) + 1) > policy.max_batch_tokens:
-            continue
-        batch.append(pending)
-        longest = max(longest, pending.cost)
+        n = len(batch) + 1  # with this one
+        if n > size or longest * n > budget:
+            break  # full: no candidate fits, not even one as short as the longest taken
+        wider = pending.cost if pending.cost > longest else longest
+        if wider * n <= budget:
+            batch.append(pending)
+            longest = wider
     return sorted(batch, key=lambda p: p.cost)
 
 

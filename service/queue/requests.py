@@ -314,9 +314,10 @@ class RequestQueue(Generic[ItemT, ResultT]):
         now = time.perf_counter()
         totals: list[float] = []
         for pending, result in zip(batch, results, strict=True):
-            if pending.waited_for:
+            answers = pending.answers
+            if pending.state != "answered" and not answers.done.done():  # pending.waited_for
                 pending.state = "answered"
-                pending.answers.answer(pending.index, result)
+                answers.answer(pending.index, result)
                 totals.append(now - pending.enqueued)
         observe_stages(self.model, "total", totals)
         self._answered(len(batch), sum(p.cost for p in batch))
