@@ -17,7 +17,10 @@ import numpy as np
 from service.artefacts import Manifest
 
 
-@dataclass(frozen=True)
+# Encoded, EmbedItem and Embedding: read-only by convention, not frozen: a frozen dataclass's
+# __init__ sets each field through object.__setattr__ (2 µs an item here, one item per text on
+# the event loop and one result on the worker), a plain one with slots in a quarter of that.
+@dataclass(slots=True)
 class Encoded:
     ids: list[int]  # with the special tokens the post-processor adds (BERT: [CLS] … [SEP]; ours: … </s>)
     tokens: list[str]  # the same pieces as strings (for alignments)
@@ -31,9 +34,6 @@ class Encoded:
         return len(self.ids)
 
 
-# EmbedItem and Embedding: read-only by convention, not frozen: a frozen dataclass's __init__
-# sets each field through object.__setattr__ (2 µs an item here, one item per text on the
-# event loop and one result on the worker), a plain one with slots in a quarter of that.
 @dataclass(slots=True)
 class EmbedItem:
     text: str
