@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -94,15 +95,16 @@ class _AsciiPath:
         self._word_ids: dict[str, list[int]] = {}
 
     def ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each (ASCII) text's ids, special tokens excluded, not cut."""
+        """Each (ASCII) text's ids, special tokens included, not cut."""
         words_of = [_WORDS.findall(self.normalize(text)) for text in texts]
         known = self._word_ids
         if len(known) >= WORD_CACHE_SIZE:  # bounded: start again with a new one, never emptying
             known = self._word_ids = {}  # one another thread is reading (engines share tokenizers)
-        missing = list({w for words in words_of for w in words if w not in known})
+        missing = list(set(chain.from_iterable(words_of)).difference(known))  # set and dict in C
         for word, encoding in zip(missing, _encode_all(self._bare, missing), strict=True):
             known[word] = encoding.ids
-        return [list(chain.from_iterable([known[w] for w in words])) for words in words_of]
+        word_ids, prefix, suffix = known.__getitem__, self.prefix, self.suffix
+        return [list(chain(prefix, chain.from_iterable(map(word_ids, words)), suffix)) for words in words_of]
 
 
 class IdsTokenizer:
@@ -121,10 +123,10 @@ class IdsTokenizer:
         if fast is None:
             return self._by_library(texts, cut)
         ascii_texts = [i for i, text in enumerate(texts) if text.isascii()]
-        prefix, suffix = fast.prefix, fast.suffix
-        room = self._max_len - len(prefix) - len(suffix) if cut else None
+        longest = self._max_len if cut else sys.maxsize
+        keep, suffix = self._max_len - len(fast.suffix), fast.suffix  # a cut one: its first ids, the suffix
         done = [
-            (prefix + ids[:room] + suffix, room is not None and len(ids) > room)
+            (ids, False) if len(ids) <= longest else (ids[:keep] + suffix, True)
             for ids in fast.ids([texts[i] for i in ascii_texts])
         ]
         if len(ascii_texts) == len(texts):

@@ -30,19 +30,57 @@ class BatchPolicy:
     express_max_tokens: int = 0
 
 
-@dataclass(eq=False)
+class Answers(Generic[ResultT]):
+    """One request's results, a slot per item, and the future its ``submit`` awaits: set when
+    every item is answered (or by the request's deadline), cancelled when nobody waits any more.
+    One future a request, not one an item: an item's answer is a slot written and a count taken
+    down, with no callback scheduled on the event loop for it."""
+
+    __slots__ = ("done", "failure", "left", "results")
+
+    def __init__(self, n: int, done: asyncio.Future[None]) -> None:
+        self.results: list[ResultT | Exception | None] = [None] * n
+        self.left = n  # items not answered yet
+        self.failure: tuple[int, Exception] | None = None  # the lowest-indexed item that raises
+        self.done = done
+
+    def answer(self, index: int, result: ResultT | Exception) -> None:
+        """Item ``index``'s result (an exception in its slot: the item failed)."""
+        self.results[index] = result
+        self._count()
+
+    def fail(self, index: int, error: Exception) -> None:
+        """Item ``index`` raises ``error``: the whole request does, once every item is answered
+        (the lowest-indexed such item's error)."""
+        if self.failure is None or index < self.failure[0]:
+            self.failure = (index, error)
+        self._count()
+
+    def _count(self) -> None:
+        self.left -= 1
+        if not self.left and not self.done.done():
+            self.done.set_result(None)
+
+
+@dataclass(eq=False, slots=True)
 class Pending(Generic[ItemT, ResultT]):
-    """One queued item of a request: its cost, deadline and future (the continuous executor
-    hands these to its worker threads too)."""
+    """One queued item of a request: its cost, deadline and its slot among the request's
+    answers (the continuous executor hands these to its worker threads too)."""
 
     item: ItemT
     cost: int
     deadline: float  # loop.time()
     enqueued: float  # time.perf_counter()
-    future: asyncio.Future[ResultT | Exception]
+    answers: Answers[ResultT]
     request: int  # which submit() it came from
     small: bool  # its whole request fits the express worker
-    state: Literal["queued", "running", "dropped"] = "queued"
+    index: int = 0  # its slot in ``answers``
+    state: Literal["queued", "running", "answered", "dropped"] = "queued"
+
+    @property
+    def waited_for(self) -> bool:
+        """Its request still waits for it: not answered, not abandoned, not past its deadline."""
+        return self.state != "answered" and not self.answers.done.done()
 
 
 def round_robin(items: Iterable[X], request_of: Callable[[X], int], limit: int | None = None) -> list[X]:
@@ -53,12 +91,11 @@ def round_robin(items: Iterable[X], request_of: Callable[[X], int], limit: int |
     by_request: dict[int, list[X]] = {}
     for item in items:
         by_request.setdefault(request_of(item), []).append(item)
-    taken: list[X] = []
-    for round_ in itertools.zip_longest(*by_request.values(), fillvalue=_NONE):
-        taken += [item for item in round_ if item is not _NONE]
-        if limit is not None and len(taken) >= limit:
-            return taken[:limit]
-    return taken
+    if len(by_request) == 1:
+        (only,) = by_request.values()
+        return only[:limit]
+    rounds = itertools.chain.from_iterable(itertools.zip_longest(*by_request.values(), fillvalue=_NONE))
+    return list(itertools.islice((item for item in rounds if item is not _NONE), limit))
 
 
 _NONE: Any = object()  # zip_longest's filler: no item of that request in this round
@@ -85,16 +122,19 @@ def choose_batch(queue: Queue[ItemT, ResultT], policy: BatchPolicy) -> list[Pend
     for pending in window:
         (others if pending.request in seen else firsts).append(pending)
         seen.add(pending.request)
-    candidates = firsts + sorted(others, key=lambda p: abs(p.cost - anchor.cost))
+    anchor_cost = anchor.cost
+    candidates = firsts + sorted(others, key=lambda p: abs(p.cost - anchor_cost))
     batch = [anchor]
-    longest = anchor.cost
+    size, budget = policy.max_batch_size, policy.max_batch_tokens
+    longest = anchor_cost
     for pending in candidates:
-        if len(batch) >= policy.max_batch_size:
-            break
-        if max(longest, pending.cost) * (len(batch) + 1) > policy.max_batch_tokens:
-            continue
-        batch.append(pending)
-        longest = max(longest, pending.cost)
+        n = len(batch) + 1  # with this one
+        if n > size or longest * n > budget:
+            break  # full: no candidate fits, not even one as short as the longest taken
+        wider = pending.cost if pending.cost > longest else longest
+        if wider * n <= budget:
+            batch.append(pending)
+            longest = wider
     return sorted(batch, key=lambda p: p.cost)
 
 

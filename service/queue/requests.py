@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from service.metrics import DROPPED, QUEUE_DEPTH, REJECTED, labelled, observe_stage
+from service.metrics import DROPPED, QUEUE_DEPTH, REJECTED, labelled, observe_stage, observe_stages
 from service.queue.errors import DeadlineExceeded, QueueClosed, QueueFull
 from service.queue.express import choose_small, is_small
-from service.queue.forming import BatchPolicy, ItemT, Pending, ResultT, choose_batch, is_full
+from service.queue.forming import Answers, BatchPolicy, ItemT, Pending, ResultT, choose_batch, is_full
 
 T = TypeVar("T")
 
@@ -134,8 +134,9 @@ class RequestQueue(Generic[ItemT, ResultT]):
             await asyncio.gather(self._serving, return_exceptions=True)
         await self._executor.close()
         for pending in self._items:
-            if pending.state == "queued" and not pending.future.done():
-                pending.future.set_exception(QueueClosed(f"{self.model}: shutting down"))
+            if pending.state == "queued" and pending.waited_for:
+                pending.state = "answered"
+                pending.answers.fail(pending.index, QueueClosed(f"{self.model}: shutting down"))
         self._items.clear()
         self._set_queued(0)
 
@@ -164,45 +165,37 @@ class RequestQueue(Generic[ItemT, ResultT]):
         request = self.submitted
         self.submitted += 1
         small = is_small(costs, self.policy)
+        # One future for the whole request, set by its last item or by the deadline: cheaper
+        # than a future (and its callback) an item, or asyncio.wait's over every item.
+        answers: Answers[ResultT] = Answers(len(items), loop.create_future())
         entries: list[Pending[ItemT, ResultT]] = [
-            Pending(item, max(1, cost), deadline, now, loop.create_future(), request, small)
-            for item, cost in zip(items, costs, strict=True)
+            Pending(item, max(1, cost), deadline, now, answers, request, small, i)
+            for i, (item, cost) in enumerate(zip(items, costs, strict=True))
         ]
         if not self.idle:
             self._company = True  # others are in flight: a batch may fill
         self._items.extend(entries)
         self._set_queued(self._queued + len(entries))
         self._wakeup.set()
-        # One future for the whole request, set by its last item or by the deadline: cheaper
-        # per request than asyncio.wait's waiter, callbacks and timeout over every item.
-        finished: asyncio.Future[None] = loop.create_future()
-        left = len(entries)
-
-        def item_done(_: object) -> None:
-            nonlocal left
-            left -= 1
-            if left == 0 and not finished.done():
-                finished.set_result(None)
-
-        for entry in entries:
-            entry.future.add_done_callback(item_done)
 
         def expire() -> None:
-            if not finished.done():
-                finished.set_result(None)
+            if not answers.done.done():
+                answers.done.set_result(None)
 
         timer = loop.call_at(deadline, expire)
         try:
-            await finished
+            await answers.done
         except asyncio.CancelledError:
             self._abandon(entries, "disconnected")
             raise
         finally:
             timer.cancel()
-        if left:
+        if answers.left:
             self._abandon(entries, "deadline")
             raise DeadlineExceeded(self.model, timeout_s)
-        return [e.future.result() for e in entries]
+        if answers.failure is not None:
+            raise answers.failure[1]
+        return answers.results  # type: ignore[return-value]  # every slot answered
 
     def _admit(self, n: int) -> None:
         if not self._accepting:
@@ -224,10 +217,10 @@ class RequestQueue(Generic[ItemT, ResultT]):
             if entry.state == "queued":
                 entry.state = "dropped"
                 dropped += 1
-            elif entry.state == "running" and not entry.future.done():
+            elif entry.state == "running":
                 stopped += self._executor.abandon(entry.item)
-            if not entry.future.done():
-                entry.future.cancel()
+        if entries:
+            entries[0].answers.done.cancel()  # a no-op once set (by the deadline)
         if dropped or stopped:
             labelled(DROPPED, self.model, reason).inc(dropped + stopped)
         if dropped:
@@ -299,7 +292,7 @@ class RequestQueue(Generic[ItemT, ResultT]):
         now = time.perf_counter()
         for pending in batch:
             pending.state = "running"
-            observe_stage(self.model, "queue", now - pending.enqueued)
+        observe_stages(self.model, "queue", [now - pending.enqueued for pending in batch])
         self._items = [p for p in self._items if p.state == "queued"]
         self._set_queued(len(self._items))
         self._in_flight.items += len(batch)
@@ -308,20 +301,37 @@ class RequestQueue(Generic[ItemT, ResultT]):
 
     def deliver(self, pending: Pending[ItemT, ResultT], result: ResultT | Exception) -> None:
         """An item's result (an exception in its slot) to its request, if that still waits."""
-        if not pending.future.done():
-            pending.future.set_result(result)
+        if pending.waited_for:
+            pending.state = "answered"
+            pending.answers.answer(pending.index, result)
             observe_stage(self.model, "total", time.perf_counter() - pending.enqueued)
-        self._answered(pending)
+        self._answered(1, pending.cost)
+
+    def deliver_all(
+        self, batch: Sequence[Pending[ItemT, ResultT]], results: Sequence[ResultT | Exception]
+    ) -> None:
+        """``deliver`` of each item of ``batch`` its result, in one go (at one time)."""
+        now = time.perf_counter()
+        totals: list[float] = []
+        for pending, result in zip(batch, results, strict=True):
+            answers = pending.answers
+            if pending.state != "answered" and not answers.done.done():  # pending.waited_for
+                pending.state = "answered"
+                answers.answer(pending.index, result)
+                totals.append(now - pending.enqueued)
+        observe_stages(self.model, "total", totals)
+        self._answered(len(batch), sum(p.cost for p in batch))
 
     def fail(self, pending: Pending[ItemT, ResultT], error: Exception) -> None:
         """Its whole request raises ``error`` (the service is shutting down under it)."""
-        if not pending.future.done():
-            pending.future.set_exception(error)
-        self._answered(pending)
+        if pending.waited_for:
+            pending.state = "answered"
+            pending.answers.fail(pending.index, error)
+        self._answered(1, pending.cost)
 
-    def _answered(self, pending: Pending[ItemT, ResultT]) -> None:
-        self._in_flight.items -= 1
-        self._in_flight.cost -= pending.cost
+    def _answered(self, items: int, cost: int) -> None:
+        self._in_flight.items -= items
+        self._in_flight.cost -= cost
         self._in_flight.done.set()
 
     def measured(self, tokens: int, seconds: float) -> None:

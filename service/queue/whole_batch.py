@@ -120,8 +120,7 @@ class WholeBatchExecutor(Generic[ItemT, ResultT]):
             errors = sum(isinstance(r, Exception) for r in results)
             if errors:
                 labelled(ITEM_ERRORS, model).inc(errors)
-            for pending, result in zip(batch, results, strict=True):
-                queue.deliver(pending, result)  # its request may be gone (cancelled, deadline)
+            queue.deliver_all(batch, results)  # to the requests still there (not cancelled, not late)
         finally:
             self._busy.discard(worker)
             queue.wake()

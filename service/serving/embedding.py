@@ -13,8 +13,10 @@ normalises them when asked (on its worker thread, not on the event loop).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from service.artefacts import EmbeddingInfo, Manifest
 from service.engine.base import Embedding, EmbedItem, Encoded
@@ -60,24 +62,31 @@ async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> 
     if info is None:  # choose_embedding_model serves embedding artefacts only
         raise RuntimeError(f"{manifest.name} is not an embedding model")
     inputs, field = request.inputs, request.field
+    texts_only = all(isinstance(x, str) for x in inputs)
     # token ids have no characters to count: their number is checked, their length is the model's
-    problems = text_problems([x if isinstance(x, str) else "" for x in inputs], field, runtime.limits)
-    problems += _option_problems(manifest, info, request) + _id_problems(manifest, inputs, field)
+    texts = cast(Sequence[str], inputs) if texts_only else [x if isinstance(x, str) else "" for x in inputs]
+    problems = text_problems(texts, field, runtime.limits)
+    problems += _option_problems(manifest, info, request)
+    problems += [] if texts_only else _id_problems(manifest, inputs, field)
     if problems:
         raise InvalidRequest(problems)
     prompt = info.prompt(request.prompt_name)
-    frame = [] if all(isinstance(x, str) for x in inputs) else served.engine.encode([""])[0].ids
     normalize = info.normalize if request.normalize is None else request.normalize
     dimensions = None if request.dimensions == info.dim else request.dimensions
-    items = [
-        EmbedItem(prompt + x, request.truncate, None, normalize, dimensions)
-        if isinstance(x, str)
-        else EmbedItem(
-            "", request.truncate, _given_ids(x, frame, info.max_len, request.truncate), normalize, dimensions
-        )
-        for x in inputs
-    ]
-    costs = [_cost(item, info) for item in items]
+    truncate = request.truncate
+    if texts_only:  # the usual request: no per-text branch
+        items = [EmbedItem(prompt + x, truncate, None, normalize, dimensions) for x in texts]
+        cap = info.max_len if truncate else sys.maxsize
+        costs = [min(len(item.text) // CHARS_PER_TOKEN + 2, cap) for item in items]  # as _cost
+    else:
+        frame = served.engine.encode([""])[0].ids
+        items = [
+            EmbedItem(prompt + x, truncate, None, normalize, dimensions)
+            if isinstance(x, str)
+            else EmbedItem("", truncate, _given_ids(x, frame, info.max_len, truncate), normalize, dimensions)
+            for x in inputs
+        ]
+        costs = [_cost(item, info) for item in items]
     results = await submit(client, served.queue, items, costs, runtime.settings.request_timeout_s, _EMBED)
     return Embedded(manifest.name, all_or_nothing(results, field))
 

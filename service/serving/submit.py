@@ -48,7 +48,10 @@ async def submit(
 def all_or_nothing(results: Sequence[R | Exception], field: str) -> list[R]:
     """All results, or the request's error: 422 naming every text that is too long (or whose
     decoding could never fit the decode memory budget), else 500."""
-    refused = [(i, r) for i, r in enumerate(results) if isinstance(r, TextTooLong | DecodeTooLarge)]
+    failed = [(i, r) for i, r in enumerate(results) if isinstance(r, Exception)]
+    if not failed:  # the usual case: one pass
+        return list(results)  # type: ignore[arg-type]  # no exception among them
+    refused = [(i, r) for i, r in failed if isinstance(r, TextTooLong | DecodeTooLarge)]
     if refused:
         raise InvalidRequest(
             [
@@ -61,9 +64,7 @@ def all_or_nothing(results: Sequence[R | Exception], field: str) -> list[R]:
                 for i, r in refused
             ]
         )
-    for i, result in enumerate(results):
-        if isinstance(result, EngineFailure):
-            raise InternalError(str(result)) from result
-        if isinstance(result, Exception):
-            raise InternalError(f"{field}[{i}] failed: {type(result).__name__}") from result
-    return [r for r in results if not isinstance(r, Exception)]
+    i, error = failed[0]
+    if isinstance(error, EngineFailure):
+        raise InternalError(str(error)) from error
+    raise InternalError(f"{field}[{i}] failed: {type(error).__name__}") from error

@@ -121,6 +121,46 @@ async def test_fail_makes_the_whole_request_raise(
     assert queue.idle
 
 
+async def test_a_request_raises_its_lowest_failing_item_s_error_once_every_item_is_answered(
+    make: Callable[..., tuple[RequestQueue[str, str], ByHand]],
+) -> None:
+    queue, _ = make()
+    request = asyncio.ensure_future(queue.submit(["aaa", "b", "cc"], 5))
+    await queued(queue, 3)
+    b, cc, aaa = queue.take_batch()
+    queue.fail(cc, QueueClosed("second"))
+    queue.fail(b, QueueClosed("first"))
+    await asyncio.sleep(0)
+    assert not request.done()  # "aaa" is still running
+    queue.deliver(aaa, "AAA")
+    with pytest.raises(QueueClosed, match="first"):
+        await request
+    assert queue.idle
+
+
+async def test_deliver_all_answers_a_batch_of_several_requests_and_times_each_item(
+    make: Callable[..., tuple[RequestQueue[str, str], ByHand]],
+) -> None:
+    """One call for the batch: each item to its request's slot, the requests gone skipped, each
+    answered item one observation of the ``total`` stage (and each taken one of ``queue``)."""
+    queue, _ = make()
+    total, waited = (
+        {"name": "tserve_stage_duration_seconds_count", "model": queue.model, "stage": stage}
+        for stage in ("total", "queue")
+    )
+    first = asyncio.ensure_future(queue.submit(["bb", "a"], 5))
+    gone = asyncio.ensure_future(queue.submit(["ccc"], 5))
+    await queued(queue, 3)
+    batch = queue.take_batch()
+    assert metric(**waited) == 3
+    gone.cancel()
+    await asyncio.gather(gone, return_exceptions=True)
+    queue.deliver_all(batch, [p.item.upper() for p in batch])
+    assert await first == ["BB", "A"] and queue.idle
+    assert metric(**total) == 2  # the gone request's item was computed for nobody
+    assert all(p.state == "answered" for p in batch if p.item != "ccc")
+
+
 @pytest.mark.parametrize("stops_running", [True, False])
 async def test_running_items_of_a_gone_request_are_handed_to_the_executor(
     make: Callable[..., tuple[RequestQueue[str, str], ByHand]], stops_running: bool

@@ -40,6 +40,33 @@ async def test_a_truncated_text_costs_at_most_the_models_length() -> None:
     ]
 
 
+@pytest.mark.parametrize("truncate", [True, False])
+@pytest.mark.parametrize("inputs", [["a b", "x" * 60, "c"], ["a b", [101, 7, 8, 102], "x" * 60]])
+async def test_each_input_is_queued_at_its_estimated_cost(
+    inputs: list[str | list[int]], truncate: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prompt's characters counted with the text's, a truncated one at most the model's
+    length, token ids by their number: texts alone or among token ids."""
+    engine = HashEmbedder(
+        name="serving-embed-costs", max_len=16, prompts={"q": "query: "}, default_prompt_name="q"
+    )
+    queued: list[tuple[list[str], list[int]]] = []
+    async with started(engine) as runtime:
+        queue = runtime.embedding_model.queue  # type: ignore[union-attr]
+        real_submit = queue.submit
+
+        async def submit(items, timeout_s, costs=None):  # type: ignore[no-untyped-def]
+            queued.append(([item.text for item in items], list(costs)))
+            return await real_submit(items, timeout_s, costs)
+
+        monkeypatch.setattr(queue, "submit", submit)
+        await embed(runtime, InProcessClient(), EmbeddingRequest(inputs, "input", truncate=truncate))
+    texts, costs = queued[0]
+    cap = 16 if truncate else 10**9
+    expected = [min(len(x) // 3 + 2, cap) if x else 4 for x in texts]  # "query: …", or 4 ids
+    assert texts[0] == "query: a b" and costs == expected
+
+
 @pytest.mark.parametrize(
     ("asked", "refusal", "loc"),
     [
