@@ -182,13 +182,21 @@ def _stage(name: str) -> dict[str, str]:
 
 
 async def test_ready_only_once_every_model_is_warm() -> None:
-    quick, slow = translator("en-de"), translator("de-en", warmup_s=0.3)
+    quick, slow = translator("en-de"), translator("de-en")
+    warm_slow = threading.Event()  # the slow model's warm-up ends when the test says so
+
+    def slow_warm_up() -> None:
+        assert warm_slow.wait(10), "the test never let the slow model warm up"
+        slow.hooks.warmed = True
+
+    slow.hooks.warm = slow_warm_up  # type: ignore[method-assign]
     embedder = HashEmbedder(name=f"multi-{next(_runs)}-embed")
     async with serving(given=[quick, slow, embedder], wait_ready=False) as s:
         await eventually(lambda: quick.hooks.warmed)
         r = await s.client.get("/health/ready")
         assert r.status_code == 503 and r.json()["status"] == "loading"
         assert not slow.hooks.warmed
+        warm_slow.set()
         await eventually(lambda: slow.hooks.warmed)
         await eventually(lambda: s.app.state.runtime.state == "ready")
         r = await s.client.get("/health/ready")
