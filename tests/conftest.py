@@ -134,3 +134,24 @@ def translation_fp16(
         return directory
 
     return built_once(tmp_path_factory, "translation-fp16", export)
+
+
+@pytest.fixture(scope="session")
+def shortlist_export(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding ``identity.vmap`` (tests/tiny_models.py) and ``artefacts/tiny-en-de/``: the
+    tiny model's fp32 and int8 exported with that vocabulary map."""
+    from export.translation import export_translation
+    from tests.tiny_models import identity_vmap
+
+    def export(root: Path) -> Path:
+        vmap = identity_vmap(translation_checkpoint / "tokenizer.json", root / "identity.vmap")
+        export_translation(translation_checkpoint, root / "artefacts", ["fp32", "int8"], vmap=vmap)
+        return root
+
+    return built_once(tmp_path_factory, "shortlist", export)
+
+
+@pytest.fixture(scope="session")
+def shortlist_artefact(shortlist_export: Path) -> Path:
+    """<root>/tiny-en-de/int8 of ``shortlist_export``: the engine tests' shortlist decoder."""
+    return shortlist_export / "artefacts" / "tiny-en-de" / "int8"

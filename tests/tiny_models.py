@@ -91,6 +91,16 @@ def tiny_translation_checkpoint(
     return directory
 
 
+def identity_vmap(tokenizer: Path, out: Path) -> Path:
+    """A vocabulary map (CTranslate2's vmap format) in which every word piece allows itself: right
+    for a model that reverses its input."""
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(str(tokenizer)).get_vocab()
+    out.write_text("".join(f"{t}\t{t}\n" for t in sorted(vocab) if not t.startswith("<")), encoding="utf-8")
+    return out
+
+
 BERT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", ".", ",", "!", "?"]
 
 
