@@ -52,6 +52,14 @@ def reversal_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
     return sources, [" ".join(reversed(s.split())) for s in sources]
 
 
+def few_reference_sentences(path: Path, n: int = 6) -> Path:
+    """``n`` sentences of WORDS in a file for ``export_translation(reference=path)``: the export's
+    own checks (alone vs batched, beams 1 and 4) on a few sentences instead of the committed 200+,
+    for a test that checks something else of the export (seconds instead of a minute)."""
+    path.write_text("\n".join(reversal_pairs(n, seed=3)[0]) + "\n", encoding="utf-8")
+    return path
+
+
 def tiny_translation_checkpoint(
     directory: Path, max_len: int = 40, seed: int = 0, vocab_size: int = 80, **config: int
 ) -> Path:
