@@ -13,6 +13,9 @@
 #   TORCH_INDEX_URL  where the export stage gets torch; empty = PyPI. With PIP_FIND_LINKS naming
 #                    a folder that holds a torch wheel (podman/buildah), that folder is mounted
 #                    into the build instead, so the build needs no torch index at all.
+#   TSERVE_IMAGE_ARTEFACTS  a folder of the default models' artefacts, already exported (podman/
+#                    buildah: mounted into the build as the Dockerfile's ARTEFACTS): the export
+#                    stage exports only what is not current there. Empty: it exports everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -100,6 +103,11 @@ if [ "$engine" != docker ]; then
             break
         fi
     done
+    if [ -n "${TSERVE_IMAGE_ARTEFACTS:-}" ]; then
+        args+=(--volume "$(realpath "$TSERVE_IMAGE_ARTEFACTS"):/seed:ro" --build-arg ARTEFACTS=/seed)
+    fi
+elif [ -n "${TSERVE_IMAGE_ARTEFACTS:-}" ]; then
+    echo "build.sh: docker mounts no folder into a build: TSERVE_IMAGE_ARTEFACTS unused, the build exports" >&2
 fi
 
 echo "build.sh: $engine building $tag from $dockerfile on $PYTHON_IMAGE"

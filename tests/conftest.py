@@ -12,18 +12,13 @@ test file goes to one worker whole (its module fixtures built once), in the orde
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.background import built_once, config_run_folder, run_folder, stop_all
 
-if TYPE_CHECKING:
-    from tests.e2e.real_models import DefaultArtefacts
-
 DEFAULT_ARTEFACTS = "default_artefacts"
 IMAGE = "cpu_image"  # tests/deploy/conftest.py: the CPU image, built in the background
-_default_export: list[DefaultArtefacts] = []  # the session's, once started
 
 
 def _waits_for(item: pytest.Item) -> int:
@@ -46,13 +41,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """The default models' export, when a selected test serves them: started now, beside the
     tests before it (minutes on a clean clone), where pytest's cache keeps it between runs."""
     cache = getattr(session.config, "cache", None)  # absent under -p no:cacheprovider
-    if session.config.option.collectonly or cache is None or _default_export:
+    if session.config.option.collectonly or cache is None:
         return
     if any(DEFAULT_ARTEFACTS in getattr(item, "fixturenames", ()) for item in session.items):
-        from tests.e2e.real_models import DefaultArtefacts
+        from tests.e2e.real_models import session_export
 
-        run = config_run_folder(session.config)
-        _default_export.append(DefaultArtefacts(cache.mkdir("e2e-artefacts"), run))
+        session_export(cache.mkdir("e2e-artefacts"), config_run_folder(session.config))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -62,12 +56,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def default_artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fp32 and int8 of the default models (tests/e2e/real_models.py), exported once."""
-    if not _default_export:
-        from tests.e2e.real_models import DefaultArtefacts
+    from tests.e2e.real_models import session_export
 
-        run = run_folder(tmp_path_factory.getbasetemp())
-        _default_export.append(DefaultArtefacts(run / "e2e-artefacts", run))
-    return _default_export[0].result()
+    run = run_folder(tmp_path_factory.getbasetemp())
+    return session_export(run / "e2e-artefacts", run).result()  # the one started, if one was
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -142,3 +134,24 @@ def translation_fp16(
         return directory
 
     return built_once(tmp_path_factory, "translation-fp16", export)
+
+
+@pytest.fixture(scope="session")
+def shortlist_export(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding ``identity.vmap`` (tests/tiny_models.py) and ``artefacts/tiny-en-de/``: the
+    tiny model's fp32 and int8 exported with that vocabulary map."""
+    from export.translation import export_translation
+    from tests.tiny_models import identity_vmap
+
+    def export(root: Path) -> Path:
+        vmap = identity_vmap(translation_checkpoint / "tokenizer.json", root / "identity.vmap")
+        export_translation(translation_checkpoint, root / "artefacts", ["fp32", "int8"], vmap=vmap)
+        return root
+
+    return built_once(tmp_path_factory, "shortlist", export)
+
+
+@pytest.fixture(scope="session")
+def shortlist_artefact(shortlist_export: Path) -> Path:
+    """<root>/tiny-en-de/int8 of ``shortlist_export``: the engine tests' shortlist decoder."""
+    return shortlist_export / "artefacts" / "tiny-en-de" / "int8"

@@ -52,6 +52,14 @@ def reversal_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
     return sources, [" ".join(reversed(s.split())) for s in sources]
 
 
+def few_reference_sentences(path: Path, n: int = 6) -> Path:
+    """``n`` sentences of WORDS in a file for ``export_translation(reference=path)``: the export's
+    own checks (alone vs batched, beams 1 and 4) on a few sentences instead of the committed 200+,
+    for a test that checks something else of the export (seconds instead of a minute)."""
+    path.write_text("\n".join(reversal_pairs(n, seed=3)[0]) + "\n", encoding="utf-8")
+    return path
+
+
 def tiny_translation_checkpoint(
     directory: Path, max_len: int = 40, seed: int = 0, vocab_size: int = 80, **config: int
 ) -> Path:
@@ -89,6 +97,16 @@ def tiny_translation_checkpoint(
     save_checkpoint(model.eval(), directory / "model.safetensors")
     tok.save(str(directory / "tokenizer.json"))
     return directory
+
+
+def identity_vmap(tokenizer: Path, out: Path) -> Path:
+    """A vocabulary map (CTranslate2's vmap format) in which every word piece allows itself: right
+    for a model that reverses its input."""
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(str(tokenizer)).get_vocab()
+    out.write_text("".join(f"{t}\t{t}\n" for t in sorted(vocab) if not t.startswith("<")), encoding="utf-8")
+    return out
 
 
 BERT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", ".", ",", "!", "?"]

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks import terminology
 from benchmarks.harness import Bench
-from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
+from tests.tiny_models import few_reference_sentences, reversal_pairs, tiny_translation_checkpoint
 
 
 def write_data(folder: Path) -> None:
@@ -32,7 +32,8 @@ def test_the_stage_requires_each_sentences_terms_and_reports_their_accuracy(tmp_
 
     write_data(tmp_path)
     checkpoint = tiny_translation_checkpoint(tmp_path / "ckpt" / "transformer-en-de", max_len=48)
-    [artefact] = export_translation(checkpoint, tmp_path / "artefacts", ["int8"])
+    reference = few_reference_sentences(tmp_path / "reference.txt")
+    [artefact] = export_translation(checkpoint, tmp_path / "artefacts", ["int8"], reference=reference)
     args = argparse.Namespace(
         quick=True, threads=1, out=tmp_path / "out", data_dir=tmp_path, duration=None, rounds=1
     )

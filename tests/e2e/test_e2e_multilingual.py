@@ -39,7 +39,11 @@ def m2m_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def m2m_artefact(m2m_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from export.translation import export_translation
 
-    (directory,) = export_translation(m2m_source, tmp_path_factory.mktemp("artefacts"), ["fp32"])
+    reference = tmp_path_factory.mktemp("reference") / "reference.txt"  # the export's own checks
+    reference.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")  # on a few sentences: fast
+    (directory,) = export_translation(
+        m2m_source, tmp_path_factory.mktemp("artefacts"), ["fp32"], reference=reference
+    )
     return directory
 
 

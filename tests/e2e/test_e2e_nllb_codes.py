@@ -41,7 +41,9 @@ def server(nllb_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     from export.translation import export_translation
 
     root = tmp_path_factory.mktemp("artefacts")
-    export_translation(nllb_source, root, ["fp32"])
+    reference = root.with_name(f"{root.name}-reference.txt")  # the export's own checks: a few sentences
+    reference.write_text("a man rides the big red bike .\ntwo dogs run\nthe red cat\n", encoding="utf-8")
+    export_translation(nllb_source, root, ["fp32"], reference=reference)
     env = artefact_env(root) | {"TSERVE_TRANSLATE_MODEL": "tiny-nllb", "TSERVE_EMBED_MODEL": ""}
     with server_process(service_command(), env, tmp_path_factory.mktemp("server") / "server.log") as s:
         yield s

@@ -2,30 +2,27 @@
 
 One tiny checkpoint (d_model 32, 2+2 layers), briefly trained to reverse word order so that its
 outputs vary in length and end with </s>, is exported once (fp32 + int8, with a tiny eval
-directory so the validation and BLEU paths run too) and shared by the tests.
+directory so the validation and BLEU paths run too) and shared by the tests, and by those of
+exporting again over it (test_translation_re_export.py): tests/export/conftest.py.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import numpy_helper
 
-from export.graphs.int8_rowwise import WEIGHT_MAX
-from export.graphs.top_k_blocks import block_size, choose_block
+from export.graphs.top_k_blocks import choose_block
 from export.graphs.translation_layout import (
     ENCODER_INPUTS,
     ENCODER_OUTPUTS,
     POSITIONS_DECODER,
     SLOT_DECODER,
 )
-from export.sources import GENERATION_CONFIG
 from export.sources.ours.checkpoint import load_checkpoint
 from export.sources.ours.data import OUTPUT_LIMIT_RULE, encode_source, output_limits, pad
 from export.sources.ours.model import padding_mask
@@ -37,48 +34,23 @@ from export.verify.reference_set import MIN_CHRF_VS_FP32, load_reference
 from export.verify.translation import FP32_TOLERANCE
 from export.verify.translation_checks import BUILTIN_SENTENCES, engine_decoder, open_engine, translate_ids
 from service.artefacts import (
-    BEAM_INDEX,
-    INT8_WEIGHT_BITS,
-    SENTENCE_ROWS,
-    ArtefactError,
     Manifest,
-    decoder_layout_of,
     load_and_verify,
     read_manifest,
 )
 from service.engine.translation.slots import SlotDecoder
-from service.serving.startup import is_stale
-from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
 TEXTS = ["a man rides a bike.", "two dogs run on the street.", "the big red cat sits.", "dogs"]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``transformer-en-de/model.safetensors`` + tokenizer.json, trained 40 steps on reversal."""
-    directory = tmp_path_factory.mktemp("ckpt") / "transformer-en-de"
-    return tiny_translation_checkpoint(
-        directory, max_len=48, vocab_size=80, n_heads=4, n_encoder_layers=2, n_decoder_layers=2
-    )
+def checkpoint(reversal_checkpoint: Path) -> Path:
+    return reversal_checkpoint
 
 
 @pytest.fixture(scope="module")
-def eval_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A few validation and test lines, so the export's greedy-on-val and BLEU checks run."""
-    d = tmp_path_factory.mktemp("eval")
-    sources, targets = reversal_pairs(12)
-    (d / "val.en").write_text("\n".join(sources[:6]) + "\n", encoding="utf-8")
-    (d / "test_2016_flickr.en").write_text("\n".join(sources[6:]) + "\n", encoding="utf-8")
-    (d / "test_2016_flickr.de").write_text("\n".join(targets[6:]) + "\n", encoding="utf-8")
-    return d
-
-
-@pytest.fixture(scope="module")
-def exported(checkpoint: Path, eval_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("artefacts")
-    dirs = export_translation(checkpoint, out, ["fp32", "int8"], eval_dir=eval_dir)
-    assert dirs == [out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"]
-    return out
+def exported(reversal_export: Path) -> Path:
+    return reversal_export
 
 
 def test_manifests_carry_layout_parity_and_fusions(exported: Path) -> None:
@@ -221,127 +193,6 @@ def test_manifest_round_trip(exported: Path) -> None:
     on_disk = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
     assert Manifest.model_validate(on_disk) == manifest
     assert {f.path for f in manifest.files} == {"encoder.onnx", "decoder.onnx", "tokenizer.json"}
-
-
-def test_rerun_skips_until_an_artefact_is_corrupted(checkpoint: Path, exported: Path, tmp_path: Path) -> None:
-    """Same weights: nothing is rebuilt. A corrupted decoder.onnx is named by load_and_verify, and
-    the next export rebuilds that variant only."""
-    out = tmp_path / "artefacts"
-    shutil.copytree(exported, out)
-    fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
-    before = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
-    export_translation(checkpoint, out, ["fp32", "int8"])
-    assert {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)} == before
-
-    data = bytearray((fp32 / "decoder.onnx").read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    (fp32 / "decoder.onnx").write_bytes(bytes(data))
-    with pytest.raises(ArtefactError, match=r"decoder\.onnx"):
-        load_and_verify(fp32)
-
-    export_translation(checkpoint, out, ["fp32", "int8"])
-    load_and_verify(fp32)
-    assert (int8 / "manifest.json").stat().st_mtime_ns == before[int8]
-    assert sorted(p.name for p in (out / "transformer-en-de").iterdir()) == ["fp32", "int8"]
-
-
-@pytest.mark.parametrize(
-    ("field", "before"),
-    [("decoder_layout", "stacked_kv"), ("top_k_block", None)],
-    ids=["older decoder layout", "single TopK"],
-)
-def test_an_older_artefact_still_reads_and_is_re_exported(
-    checkpoint: Path, exported: Path, tmp_path: Path, field: str, before: str | None
-) -> None:
-    """An artefact of an earlier decoder layout (which the service refuses, naming the command
-    that re-exports it), or from before the candidates by blocks (a single TopK, the same
-    output), still reads and verifies, and the next export replaces it (that variant only)."""
-    out = tmp_path / "artefacts"
-    shutil.copytree(exported, out)
-    fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
-    manifest = json.loads((int8 / "manifest.json").read_text())
-    manifest["translation"][field] = before  # as exported before the field (or its value)
-    (int8 / "manifest.json").write_text(json.dumps(manifest))
-    assert load_and_verify(int8).translation is not None
-    stamps = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
-    export_translation(checkpoint, out, ["fp32", "int8"])
-    assert (fp32 / "manifest.json").stat().st_mtime_ns == stamps[fp32]
-    rebuilt = load_and_verify(int8).translation
-    assert rebuilt is not None and rebuilt.decoder_layout == SLOT_DECODER.layout
-    assert rebuilt.top_k_block is not None and rebuilt.top_k_block == block_size(int8 / "decoder.onnx")
-
-
-def test_an_int8_artefact_of_8_bit_weights_is_re_exported_with_7(
-    checkpoint: Path, exported: Path, tmp_path: Path
-) -> None:
-    """int8 weights of 8 bits saturate onnxruntime's u8×s8 kernels on CPUs without VNNI: an
-    artefact from before INT8_WEIGHT_BITS (no int8_weight_bits) is stale for the export and for the
-    service's start, and the next export writes 7-bit weights (|w| ≤ 63 in every MatMul)."""
-    out = tmp_path / "artefacts"
-    shutil.copytree(exported, out)
-    fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
-    assert (
-        load_and_verify(int8).int8_weight_bits == INT8_WEIGHT_BITS
-        and load_and_verify(fp32).int8_weight_bits is None
-    )
-    manifest = json.loads((int8 / "manifest.json").read_text())
-    del manifest["int8_weight_bits"]
-    (int8 / "manifest.json").write_text(json.dumps(manifest))
-    assert is_stale(int8) and not is_stale(fp32)
-    stamps = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
-    export_translation(checkpoint, out, ["fp32", "int8"])
-    assert (fp32 / "manifest.json").stat().st_mtime_ns == stamps[fp32]
-    assert load_and_verify(int8).int8_weight_bits == INT8_WEIGHT_BITS and not is_stale(int8)
-    graph = onnx.load(str(int8 / "decoder.onnx"))
-    weights = [
-        numpy_helper.to_array(t) for t in graph.graph.initializer if t.data_type == onnx.TensorProto.INT8
-    ]
-    assert weights and max(int(np.abs(w.astype(np.int16)).max()) for w in weights) <= WEIGHT_MAX
-
-
-def test_a_slot_artefact_from_before_the_memory_per_sentence_is_refused_and_re_exported(
-    checkpoint: Path, exported: Path, tmp_path: Path
-) -> None:
-    """A slot decoder without sentence_rows / beam_index (memory per row) cannot be served: the
-    service says to export again, and the next export does."""
-    out = tmp_path / "artefacts"
-    shutil.copytree(exported, out)
-    int8 = out / "transformer-en-de" / "int8"
-    manifest = json.loads((int8 / "manifest.json").read_text())
-    decoder = manifest["graphs"]["decoder"]
-    decoder["inputs"] = [t for t in decoder["inputs"] if t["name"] not in (SENTENCE_ROWS, BEAM_INDEX)]
-    (int8 / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ArtefactError, match="export the model again"):
-        decoder_layout_of(t["name"] for t in decoder["inputs"])
-    export_translation(checkpoint, out, ["int8"])
-    rebuilt = load_and_verify(int8)
-    assert {SENTENCE_ROWS, BEAM_INDEX} <= {t.name for t in rebuilt.graphs["decoder"].inputs}
-
-
-def test_the_generation_configs_length_penalty_goes_into_the_manifest(
-    checkpoint: Path, exported: Path, tmp_path: Path
-) -> None:
-    """generation_config.json beside the checkpoint sets the artefact's default length penalty;
-    a changed one re-exports (the weights are the same), none means 1.0, a bad one is refused."""
-    assert _length_penalty(exported / "transformer-en-de" / "fp32") == 1.0
-    source = tmp_path / "transformer-en-de"
-    shutil.copytree(checkpoint.parent if checkpoint.is_file() else checkpoint, source)
-    out = tmp_path / "artefacts"
-    shutil.copytree(exported, out)
-    fp32 = out / "transformer-en-de" / "fp32"
-    (source / GENERATION_CONFIG).write_text('{"length_penalty": 1.3, "num_beams": 4}')
-    export_translation(source, out, ["fp32"])
-    assert _length_penalty(fp32) == 1.3
-    (source / GENERATION_CONFIG).write_text('{"length_penalty": 2.5}')
-    with pytest.raises(ValueError, match=r"length_penalty must be a number in \[0, 2\]"):
-        export_translation(source, out, ["fp32"])
-    assert _length_penalty(fp32) == 1.3  # the earlier artefact is kept
-
-
-def _length_penalty(directory: Path) -> float:
-    info = load_and_verify(directory).translation
-    assert info is not None
-    return info.length_penalty
 
 
 def test_failed_verification_writes_no_manifest(

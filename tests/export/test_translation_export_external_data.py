@@ -20,8 +20,7 @@ from export.publish.translation import VMAP_FILE
 from export.translation import export_translation, load_source
 from export.verify.translation_checks import open_engine, translate_ids
 from service.artefacts import ArtefactError, load_and_verify, read_manifest, write_manifest
-from tests.export.graphs.test_shortlist_graph import identity_vmap
-from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
+from tests.tiny_models import identity_vmap, reversal_pairs, tiny_translation_checkpoint
 
 VARIANTS = ["fp32", "int8", "fp16"]
 GRAPHS = ["decoder.onnx", "decoder_shortlist.onnx", "encoder.onnx"]

@@ -13,7 +13,7 @@ from export.sources.ours.translate import translate_ids as torch_translate_ids
 from export.translation import export_translation, load_source
 from export.verify.translation_checks import BUILTIN_SENTENCES, open_engine, translate_ids
 from service.artefacts import read_manifest
-from tests.tiny_models import tiny_translation_checkpoint
+from tests.tiny_models import few_reference_sentences, tiny_translation_checkpoint
 
 TEXTS = ["a man rides a bike.", "two dogs run on the street.", "the big red cat sits.", "dogs"]
 
@@ -30,7 +30,8 @@ def test_a_pre_ln_model_exports_and_serves_pytorchs_tokens(checkpoint: Path, tmp
     model = load_checkpoint(checkpoint / "model.safetensors")
     assert model.cfg.norm_first
     out = tmp_path / "artefacts"
-    dirs = export_translation(checkpoint, out, ["fp32", "fp16"])  # each verified against PyTorch
+    reference = few_reference_sentences(tmp_path / "reference.txt")  # what is checked here: parity
+    dirs = export_translation(checkpoint, out, ["fp32", "fp16"], reference=reference)  # each vs PyTorch
     infos = {d.name: read_manifest(d).translation for d in dirs}
     layouts = {name: info.decoder_layout for name, info in infos.items() if info is not None}
     assert layouts == {"fp32": "per_layer_kv_slots", "fp16": "per_layer_kv_positions"}

@@ -34,7 +34,7 @@ from service.settings import HARD_MAX_CHARS, HARD_MAX_ITEMS
 from tests.service.api.conftest import engines, small_settings
 
 KEY = "fuzz-key"
-SHORT_EXAMPLES = 60  # per operation and mode: ~360 cases in all
+SHORT_EXAMPLES = 30  # per operation and mode: ~180 cases in all (make test; the full amount: long)
 LONG_EXAMPLES = 250  # ~1,500
 
 

@@ -18,10 +18,13 @@ def de_en_artefact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A second tiny model whose name makes its manifest say de→en (as the export reads names)."""
     pytest.importorskip("torch")
     from export.translation import export_translation
-    from tests.tiny_models import tiny_translation_checkpoint
+    from tests.tiny_models import few_reference_sentences, tiny_translation_checkpoint
 
     checkpoint = tiny_translation_checkpoint(tmp_path_factory.mktemp("checkpoints") / "tiny-de-en", seed=1)
-    (directory,) = export_translation(checkpoint, tmp_path_factory.mktemp("artefacts"), ["fp32"])
+    reference = few_reference_sentences(tmp_path_factory.mktemp("reference") / "reference.txt")
+    (directory,) = export_translation(
+        checkpoint, tmp_path_factory.mktemp("artefacts"), ["fp32"], reference=reference
+    )
     return directory
 
 

@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from tokenizers import Tokenizer
 
 from export import __main__ as cli
 from export.graphs.shortlist import SHORTLIST_DECODER
 from export.publish.translation import VMAP_FILE, up_to_date
-from export.translation import export_translation, load_source
+from export.translation import load_source
 from service.artefacts import (
     BEAM_INDEX,
     SENTENCE_ROWS,
@@ -26,26 +25,19 @@ from service.artefacts import (
     sha256_of_files,
 )
 from service.engine.translation.slots import fold_beams
-from tests.tiny_models import tiny_translation_checkpoint
 
 ROWS = 5
 
 
-def identity_vmap(tokenizer: Path, out: Path) -> Path:
-    """Every word piece allows itself: right for a model that reverses its input."""
-    vocab = Tokenizer.from_file(str(tokenizer)).get_vocab()
-    out.write_text("".join(f"{t}\t{t}\n" for t in sorted(vocab) if not t.startswith("<")), encoding="utf-8")
-    return out
-
-
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """(checkpoint, vmap, artefact root) of the tiny model exported fp32 + int8 with ``--vmap``."""
-    root = tmp_path_factory.mktemp("shortlist")
-    checkpoint = tiny_translation_checkpoint(root / "tiny-en-de")
-    vmap = identity_vmap(checkpoint / "tokenizer.json", root / "identity.vmap")
-    export_translation(checkpoint, root / "artefacts", ["fp32", "int8"], vmap=vmap)
-    return checkpoint, vmap, root / "artefacts" / "tiny-en-de"
+def exported(translation_checkpoint: Path, shortlist_export: Path) -> tuple[Path, Path, Path]:
+    """(checkpoint, vmap, artefact root) of the tiny model exported fp32 + int8 with ``--vmap``
+    (tests/conftest.py: the engine tests' shortlist artefact too)."""
+    return (
+        translation_checkpoint,
+        shortlist_export / "identity.vmap",
+        shortlist_export / "artefacts" / "tiny-en-de",
+    )
 
 
 def step_feeds(session: ort.InferenceSession, rows: int = ROWS, top_k: int = 6) -> dict[str, np.ndarray]:
@@ -141,9 +133,9 @@ def test_the_manifest_lists_the_shortlist_and_a_changed_map_exports_again(
     assert not up_to_date(root / "int8", source, sha, "int8", reference.sha256, None)
 
 
-def test_an_export_without_a_map_has_no_shortlist(tmp_path: Path) -> None:
-    checkpoint = tiny_translation_checkpoint(tmp_path / "tiny-en-de")
-    (directory,) = export_translation(checkpoint, tmp_path / "artefacts", ["fp32"])
+def test_an_export_without_a_map_has_no_shortlist(translation_artefact: Path) -> None:
+    """The same tiny model's export without ``--vmap`` (tests/conftest.py)."""
+    directory = translation_artefact
     manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
     assert "decoder_shortlist" not in manifest["graphs"]
     assert manifest["translation"]["vocabulary_map"] is None

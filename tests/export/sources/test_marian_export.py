@@ -126,7 +126,9 @@ def exported(
     marian: tuple[Path, MarianTokenizer, MarianMTModel], tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     out = tmp_path_factory.mktemp("artefacts")
-    (directory,) = export_translation(marian[0], out, ["fp32"])
+    reference = out / "reference.txt"  # the export's own checks on a few sentences: a fast test
+    reference.write_text("\n".join(EN) + "\n", encoding="utf-8")
+    (directory,) = export_translation(marian[0], out, ["fp32"], reference=reference)
     return directory
 
 

@@ -14,7 +14,7 @@ from export.sources.ours.model import Transformer, TransformerConfig
 from export.training.pack import join, main, pack
 from export.translation import export_translation
 from service.artefacts import load_and_verify
-from tests.tiny_models import tiny_translation_checkpoint
+from tests.tiny_models import few_reference_sentences, tiny_translation_checkpoint
 
 CFG = TransformerConfig(
     vocab_size=300, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=2, n_decoder_layers=1, max_len=16
@@ -90,7 +90,10 @@ def test_the_joined_checkpoint_exports(tmp_path: Path) -> None:
     save_checkpoint(Transformer(load_checkpoint(trained / "model.safetensors").cfg), run / "best.safetensors")
     main([str(run), "--out", str(tmp_path / "out")])
     main(["--join", str(tmp_path / "out"), "--to", str(tmp_path / "back")])
-    (directory,) = export_translation(tmp_path / "back" / "tiny-en-de", tmp_path / "artefacts", ["fp32"])
+    reference = few_reference_sentences(tmp_path / "reference.txt")
+    (directory,) = export_translation(
+        tmp_path / "back" / "tiny-en-de", tmp_path / "artefacts", ["fp32"], reference=reference
+    )
     assert load_and_verify(directory).name == "tiny-en-de"
     back, original = (
         load_state(tmp_path / "back" / "tiny-en-de" / "model.safetensors"),

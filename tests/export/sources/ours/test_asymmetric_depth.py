@@ -13,7 +13,7 @@ from export.sources.ours.translate import translate_ids as torch_translate_ids
 from export.translation import export_translation, load_source
 from export.verify.translation_checks import open_engine, translate_ids
 from service.artefacts import load_and_verify
-from tests.tiny_models import tiny_translation_checkpoint
+from tests.tiny_models import few_reference_sentences, tiny_translation_checkpoint
 
 TEXTS = ["a man rides a bike.", "two dogs run on the street.", "the big red cat sits.", "dogs"]
 
@@ -35,7 +35,8 @@ def test_the_checkpoint_keeps_both_depths(checkpoint: Path) -> None:
 def test_the_served_export_equals_pytorch(checkpoint: Path, tmp_path: Path) -> None:
     """The fp32 artefact records the decoder's depth (its cache has one layer) and the engine's
     greedy and beam tokens equal TorchDecoder's."""
-    (directory,) = export_translation(checkpoint, tmp_path, ["fp32"])
+    reference = few_reference_sentences(tmp_path / "reference.txt")
+    (directory,) = export_translation(checkpoint, tmp_path / "artefacts", ["fp32"], reference=reference)
     manifest = load_and_verify(directory)
     assert manifest.translation is not None and manifest.translation.n_layers == 1
     model = load_checkpoint(checkpoint / "model.safetensors")
