@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from service.metrics import DROPPED, QUEUE_DEPTH, REJECTED, labelled, observe_stage, observe_stages
+from service.metrics import DROPPED, QUEUE_DEPTH, REJECTED, labelled, observe_stages
 from service.queue.errors import DeadlineExceeded, QueueClosed, QueueFull
 from service.queue.express import choose_small, is_small
 from service.queue.forming import Answers, BatchPolicy, ItemT, Pending, ResultT, choose_batch, is_full
@@ -301,23 +301,19 @@ class RequestQueue(Generic[ItemT, ResultT]):
 
     def deliver(self, pending: Pending[ItemT, ResultT], result: ResultT | Exception) -> None:
         """An item's result (an exception in its slot) to its request, if that still waits."""
-        if pending.waited_for:
-            pending.state = "answered"
-            pending.answers.answer(pending.index, result)
-            observe_stage(self.model, "total", time.perf_counter() - pending.enqueued)
-        self._answered(1, pending.cost)
+        self.deliver_all((pending,), (result,))  # the continuous executor's: item by item
 
     def deliver_all(
         self, batch: Sequence[Pending[ItemT, ResultT]], results: Sequence[ResultT | Exception]
     ) -> None:
-        """``deliver`` of each item of ``batch`` its result, in one go (at one time)."""
+        """Each item of ``batch`` its result (an exception in its slot), to its request if that
+        still waits, all at one time: their total stage observed at once."""
         now = time.perf_counter()
         totals: list[float] = []
         for pending, result in zip(batch, results, strict=True):
-            answers = pending.answers
-            if pending.state != "answered" and not answers.done.done():  # pending.waited_for
+            if pending.waited_for:
                 pending.state = "answered"
-                answers.answer(pending.index, result)
+                pending.answers.answer(pending.index, result)
                 totals.append(now - pending.enqueued)
         observe_stages(self.model, "total", totals)
         self._answered(len(batch), sum(p.cost for p in batch))

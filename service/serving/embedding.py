@@ -13,7 +13,6 @@ normalises them when asked (on its worker thread, not on the event loop).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -76,8 +75,6 @@ async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> 
     truncate = request.truncate
     if texts_only:  # the usual request: no per-text branch
         items = [EmbedItem(prompt + x, truncate, None, normalize, dimensions) for x in texts]
-        cap = info.max_len if truncate else sys.maxsize
-        costs = [min(len(item.text) // CHARS_PER_TOKEN + 2, cap) for item in items]  # as _cost
     else:
         frame = served.engine.encode([""])[0].ids
         items = [
@@ -86,7 +83,7 @@ async def embed(runtime: Runtime, client: Client, request: EmbeddingRequest) -> 
             else EmbedItem("", truncate, _given_ids(x, frame, info.max_len, truncate), normalize, dimensions)
             for x in inputs
         ]
-        costs = [_cost(item, info) for item in items]
+    costs = [_cost(item, info) for item in items]
     results = await submit(client, served.queue, items, costs, runtime.settings.request_timeout_s, _EMBED)
     return Embedded(manifest.name, all_or_nothing(results, field))
 
