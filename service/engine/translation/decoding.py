@@ -48,6 +48,7 @@ from service.artefacts import (
     TOP_K,
     TOP_LOG_PROBS,
     TOP_TOKENS,
+    ArtefactError,
     past_of,
 )
 from service.engine.session import ELEMENT_NUMPY
@@ -275,6 +276,7 @@ class Decoder(ABC):
     memory_per_sentence: ClassVar[bool]  # one memory for all a sentence's beams (else one per row)
     steps_over_shortlists: ClassVar[bool]  # can run decoder_shortlist.onnx (export/graphs/shortlist.py)
     cache_on_host: ClassVar[bool]  # its cache is host buffers: it never runs on a device backend
+    resumes: ClassVar[bool] = False  # a new row can start on a row's kept history (``park``)
 
     def __init__(
         self,
@@ -332,6 +334,14 @@ class Decoder(ABC):
     def reorder(self, rows: np.ndarray) -> None:
         """Row i takes row ``rows[i]``'s history (int64, may repeat); rows not named leave."""
 
+    def park(self, row: int, columns: int) -> list[np.ndarray]:
+        """A copy of ``row``'s first ``columns`` cache columns (``resumes`` decoders only)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no row's history")
+
+    def resume(self, row: int, history: list[np.ndarray]) -> None:
+        """``row``, admitted at position 0, starts on a ``park``ed history instead."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no row's history")
+
     @abstractmethod
     def _run(
         self, last_tokens: np.ndarray, top_k: int, wanted: np.ndarray | None = None
@@ -350,3 +360,14 @@ class Decoder(ABC):
         scores, attn = self._run(last_tokens, n, wanted)
         assert isinstance(scores, Candidates)
         return scores, attn
+
+
+def score_dtypes(decoder: ort.InferenceSession, shortlisted: bool) -> tuple[dict[str, type[np.generic]], int]:
+    """The dtype of each score and attention output, and the vocabulary (``log_probs``' width;
+    0 for a shortlist decoder, whose width is its shortlist's)."""
+    outputs = {o.name: o for o in decoder.get_outputs()}
+    vocab = 0 if shortlisted else outputs[LOG_PROBS].shape[1]
+    if not isinstance(vocab, int):
+        raise ArtefactError(f"the decoder's {LOG_PROBS} output has no fixed vocabulary size: {vocab!r}")
+    names = (LOG_PROBS, TOP_LOG_PROBS, TOP_TOKENS, CROSS_ATTENTION)
+    return {name: ELEMENT_NUMPY[outputs[name].type] for name in names}, vocab

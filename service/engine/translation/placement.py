@@ -32,6 +32,8 @@ class Placement:
     prefix: tuple[int, ...]  # the tokens forced: free ones, and each placed phrase's
     placed: frozenset[str]  # the phrases in it (the others are left to the constrained search)
     replaced: frozenset[int]  # the first tokens of the free words the phrases took the place of
+    rest_from: int  # the first free token after the last phrase's run
+    first_at: int  # the free tokens before the first phrase
 
 
 def place(
@@ -63,7 +65,8 @@ def place(
     prefix: list[int] = []
     replaced: set[int] = set()
     at = 0  # the free tokens forced so far
-    for first, last, run_phrases in _merged(found):
+    runs = _merged(found)
+    for first, last, run_phrases in runs:
         start = of_target.index(first)
         prefix += free.tokens[at:start]
         for phrase in run_phrases:
@@ -72,7 +75,8 @@ def place(
         replaced.update(
             free.tokens[i] for i in range(start, at) if i == start or of_target[i] != of_target[i - 1]
         )
-    return Placement(tuple(prefix), frozenset(phrase for _, _, phrase in found), frozenset(replaced))
+    placed = frozenset(phrase for _, _, phrase in found)
+    return Placement(tuple(prefix), placed, frozenset(replaced), at, of_target.index(runs[0][0]))
 
 
 def _merged(found: list[tuple[int, int, str]]) -> list[tuple[int, int, list[str]]]:

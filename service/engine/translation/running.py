@@ -22,9 +22,11 @@ from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.tokenizer import Encoded, TextTokenizer, padded_partition
 from service.engine.translation.constraints import Constraints, ConstraintUnsatisfiable, PhraseSpeller
 from service.engine.translation.decoding import Backend, Decoder
+from service.engine.translation.forcing import Prefix, Rest
 from service.engine.translation.placement import place
+from service.engine.translation.restarts import Restarts
 from service.engine.translation.search import Search
-from service.engine.translation.sentence_search import EarlyStopping, Prefix, SentenceSearch, TokenHypothesis
+from service.engine.translation.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
 from service.engine.translation.shortlist import VocabularyMap
 from service.metrics import CONSTRAINED_SENTENCES, labelled
 
@@ -113,6 +115,7 @@ class RunningDecode:
         # cannot join sentences midway takes them once the running ones are done)
         self._again: list[tuple[SentenceSearch, Encoded]] = []
         self._forcing: set[SentenceSearch] = set()  # running searches with a forced prefix
+        self.restarts = Restarts(decoder)  # what sentences that search again keep of the free search
 
     @property
     def sentences(self) -> list[SentenceSearch]:
@@ -214,9 +217,22 @@ class RunningDecode:
             ids, mask = self.tokenizer.pad([source.ids for _, source in run])
             repeats = [s.k for s, _ in run]
             shortlists = None if vmap is None else [_shortlist(vmap, s, source) for s, source in run]
-            self.decoder.admit(self.backend.encode(ids), mask, repeats, shortlists)
+            memory = self.restarts.memory([s for s, _ in run], mask.shape[1])
+            if memory is None:
+                memory = self.backend.encode(ids)
+                placing = [(i, s, e.n_tokens) for i, (s, e) in enumerate(run) if self._may_place(s)]
+                self.restarts.keep(placing, memory)
+            first = self.decoder.rows
+            self.decoder.admit(memory, mask, repeats, shortlists)
+            for (s, _), row in zip(run, np.cumsum([0, *repeats[:-1]]).tolist(), strict=True):
+                self.restarts.start(s, first + row)
             self.search.extend([s for s, _ in run])
             self._forcing.update(s for s, _ in run if s.prefix is not None)
+
+    def _may_place(self, search: SentenceSearch) -> bool:
+        """Whether ``search`` is a free-first one that may start again with phrases placed."""
+        plan = self._checked.get(search)
+        return plan is not None and plan[3] == "free" and self._places(plan[1])
 
     def step(self) -> list[SentenceSearch]:
         """One decoder step over every running row (the sentences starting again under their
@@ -231,7 +247,9 @@ class RunningDecode:
         width = min(width, self.shape.vocab_size)
         wanted = self.search.wanted_tokens()
         scores, attention = self.decoder.step_candidates(self.search.last_tokens(), width, wanted)
+        first_rows = self.search.first_rows() if self.restarts.watching else {}
         rows, finished = self.search.advance(scores, attention)
+        self.restarts.park_ended(first_rows)  # before their rows move
         self.decoder.reorder(rows)
         self._forcing.difference_update(finished)
         return [s for s in finished if self._stands(s)]
@@ -243,19 +261,23 @@ class RunningDecode:
         placed by alignment (``_placed``) where it can, else under its constraints."""
         plan = self._checked.pop(search, None)
         if plan is None:
+            self.restarts.forget(search)
             if search.constraints is not None:
                 labelled(CONSTRAINED_SENTENCES, self.model, "constrained").inc()
             return True
         source, options, constraints, kind = plan
         best = search.results()[:1]
         if search.keep_finished(constraints.holds):
+            self.restarts.forget(search)
             labelled(CONSTRAINED_SENTENCES, self.model, kind).inc()
             return True
-        again = self._placed(search.key, best, source, options, constraints) if kind == "free" else None
-        if again is None:
-            again = self._new_search(search.key, source, options, constraints)
+        placed = self._placed(search.key, best, source, options, constraints) if kind == "free" else None
+        if placed is None:
+            again, free_tokens = self._new_search(search.key, source, options, constraints), 0
         else:
+            again, free_tokens = placed
             self._checked[again] = (source, options, constraints, "placed")
+        self.restarts.hand_over(search, again, best[0] if best else None, free_tokens)
         self._again.append((again, source))
         return False
 
@@ -266,10 +288,11 @@ class RunningDecode:
         source: Encoded,
         options: TranslateOptions,
         constraints: Constraints,
-    ) -> SentenceSearch | None:
+    ) -> tuple[SentenceSearch, int] | None:
         """The sentence's search forced through its best free translation with the phrases it
-        missed placed by alignment (placement.py), and the phrases left constrained after them;
-        None when none can be placed."""
+        missed placed by alignment (placement.py), and the phrases left constrained after them,
+        and the free tokens it is forced through before the first phrase; None when none can be
+        placed."""
         if not best or self.speller is None or not self._places(options):
             return None
         required = list(dict.fromkeys(options.required))  # ``constraints``' phrases, in order
@@ -288,8 +311,9 @@ class RunningDecode:
         except ConstraintUnsatisfiable:
             return None
         kept = frozenset() if after is None else frozenset(after.tokens)  # what the phrases left need
-        prefix = Prefix(placement.prefix, self.speller.continuing, placement.replaced - kept)
-        return self._new_search(key, source, options, after, prefix)
+        rest = _rest(best[0], placement.rest_from) if after is None else None
+        prefix = Prefix(placement.prefix, self.speller.continuing, placement.replaced - kept, rest)
+        return self._new_search(key, source, options, after, prefix), placement.first_at
 
     def _holds(self, phrase: str, tokens: list[int]) -> bool:
         """Whether ``tokens`` hold ``phrase`` as the constrained search would have it."""
@@ -305,6 +329,7 @@ class RunningDecode:
         for s in removed:
             self._checked.pop(s, None)
             self._forcing.discard(s)
+            self.restarts.forget(s)
         kept: list[tuple[SentenceSearch, Encoded]] = []
         left: list[tuple[SentenceSearch, Encoded]] = []
         for entry in self._again:  # not running yet: nothing to reorder
@@ -312,7 +337,16 @@ class RunningDecode:
         self._again = kept
         for s, _ in left:
             self._checked.pop(s, None)
+            self.restarts.forget(s)
         return removed + [s for s, _ in left]
+
+
+def _rest(free: TokenHypothesis, start: int) -> Rest | None:
+    """``free``'s tokens from ``start`` on, when it ended with </s> and kept its log-probs."""
+    log_probs, alignment = free.token_log_probs, free.alignment
+    if log_probs is None or alignment is None or len(log_probs) != len(free.tokens) + 1:
+        return None
+    return Rest(tuple(free.tokens[start:]), log_probs[start:], alignment[start:])
 
 
 def _shortlist(vmap: VocabularyMap, search: SentenceSearch, source: Encoded) -> np.ndarray:

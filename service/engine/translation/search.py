@@ -106,6 +106,10 @@ class Search:
     def widest_beam(self) -> int:
         return int(self._k.max(initial=0))
 
+    def first_rows(self) -> dict[SentenceSearch, int]:
+        """Each running sentence's first row, as the decoder's rows lie until the next reorder."""
+        return dict(zip(self._sentences.tolist(), self._offsets.tolist(), strict=True))
+
     def add(self, sentence: SentenceSearch) -> None:
         self.extend([sentence])
 
@@ -136,10 +140,10 @@ class Search:
         )
         empty = np.empty((len(new), width), dtype=object)
         self._finished_tokens = np.concatenate([widened(self._finished_tokens, width, None), empty])
-        scores = np.full(int(k.sum()), -np.inf)
-        scores[np.cumsum(k) - k] = 0.0  # only the first beam is alive at the start
+        scores = np.concatenate([s.scores for s in sentences])  # a resumed search's are its own
         self._scores = np.concatenate([self._scores, scores])
-        self._last = np.concatenate([self._last, np.full(len(scores), self.bos_id, dtype=np.int64)])
+        last = np.concatenate([s.last_tokens(self.bos_id) for s in sentences])
+        self._last = np.concatenate([self._last, last])
         history = np.zeros((len(scores), self._history.shape[1]), dtype=np.int32)
         self._history = np.concatenate([self._history, history])
         self._laid_out()

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from service.engine.translation.constraints import Constraints, ConstraintState, constrained_step
+from service.engine.translation.forcing import REJOIN, Prefix, Rest
 from service.engine.translation.ranking import in_place
 
 
@@ -21,26 +22,8 @@ class TokenHypothesis:
     tokens: list[int]  # generated ids, without <s> and </s>
     score: float  # sum of log-probs / length ** length_penalty
     alignment: np.ndarray | None  # (len(tokens), S) cross-attention of each target token
-
-
-@dataclass(frozen=True)
-class Prefix:
-    """Tokens a hypothesis is forced through after its forced first token, scored by the model
-    (a glossary term placed in a free translation: placement.py); ``not_after``: the tokens
-    that may not follow the last one (pieces that would glue themselves to its word);
-    ``banned``: tokens that may not follow it at all (the words a placed term replaced)."""
-
-    tokens: tuple[int, ...]
-    not_after: frozenset[int] = frozenset()
-    banned: frozenset[int] = frozenset()
-
-    def allowed(self, candidates: list[tuple[int, int, float]], at: int) -> list[tuple[int, int, float]]:
-        """The ``candidates`` (row, token, score) of the step ``at`` tokens after the forced
-        first one that may be taken (all of them rather than none)."""
-        if at < len(self.tokens):
-            return candidates
-        barred = self.banned | self.not_after if at == len(self.tokens) else self.banned
-        return [c for c in candidates if c[1] not in barred] or candidates
+    # Each token's log-prob, then its </s>'s if it ended with one (kept with the alignment)
+    token_log_probs: np.ndarray | None = None
 
 
 def _normalise(logprob: float, length: int, length_penalty: float) -> float:
@@ -106,12 +89,31 @@ class SentenceSearch:
         self.scores = np.array([0.0] + [-np.inf] * (self.k - 1))  # (k,) running log-probs
         self.history = np.zeros((self.k, 0), dtype=np.int64)  # (k, steps) generated tokens
         self.attention: np.ndarray | None = None  # (k, steps, S) cross-attention per token
+        # (k, steps) each token's log-prob, kept with the attention (``Rest``'s, for placement)
+        self.token_log_probs = np.zeros((self.k, 0)) if with_attention else None
         self.finished: list[TokenHypothesis] = []
+        # The hypotheses the last step finished, each with the row it ended on (free search only)
+        self.ended_on: list[tuple[TokenHypothesis, int]] = []
         self.done = max_len < 1
         # Phrases every result must hold (``constraints.py``) and each row's progress on them.
         self.constraints = constraints
         self.states: list[ConstraintState] = [] if constraints is None else [constraints.start] * self.k
         self._wanted: tuple[int, list[list[int]]] | None = None  # (step, ``wanted()``)
+
+    def resume(self, tokens: Sequence[int], log_probs: np.ndarray, alignment: np.ndarray | None) -> None:
+        """Start as if it had written ``tokens`` (its forced first one and its prefix's first
+        ones, that the decoder's row was given the history of: ``Decoder.resume``), each with its
+        log-prob and cross-attention as the free search had them."""
+        forced = len(self.prefix.tokens) + (self.forced_first is not None) if self.prefix else 0
+        if self.steps or not 0 < len(tokens) < forced:
+            raise ValueError("only a search not started resumes, within its forced prefix")
+        self.history = np.array([tokens], dtype=np.int64)
+        self.scores = np.array([float(log_probs.sum())])
+        if self.token_log_probs is not None:
+            self.token_log_probs = log_probs[None, :].astype(float)
+        if self.with_attention and alignment is not None:
+            self.attention = alignment[None].copy()
+        self.steps = len(tokens)
 
     def results(self) -> list[TokenHypothesis]:
         return sorted(self.finished, key=lambda h: -h.score)[: self.n_best]
@@ -239,6 +241,7 @@ class SentenceSearch:
         first (2·k of them; a constrained sentence's are followed by its rows' constraint
         tokens and best tokens), and the step's (k, S) cross-attention. → the rows to keep (k,
         into this sentence's block), or None when the sentence is done."""
+        self.ended_on = []
         if attention is not None:
             step = attention[:, None, :]
             self.attention = step if self.attention is None else np.concatenate([self.attention, step], 1)
@@ -256,13 +259,45 @@ class SentenceSearch:
                 self.finished.append(self._finish(self.history[row], row, score, True))
             elif at_limit:
                 self.finished.append(self._finish(np.append(self.history[row], token), row, score, False))
+            else:
+                continue
+            self.ended_on.append((self.finished[-1], row))
         self.finished.sort(key=lambda h: -h.score)
         del self.finished[k:]
         going: list[tuple[int, int, float]] = []  # (row, token, score), best first
         if not at_limit:
             live = (c for c in candidates if c[1] != eos_id and c[2] != -np.inf)
             going = list(islice(live, k))
-        return self._move_on(going)
+        rows = self._move_on(going)
+        if rows is not None and self._rejoined():
+            self.done = True
+            return None
+        return rows
+
+    def _rejoined(self) -> bool:
+        """Whether its best row, after a placed term, is back on the free translation: its last
+        ``REJOIN`` tokens are ones of the prefix's ``rest`` in a row. It then finishes with the
+        rest's tokens after them, scored as the free search scored them, as the model would
+        write them again (checked in docs/decisions.md): decoding them would cost a second
+        search's whole tail. Only a sentence of one result and no constraints left rejoins."""
+        p = self.prefix
+        if p is None or p.rest is None or self.constraints is not None or self.n_best > 1:
+            return False
+        written = self.steps - (self.forced_first is not None) - len(p.tokens)  # since the prefix
+        if written < REJOIN:
+            return False
+        best = int(np.argmax(self.scores))
+        at = p.rest.after(self.history[best, self.steps - written :].tolist())
+        if at is None or self.steps + len(p.rest.tokens) - at > self.max_len:
+            return False
+        rest = p.rest.tokens[at:]
+        if p.banned.intersection(rest):
+            return False
+        tokens = np.concatenate([self.history[best], np.array(rest, dtype=np.int64)])
+        logprob = float(self.scores[best] + p.rest.log_probs[at:].sum())
+        hypothesis = self._finish(tokens, best, logprob, True, p.rest, at)
+        self.finished = sorted([*self.finished, hypothesis], key=lambda h: -h.score)[: self.beam_size]
+        return True
 
     def _advance_constrained(self, pool: Sequence[tuple[int, int, float]], eos_id: int) -> np.ndarray | None:
         """``advance`` with dynamic beam allocation (``constraints.constrained_step``): only
@@ -301,7 +336,12 @@ class SentenceSearch:
         self.history = np.concatenate([self.history[rows], tokens[:, None]], 1)
         if self.attention is not None:
             self.attention = self.attention[rows]
-        self.scores = np.array([score for _, _, score in going])
+        scores = np.array([score for _, _, score in going])
+        if self.token_log_probs is not None:
+            with np.errstate(invalid="ignore"):  # a row out of the beam: -inf after -inf
+                taken = scores - self.scores[rows]
+            self.token_log_probs = np.concatenate([self.token_log_probs[rows], taken[:, None]], 1)
+        self.scores = scores
         if self.constraints is not None:
             c, states = self.constraints, self.states
             self.states = [c.advance(states[row], token) for row, token, _ in going]
@@ -320,14 +360,33 @@ class SentenceSearch:
             length = self.max_len
         return _normalise(best_running, length, self.length_penalty) <= self.finished[-1].score
 
-    def _finish(self, tokens: np.ndarray, row: int, logprob: float, ended_with_eos: bool) -> TokenHypothesis:
+    def _finish(
+        self,
+        tokens: np.ndarray,
+        row: int,
+        logprob: float,
+        ended_with_eos: bool,
+        rest: Rest | None = None,  # ``tokens`` end with ``rest``'s from ``at`` on (``_rejoined``)
+        at: int = 0,
+    ) -> TokenHypothesis:
         length = len(tokens) + int(ended_with_eos)
         alignment = None if self.attention is None else self.attention[row, : len(tokens)].copy()
+        log_probs = None
+        if self.token_log_probs is not None:
+            last = float(logprob - self.scores[row])  # the token it ends with, or its </s>
+            tail = [last] if len(tokens) > self.steps or ended_with_eos else []
+            log_probs = np.concatenate([self.token_log_probs[row, : self.steps], tail])
+        if rest is not None:  # the rest's tokens as the free search wrote them
+            alignment = None if alignment is None else np.concatenate([alignment, rest.alignment[at:]])
+            if log_probs is not None:
+                log_probs = np.concatenate([log_probs[: self.steps], rest.log_probs[at:]])
         if self.forced_first is not None:
             tokens = tokens[1:]
             alignment = None if alignment is None else alignment[1:]
+            log_probs = None if log_probs is None else log_probs[1:]
         return TokenHypothesis(
             tokens=[int(x) for x in tokens],
             score=_normalise(logprob, length, self.length_penalty),
             alignment=alignment,
+            token_log_probs=log_probs,
         )

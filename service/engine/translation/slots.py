@@ -53,11 +53,15 @@ from service.artefacts import (
     TOP_TOKENS,
     VOCABULARY,
     VOCABULARY_MASK,
-    ArtefactError,
     per_layer,
 )
-from service.engine.session import ELEMENT_NUMPY
-from service.engine.translation.decoding import Decoder, Tensor, candidate_log_probs, wanted_log_probs
+from service.engine.translation.decoding import (
+    Decoder,
+    Tensor,
+    candidate_log_probs,
+    score_dtypes,
+    wanted_log_probs,
+)
 from service.engine.translation.search import Candidates
 from service.engine.translation.shortlist import StepVocabulary
 
@@ -70,6 +74,7 @@ class SlotDecoder(Decoder):
     memory_per_sentence = True
     steps_over_shortlists = True
     cache_on_host = True
+    resumes = True
 
     def _start(self) -> None:
         self._layers, self._heads, self._d_head = self._cache_shape
@@ -85,7 +90,7 @@ class SlotDecoder(Decoder):
         self._outputs: dict[str, np.ndarray] = {}  # the binding's output arrays, by name
         self._last = np.zeros((0, 1), dtype=np.int64)  # each row's last token: the binding's input_ids
         self._top_k = np.zeros(1, dtype=np.int64)
-        self._output_dtypes, self._vocab = _score_dtypes(self.backend.decoder, self._shortlisted)
+        self._output_dtypes, self._vocab = score_dtypes(self.backend.decoder, self._shortlisted)
         self._release()
 
     @property
@@ -196,6 +201,19 @@ class SlotDecoder(Decoder):
         self._next_sentence += len(repeats)
         self._rows = new_rows.stop
         self._fold = None
+
+    def park(self, row: int, columns: int) -> list[np.ndarray]:
+        return [buffer[row, :, :columns].copy() for buffer in self._cache]
+
+    def resume(self, row: int, history: list[np.ndarray]) -> None:
+        """Its columns get new ids (``_lineage``): no other row holds them."""
+        columns = history[0].shape[1]
+        self._reserve(self._rows, 0, 0, columns)
+        for buffer, kept in zip(self._cache, history, strict=True):
+            buffer[row, :, :columns] = kept
+        self._lineage[row, :columns] = self._next_column + np.arange(columns)
+        self._next_column += columns
+        self._positions[row] = columns
 
     def _run(
         self, last_tokens: np.ndarray, top_k: int, wanted: np.ndarray | None = None
@@ -383,16 +401,3 @@ def fold_beams(row_sentence: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, 
     sentence_rows = np.repeat(by_slot[starts][:, None], width, axis=1)
     sentence_rows[slot, rank] = np.arange(n)
     return sentence_rows, slot * width + rank
-
-
-def _score_dtypes(
-    decoder: ort.InferenceSession, shortlisted: bool
-) -> tuple[dict[str, type[np.generic]], int]:
-    """The dtype of each score and attention output, and the vocabulary (``log_probs``' width;
-    0 for a shortlist decoder, whose width is its shortlist's)."""
-    outputs = {o.name: o for o in decoder.get_outputs()}
-    vocab = 0 if shortlisted else outputs[LOG_PROBS].shape[1]
-    if not isinstance(vocab, int):
-        raise ArtefactError(f"the decoder's {LOG_PROBS} output has no fixed vocabulary size: {vocab!r}")
-    names = (LOG_PROBS, TOP_LOG_PROBS, TOP_TOKENS, CROSS_ATTENTION)
-    return {name: ELEMENT_NUMPY[outputs[name].type] for name in names}, vocab

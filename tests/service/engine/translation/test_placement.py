@@ -5,6 +5,7 @@ exported model through OnnxTranslator."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,12 @@ from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import Encoded, TranslateItem, TranslateOptions
 from service.engine.session import SessionConfig
 from service.engine.translation.decoding import Decoder, DeviceBackend
+from service.engine.translation.forcing import REJOIN, Prefix, Rest
 from service.engine.translation.placement import place
+from service.engine.translation.restarts import Restarts
 from service.engine.translation.running import PREFIX_END_WIDTH
 from service.engine.translation.search import Candidates, Search
-from service.engine.translation.sentence_search import Prefix, SentenceSearch, TokenHypothesis
+from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 from service.engine.translation.translator import OnnxTranslator
 from service.engine.translation.word_alignment import source_words, target_words
 from tests.service.engine.translation.test_constrained_decoding import ok, random_phrases
@@ -119,6 +122,69 @@ def test_after_a_prefix_the_next_word_comes_from_the_wide_steps_candidates() -> 
     assert sorted(sentence.history[:, -1].tolist()) == [7, 8]  # the beam's two best word starts
 
 
+def rest(tokens: tuple[int, ...], source_len: int = 3) -> Rest:
+    """A free translation's rest with each token's log-prob -0.1 (then its </s>'s, -0.5) and
+    its attention on source token i % ``source_len``."""
+    log_probs = np.array([-0.1] * len(tokens) + [-0.5])
+    return Rest(tokens, log_probs, np.eye(source_len)[np.arange(len(tokens)) % source_len])
+
+
+def test_a_rest_is_joined_where_the_rows_last_tokens_are_without_skipping_any() -> None:
+    assert REJOIN == 1
+    r = rest((20, 21, 22, 23, 21, 22))
+    assert r.after([20]) == 1  # the next free token, at once
+    assert r.after([7, 20]) == 1  # a word of its own, then the rest from its start
+    assert r.after([7, 21]) == 2  # a word of its own in place of the rest's first
+    assert r.after([21]) is None  # further on: it would skip 20
+    assert r.after([9, 9, 9]) is None
+
+
+def test_a_row_back_on_the_free_rest_after_a_term_finishes_with_it() -> None:
+    """After the placed term, once the best row writes ``REJOIN`` of the rest's tokens where they
+    come, the sentence is done: its result is the row's tokens, then the rest's others, scored
+    and aligned as the free search had them."""
+    eos, vocab = 1, 32
+    prefix = Prefix((5, 6), banned=frozenset({4}), rest=rest((20, 21, 22, 23)))
+    search = SentenceSearch(0, beam_size=2, max_len=12, prefix=prefix, source_len=3)
+    step = np.log(np.full((2, vocab), 1 / vocab))
+    attention = np.full((2, 3), 1 / 3)
+    for _ in range(2):  # the prefix, one row
+        continuations = search.forced(0, step)
+        assert continuations is not None
+        search.advance(continuations, attention[:1], eos)
+    written = search.scores[0]
+    assert search.advance([(0, 9, written - 1.0), (0, 20, written - 2.0)], attention, eos) is not None
+    assert not search.done  # a word of its own: not on the rest
+    best = search.scores[0]
+    assert search.advance([(0, 21, best - 1.0), (1, 22, best - 3.0)], attention, eos) is None
+    assert search.done
+    (result,) = search.results()
+    assert result.tokens == [5, 6, 9, 21, 22, 23]
+    logprob = best - 1.0 + 2 * -0.1 - 0.5  # the row's, then 22 and 23 and </s> as the free search scored them
+    assert result.score == pytest.approx(logprob / 7)
+    assert result.alignment is not None and result.alignment.shape == (6, 3)
+    np.testing.assert_allclose(result.alignment[4:], np.eye(3)[[2, 0]])  # the rest's own
+    assert result.token_log_probs is not None
+    np.testing.assert_allclose(result.token_log_probs[4:], [-0.1, -0.1, -0.5])
+
+
+def test_a_row_does_not_rejoin_the_rest_over_a_barred_word_or_for_several_results() -> None:
+    eos, vocab = 1, 32
+    step = np.log(np.full((2, vocab), 1 / vocab))
+    for prefix, n_best in (
+        (Prefix((5,), banned=frozenset({23}), rest=rest((20, 21, 22, 23))), 1),
+        (Prefix((5,), rest=rest((20, 21, 22, 23))), 2),
+    ):
+        search = SentenceSearch(0, beam_size=2, max_len=12, n_best=n_best, prefix=prefix, source_len=3)
+        continuations = search.forced(0, step)
+        assert continuations is not None
+        search.advance(continuations, np.ones((1, 3)), eos)
+        for token in (20, 21, 22):
+            score = float(search.scores[0])
+            search.advance([(0, token, score - 1.0), (0, 9, score - 2.0)], np.ones((2, 3)), eos)
+            assert not search.done
+
+
 @pytest.fixture(scope="module")
 def translator(translation_artefact: Path) -> OnnxTranslator:
     return OnnxTranslator(translation_artefact, SessionConfig("cpu", 1))
@@ -189,6 +255,50 @@ def placed_items(engine: OnnxTranslator) -> list[TranslateItem]:
     term = next(p for p in random_phrases(engine, 20, seed=11) if not any(p in f for f in frees))
     options = [TranslateOptions(beam_size=3, n_best=2, required=(term,), required_sources=((0, 1),))]
     return [TranslateItem(text, options[0]) for text in TEXTS]
+
+
+def test_a_placed_search_starts_on_what_its_free_search_kept(
+    translator: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sentence that searches again with its term placed starts on its free search's encoder
+    output (the encoder runs once for it) and after the free tokens before the term, on the
+    cache of the row its free translation ended on (fewer decoder rows): the same results as
+    running both again."""
+    items = [replace(item, options=replace(item.options, n_best=1)) for item in placed_items(translator)]
+    encoded: list[int] = []
+    rows: list[int] = []
+    backend, step = type(translator.backend), Decoder.step_candidates
+    encode = backend.encode
+
+    def counted(self: Any, input_ids: np.ndarray) -> Any:
+        encoded.append(len(input_ids))
+        return encode(self, input_ids)
+
+    def stepped(self: Decoder, last: np.ndarray, n: int, wanted: np.ndarray | None = None) -> Any:
+        rows.append(len(last))
+        return step(self, last, n, wanted)
+
+    resumed: list[int] = []
+    resume = SentenceSearch.resume
+
+    def resumed_at(self: SentenceSearch, tokens: list[int], *args: Any) -> None:
+        resumed.append(len(tokens))
+        resume(self, tokens, *args)
+
+    monkeypatch.setattr(backend, "encode", counted)
+    monkeypatch.setattr(Decoder, "step_candidates", stepped)
+    monkeypatch.setattr(SentenceSearch, "resume", resumed_at)
+    kept = translator.translate(items)
+    assert sum(encoded) == len(items)
+    assert resumed, resumed
+    kept_rows, rows[:], encoded[:] = sum(rows), [], []
+    monkeypatch.setattr(Restarts, "keep", lambda *_: None)
+    again = translator.translate(items)
+    assert sum(encoded) > len(items)  # they did start again
+    assert sum(rows) > kept_rows
+    for got, want in zip(kept, again, strict=True):
+        assert ok(got).hypotheses[0].tokens == ok(want).hypotheses[0].tokens
+        assert ok(got).hypotheses[0].score == pytest.approx(ok(want).hypotheses[0].score, rel=1e-5)
 
 
 def test_placed_sentences_beside_free_ones_decode_as_alone_on_every_layout(
