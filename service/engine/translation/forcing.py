@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The tokens in a row of a placed term's free rest after which a search takes the rest as it was
-REJOIN = 1
+# Tokens a row must have written in a row that the rest has, after skipping some of its tokens:
+# one token is ambiguous (a comma written at once is not the rest's comma three words on)
+SKIPPING = 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -23,15 +24,18 @@ class Rest:
     alignment: np.ndarray  # (len(tokens), S)
 
     def after(self, written: list[int]) -> int | None:
-        """Where the rest goes on after ``written`` (the tokens a row wrote after the term):
-        after the first place its last ``REJOIN`` tokens are in it, if that place skips none of
-        its tokens (as many written as taken), else None: a comma written at once does not
-        join the rest at its comma three words on."""
-        n = REJOIN
-        tail = tuple(written[-n:])
-        for at in range(n, min(len(written), len(self.tokens)) + 1):
-            if self.tokens[at - n : at] == tail:
+        """Where the rest goes on after ``written`` (the tokens a row wrote after the term), if
+        it has come back to it: its last token where the rest has it with none of the rest's
+        skipped (as many written as taken), or its last ``SKIPPING`` tokens where the rest has
+        them first (a word the term already said left out); else None."""
+        for at in range(1, min(len(written), len(self.tokens)) + 1):
+            if self.tokens[at - 1] == written[-1]:
                 return at
+        last = tuple(written[-SKIPPING:])
+        if len(last) == SKIPPING:
+            for at in range(SKIPPING, len(self.tokens) + 1):
+                if self.tokens[at - SKIPPING : at] == last:
+                    return at
         return None
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from service.engine.translation.constraints import Constraints, ConstraintState, constrained_step
-from service.engine.translation.forcing import REJOIN, Prefix, Rest
+from service.engine.translation.forcing import Prefix, Rest
 from service.engine.translation.ranking import in_place
 
 
@@ -109,6 +109,11 @@ class SentenceSearch:
             raise ValueError("only a search not started resumes, within its forced prefix")
         self.history = np.array([tokens], dtype=np.int64)
         self.scores = np.array([float(log_probs.sum())])
+        if self.constraints is not None:  # the phrases it holds already count
+            state = self.constraints.start
+            for token in tokens:
+                state = self.constraints.advance(state, token)
+            self.states = [state]
         if self.token_log_probs is not None:
             self.token_log_probs = log_probs[None, :].astype(float)
         if self.with_attention and alignment is not None:
@@ -274,18 +279,29 @@ class SentenceSearch:
             return None
         return rows
 
-    def _rejoined(self) -> bool:
-        """Whether its best row, after a placed term, is back on the free translation: its last
-        ``REJOIN`` tokens are ones of the prefix's ``rest`` in a row. It then finishes with the
-        rest's tokens after them, scored as the free search scored them, as the model would
-        write them again (checked in docs/decisions.md): decoding them would cost a second
-        search's whole tail. Only a sentence of one result and no constraints left rejoins."""
+    @property
+    def _rejoins(self) -> bool:
+        """Whether it may go back to the free translation after its placed terms (``_rejoined``):
+        a sentence of one result with no constraints left, at or past its prefix's end."""
         p = self.prefix
-        if p is None or p.rest is None or self.constraints is not None or self.n_best > 1:
+        return (
+            p is not None
+            and p.rest is not None
+            and self.constraints is None
+            and self.n_best == 1
+            and self.steps - (self.forced_first is not None) >= len(p.tokens)
+        )
+
+    def _rejoined(self) -> bool:
+        """Whether its best row, after a placed term, is back on the free translation (``Rest.after``).
+        It then finishes with the rest's tokens after that, scored as the free search scored them,
+        as the model would write them again (checked in docs/decisions.md): decoding them would
+        cost a second search's whole tail."""
+        if not self._rejoins:
             return False
+        p = self.prefix
+        assert p is not None and p.rest is not None
         written = self.steps - (self.forced_first is not None) - len(p.tokens)  # since the prefix
-        if written < REJOIN:
-            return False
         best = int(np.argmax(self.scores))
         at = p.rest.after(self.history[best, self.steps - written :].tolist())
         if at is None or self.steps + len(p.rest.tokens) - at > self.max_len:
@@ -350,7 +366,14 @@ class SentenceSearch:
 
     def _stops(self, best_running: float) -> bool:
         """Whether, with ``beam_size`` finished hypotheses, the search stops before the next step
-        (``EarlyStopping``); ``best_running``: the best running beam's log-prob."""
+        (``EarlyStopping``); ``best_running``: the best running beam's log-prob. A placed search's
+        tail (``_rejoins``) stops as soon as its one result beats every running row, as
+        ``early_stopping`` False would with one finished hypothesis: it has rejoined the free
+        translation or ended, and its other beams would only wait for more results."""
+        if self._rejoins:
+            length = self.steps + 1  # tokens generated with this step's
+            best_finished = self.finished[0].score if self.finished else -np.inf
+            return _normalise(best_running, length, self.length_penalty) <= best_finished
         if len(self.finished) < self.beam_size:
             return False
         if self.early_stopping is True:

@@ -16,8 +16,9 @@ from prometheus_client import REGISTRY
 from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import Encoded, TranslateItem, TranslateOptions
 from service.engine.session import SessionConfig
+from service.engine.translation.constraints import Constraints
 from service.engine.translation.decoding import Decoder, DeviceBackend
-from service.engine.translation.forcing import REJOIN, Prefix, Rest
+from service.engine.translation.forcing import SKIPPING, Prefix, Rest
 from service.engine.translation.placement import place
 from service.engine.translation.restarts import Restarts
 from service.engine.translation.running import PREFIX_END_WIDTH
@@ -129,19 +130,21 @@ def rest(tokens: tuple[int, ...], source_len: int = 3) -> Rest:
     return Rest(tokens, log_probs, np.eye(source_len)[np.arange(len(tokens)) % source_len])
 
 
-def test_a_rest_is_joined_where_the_rows_last_tokens_are_without_skipping_any() -> None:
-    assert REJOIN == 1
+def test_a_row_rejoins_the_rest_on_a_token_where_it_comes_or_two_further_on() -> None:
+    assert SKIPPING == 2
     r = rest((20, 21, 22, 23, 21, 22))
     assert r.after([20]) == 1  # the next free token, at once
     assert r.after([7, 20]) == 1  # a word of its own, then the rest from its start
     assert r.after([7, 21]) == 2  # a word of its own in place of the rest's first
-    assert r.after([21]) is None  # further on: it would skip 20
-    assert r.after([9, 9, 9]) is None
+    assert r.after([7, 8, 22]) == 3
+    assert r.after([21]) is None  # one token further on: 20 skipped on a single token's word
+    assert r.after([20, 22]) is None and r.after([9, 9, 9]) is None
+    assert r.after([22, 23]) == 4  # two tokens in a row further on: 20 and 21 left out
 
 
 def test_a_row_back_on_the_free_rest_after_a_term_finishes_with_it() -> None:
-    """After the placed term, once the best row writes ``REJOIN`` of the rest's tokens where they
-    come, the sentence is done: its result is the row's tokens, then the rest's others, scored
+    """After the placed term, once the best row is back on the rest (``Rest.after``), the
+    sentence is done: its result is the row's tokens, then the rest's others, scored
     and aligned as the free search had them."""
     eos, vocab = 1, 32
     prefix = Prefix((5, 6), banned=frozenset({4}), rest=rest((20, 21, 22, 23)))
@@ -183,6 +186,38 @@ def test_a_row_does_not_rejoin_the_rest_over_a_barred_word_or_for_several_result
             score = float(search.scores[0])
             search.advance([(0, token, score - 1.0), (0, 9, score - 2.0)], np.ones((2, 3)), eos)
             assert not search.done
+
+
+def test_a_placed_tail_stops_once_its_one_result_beats_every_running_row() -> None:
+    """Past its prefix, a sentence of one result that may rejoin its rest stops as soon as a
+    finished hypothesis beats the running rows, not once the beam has finished as many."""
+    eos, vocab = 1, 32
+    prefix = Prefix((5,), rest=rest((20, 21)))
+    search = SentenceSearch(0, beam_size=3, max_len=12, prefix=prefix, source_len=3)
+    continuations = search.forced(0, np.log(np.full((1, vocab), 1 / vocab)))
+    assert continuations is not None
+    search.advance(continuations, np.ones((1, 3)), eos)
+    score = float(search.scores[0])
+    ended = [(0, eos, score - 0.1), (0, 9, score - 5.0), (0, 8, score - 6.0), (0, 7, score - 7.0)]
+    assert search.advance(ended, np.ones((3, 3)), eos) is None
+    assert [h.tokens for h in search.results()] == [[5]]
+
+
+def test_a_resumed_search_starts_with_its_tokens_written_and_its_phrases_met() -> None:
+    """``resume``: the tokens a placed search's row already holds are its history, scored and
+    aligned as given, and a required phrase among them counts as met (else the constrained
+    search would write it again)."""
+    constraints = Constraints([[(8,)], [(30,)]])
+    prefix = Prefix((7, 8, 9, 20))
+    search = SentenceSearch(0, beam_size=2, max_len=12, prefix=prefix, constraints=constraints, source_len=3)
+    search.resume([7, 8], np.array([-0.5, -0.25]), np.eye(3)[:2])
+    assert search.steps == 2 and search.k == 1 and search.history.tolist() == [[7, 8]]
+    assert search.scores.tolist() == [-0.75] and search.wanted()[0] == [9]
+    assert search.attention is not None and search.attention.shape == (1, 2, 3)
+    assert search.states == [constraints.advance(constraints.advance(constraints.start, 7), 8)]
+    assert constraints.next_tokens(search.states[0]) == [30]  # 8 is met: only 30 is left
+    with pytest.raises(ValueError):
+        search.resume([7], np.zeros(1), None)  # started already
 
 
 @pytest.fixture(scope="module")
