@@ -1,6 +1,6 @@
-"""The tiny reversal model of the translation export tests, trained and exported once per run for
-test_translation_export.py and test_translation_re_export.py (tests/background.py: built_once),
-whichever pytest-xdist worker runs them."""
+"""The tiny reversal model of the translation export tests, trained once per run for
+test_translation_export.py and test_translation_re_export.py and exported once for the first
+(tests/background.py: built_once), whichever pytest-xdist worker runs them."""
 
 from __future__ import annotations
 

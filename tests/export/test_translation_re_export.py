@@ -2,6 +2,11 @@
 what is current is skipped, what is corrupted, of an earlier form or of other generation settings
 is replaced, that variant only.
 
+Every export here is measured on a few reference sentences (tests/tiny_models.py:
+few_reference_sentences), the same in each so that what is current stays current: what these
+tests check is what the export redoes, not the check on the committed sentences, which
+test_translation_export.py covers (minutes of this machine for each int8 re-export otherwise).
+
 An earlier int8 artefact is exported again once for the tests of all its marks (``re_exported``);
 each test checks on a copy of its own that its mark alone makes the export redo that variant and
 no other (the export's own decision, ``_to_export_again``), then what the re-export wrote.
@@ -35,6 +40,7 @@ from service.artefacts import (
     load_and_verify,
 )
 from service.serving.startup import is_stale
+from tests.tiny_models import few_reference_sentences
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +49,28 @@ def checkpoint(reversal_checkpoint: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def exported(reversal_export: Path) -> Path:
-    return reversal_export
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return few_reference_sentences(tmp_path_factory.mktemp("reference") / "reference.txt")
 
 
-def test_rerun_skips_until_an_artefact_is_corrupted(checkpoint: Path, exported: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def exported(checkpoint: Path, reference: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The artefact root of the model's fp32 + int8 export; tests copy it before they change it."""
+    out = tmp_path_factory.mktemp("exported") / "artefacts"
+    export_translation(checkpoint, out, ["fp32", "int8"], reference=reference)
+    return out
+
+
+def test_rerun_skips_until_an_artefact_is_corrupted(
+    checkpoint: Path, exported: Path, reference: Path, tmp_path: Path
+) -> None:
     """Same weights: nothing is rebuilt. A corrupted decoder.onnx is named by load_and_verify, and
     the next export rebuilds that variant only."""
     out = tmp_path / "artefacts"
     shutil.copytree(exported, out)
     fp32, int8 = out / "transformer-en-de" / "fp32", out / "transformer-en-de" / "int8"
     before = {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)}
-    export_translation(checkpoint, out, ["fp32", "int8"])
+    export_translation(checkpoint, out, ["fp32", "int8"], reference=reference)
     assert {p: (p / "manifest.json").stat().st_mtime_ns for p in (fp32, int8)} == before
 
     data = bytearray((fp32 / "decoder.onnx").read_bytes())
@@ -63,7 +79,7 @@ def test_rerun_skips_until_an_artefact_is_corrupted(checkpoint: Path, exported: 
     with pytest.raises(ArtefactError, match=r"decoder\.onnx"):
         load_and_verify(fp32)
 
-    export_translation(checkpoint, out, ["fp32", "int8"])
+    export_translation(checkpoint, out, ["fp32", "int8"], reference=reference)
     load_and_verify(fp32)
     assert (int8 / "manifest.json").stat().st_mtime_ns == before[int8]
     assert sorted(p.name for p in (out / "transformer-en-de").iterdir()) == ["fp32", "int8"]
@@ -106,7 +122,7 @@ def _as_if_earlier(exported: Path, out: Path, *marks: str) -> tuple[Path, Path]:
     return fp32, int8
 
 
-def _to_export_again(checkpoint: Path, out: Path, variants: list[str]) -> list[str]:
+def _to_export_again(checkpoint: Path, out: Path, variants: list[str], reference: Path) -> list[str]:
     """The variants ``export_translation`` would export again at ``out``: its own decision
     (export/publish/variants.py: still_to_export), nothing built."""
     from export.publish.variants import still_to_export
@@ -119,33 +135,38 @@ def _to_export_again(checkpoint: Path, out: Path, variants: list[str]) -> list[s
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("export.translation.still_to_export", record)
-        export_translation(checkpoint, out, variants)
+        export_translation(checkpoint, out, variants, reference=reference)
     return todo
 
 
 @pytest.fixture(scope="module")
 def re_exported(
-    checkpoint: Path, exported: Path, tmp_path_factory: pytest.TempPathFactory
+    checkpoint: Path, exported: Path, reference: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, Path, int]:
     """An artefact with every mark of EARLIER_INT8 on its int8 variant, exported again once for
     the tests of each mark (each tests that its mark alone makes the export redo int8, and no
     more): (fp32, int8, the fp32 manifest's mtime before the export)."""
     fp32, int8 = _as_if_earlier(exported, tmp_path_factory.mktemp("re-exported") / "a", *EARLIER_INT8)
     before = (fp32 / "manifest.json").stat().st_mtime_ns
-    export_translation(checkpoint, fp32.parent.parent, ["fp32", "int8"])
+    export_translation(checkpoint, fp32.parent.parent, ["fp32", "int8"], reference=reference)
     return fp32, int8, before
 
 
 @pytest.mark.parametrize("mark", ["older decoder layout", "single TopK"])
 def test_an_older_artefact_still_reads_and_is_re_exported(
-    checkpoint: Path, exported: Path, re_exported: tuple[Path, Path, int], tmp_path: Path, mark: str
+    checkpoint: Path,
+    exported: Path,
+    reference: Path,
+    re_exported: tuple[Path, Path, int],
+    tmp_path: Path,
+    mark: str,
 ) -> None:
     """An artefact of an earlier decoder layout (which the service refuses, naming the command
     that re-exports it), or from before the candidates by blocks (a single TopK, the same
     output), still reads and verifies, and the next export replaces it (that variant only)."""
     _, int8 = _as_if_earlier(exported, tmp_path / "artefacts", mark)
     assert load_and_verify(int8).translation is not None
-    assert _to_export_again(checkpoint, tmp_path / "artefacts", ["fp32", "int8"]) == ["int8"]
+    assert _to_export_again(checkpoint, tmp_path / "artefacts", ["fp32", "int8"], reference) == ["int8"]
     fp32, int8, before = re_exported
     assert (fp32 / "manifest.json").stat().st_mtime_ns == before
     rebuilt = load_and_verify(int8).translation
@@ -154,7 +175,7 @@ def test_an_older_artefact_still_reads_and_is_re_exported(
 
 
 def test_an_int8_artefact_of_8_bit_weights_is_re_exported_with_7(
-    checkpoint: Path, exported: Path, re_exported: tuple[Path, Path, int], tmp_path: Path
+    checkpoint: Path, exported: Path, reference: Path, re_exported: tuple[Path, Path, int], tmp_path: Path
 ) -> None:
     """int8 weights of 8 bits saturate onnxruntime's u8×s8 kernels on CPUs without VNNI: an
     artefact from before INT8_WEIGHT_BITS (no int8_weight_bits) is stale for the export and for the
@@ -165,7 +186,7 @@ def test_an_int8_artefact_of_8_bit_weights_is_re_exported_with_7(
     )
     fp32, int8 = _as_if_earlier(exported, tmp_path / "artefacts", "8-bit weights")
     assert is_stale(int8) and not is_stale(fp32)
-    assert _to_export_again(checkpoint, tmp_path / "artefacts", ["fp32", "int8"]) == ["int8"]
+    assert _to_export_again(checkpoint, tmp_path / "artefacts", ["fp32", "int8"], reference) == ["int8"]
     fp32, int8, before = re_exported
     assert (fp32 / "manifest.json").stat().st_mtime_ns == before
     assert load_and_verify(int8).int8_weight_bits == INT8_WEIGHT_BITS and not is_stale(int8)
@@ -177,7 +198,7 @@ def test_an_int8_artefact_of_8_bit_weights_is_re_exported_with_7(
 
 
 def test_a_slot_artefact_from_before_the_memory_per_sentence_is_refused_and_re_exported(
-    checkpoint: Path, exported: Path, re_exported: tuple[Path, Path, int], tmp_path: Path
+    checkpoint: Path, exported: Path, reference: Path, re_exported: tuple[Path, Path, int], tmp_path: Path
 ) -> None:
     """A slot decoder without sentence_rows / beam_index (memory per row) cannot be served: the
     service says to export again, and the next export does."""
@@ -185,28 +206,24 @@ def test_a_slot_artefact_from_before_the_memory_per_sentence_is_refused_and_re_e
     inputs = json.loads((int8 / "manifest.json").read_text())["graphs"]["decoder"]["inputs"]
     with pytest.raises(ArtefactError, match="export the model again"):
         decoder_layout_of(t["name"] for t in inputs)
-    assert _to_export_again(checkpoint, tmp_path / "artefacts", ["int8"]) == ["int8"]
+    assert _to_export_again(checkpoint, tmp_path / "artefacts", ["int8"], reference) == ["int8"]
     rebuilt = load_and_verify(re_exported[1])
     assert {SENTENCE_ROWS, BEAM_INDEX} <= {t.name for t in rebuilt.graphs["decoder"].inputs}
 
 
 def test_the_generation_configs_length_penalty_goes_into_the_manifest(
-    checkpoint: Path, exported: Path, tmp_path: Path
+    checkpoint: Path, exported: Path, reference: Path, tmp_path: Path
 ) -> None:
     """generation_config.json beside the checkpoint sets the artefact's default length penalty;
-    a changed one re-exports (the weights are the same), none means 1.0, a bad one is refused.
-    What the re-export writes is checked on an export measured on two reference sentences (the
-    full set's check is the other tests' and takes minutes on this machine)."""
+    a changed one re-exports (the weights are the same), none means 1.0, a bad one is refused."""
     assert _length_penalty(exported / "transformer-en-de" / "fp32") == 1.0
     source = tmp_path / "transformer-en-de"
     shutil.copytree(checkpoint.parent if checkpoint.is_file() else checkpoint, source)
     out = tmp_path / "artefacts"
     shutil.copytree(exported, out)
-    assert _to_export_again(source, out, ["fp32", "int8"]) == []  # a copy of the same checkpoint
+    assert _to_export_again(source, out, ["fp32", "int8"], reference) == []  # a copy of the same checkpoint
     (source / GENERATION_CONFIG).write_text('{"length_penalty": 1.3, "num_beams": 4}')
-    assert _to_export_again(source, out, ["fp32", "int8"]) == ["fp32", "int8"]
-    reference = tmp_path / "reference.txt"
-    reference.write_text("a man rides a bike.\ntwo dogs run on the street.\n", encoding="utf-8")
+    assert _to_export_again(source, out, ["fp32", "int8"], reference) == ["fp32", "int8"]
     (fp32,) = export_translation(source, out, ["fp32"], reference=reference)
     assert _length_penalty(fp32) == 1.3
     (source / GENERATION_CONFIG).write_text('{"length_penalty": 2.5}')

@@ -118,14 +118,16 @@ def test_a_translation_export_records_our_card_and_adds_it_to_an_artefact_from_b
 ) -> None:
     pytest.importorskip("torch")
     from export.translation import export_translation
-    from tests.tiny_models import tiny_translation_checkpoint
+    from tests.tiny_models import few_reference_sentences, tiny_translation_checkpoint
 
     checkpoint = tiny_translation_checkpoint(tmp_path / "tiny-en-de")
     card(checkpoint, "MODEL_CARD.md", f'---\ntrained_on: "{CAPTIONS}"\n---\n\n# tiny-en-de\n')
-    (artefact,) = export_translation(checkpoint / "model.safetensors", tmp_path / "artefacts", ["fp32"])
+    reference = few_reference_sentences(tmp_path / "reference.txt")  # what is checked here: the card
+    weights = checkpoint / "model.safetensors"
+    (artefact,) = export_translation(weights, tmp_path / "artefacts", ["fp32"], reference=reference)
     exported = read_manifest(artefact)
     assert exported.trained_on == CAPTIONS
 
     write_manifest(artefact, exported.model_copy(update={"trained_on": None}))
-    export_translation(checkpoint / "model.safetensors", tmp_path / "artefacts", ["fp32"])
+    export_translation(weights, tmp_path / "artefacts", ["fp32"], reference=reference)
     assert load_and_verify(artefact) == exported

@@ -39,11 +39,17 @@ SENTENCES = load_reference().sentences
 
 
 @pytest.fixture(scope="module")
-def translation_int8(translation_checkpoint: Path, translation_artefact: Path) -> Path:
-    """The tiny translator's per-row int8 variant, next to its fp32 one."""
+def translation_int8(
+    translation_checkpoint: Path, translation_artefact: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The tiny translator's per-row int8 variant, next to its fp32 one. The export's own check
+    runs on a few sentences: the tests here check every reference sentence themselves."""
     from export.translation import export_translation
+    from tests.tiny_models import few_reference_sentences
 
-    (directory,) = export_translation(translation_checkpoint, translation_artefact.parent.parent, ["int8"])
+    reference = few_reference_sentences(tmp_path_factory.mktemp("reference") / "reference.txt")
+    root = translation_artefact.parent.parent
+    (directory,) = export_translation(translation_checkpoint, root, ["int8"], reference=reference)
     return directory
 
 
