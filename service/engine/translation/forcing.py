@@ -52,6 +52,14 @@ class Prefix:
     banned: frozenset[int] = frozenset()
     rest: Rest | None = None
 
+    def rejoined_at(self, written: list[int], room: int) -> int | None:
+        """Where ``rest`` goes on after ``written`` (``Rest.after``), if what is left of it fits
+        in ``room`` tokens and holds no barred one; else None."""
+        at = None if self.rest is None else self.rest.after(written)
+        if at is None or self.rest is None or len(self.rest.tokens) - at > room:
+            return None
+        return None if self.banned.intersection(self.rest.tokens[at:]) else at
+
     def allowed(self, candidates: list[tuple[int, int, float]], at: int) -> list[tuple[int, int, float]]:
         """The ``candidates`` (row, token, score) of the step ``at`` tokens after the forced
         first one that may be taken (all of them rather than none)."""

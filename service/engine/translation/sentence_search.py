@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from itertools import islice
 from typing import Any, Literal
 
@@ -110,10 +111,7 @@ class SentenceSearch:
         self.history = np.array([tokens], dtype=np.int64)
         self.scores = np.array([float(log_probs.sum())])
         if self.constraints is not None:  # the phrases it holds already count
-            state = self.constraints.start
-            for token in tokens:
-                state = self.constraints.advance(state, token)
-            self.states = [state]
+            self.states = [reduce(self.constraints.advance, tokens, self.constraints.start)]
         if self.token_log_probs is not None:
             self.token_log_probs = log_probs[None, :].astype(float)
         if self.with_attention and alignment is not None:
@@ -260,13 +258,10 @@ class SentenceSearch:
         for row, token, score in candidates[:k]:
             if score == -np.inf:
                 break
-            if token == eos_id:
-                self.finished.append(self._finish(self.history[row], row, score, True))
-            elif at_limit:
-                self.finished.append(self._finish(np.append(self.history[row], token), row, score, False))
-            else:
-                continue
-            self.ended_on.append((self.finished[-1], row))
+            if token == eos_id or at_limit:
+                tokens = self.history[row] if token == eos_id else np.append(self.history[row], token)
+                self.finished.append(self._finish(tokens, row, score, token == eos_id))
+                self.ended_on.append((self.finished[-1], row))
         self.finished.sort(key=lambda h: -h.score)
         del self.finished[k:]
         going: list[tuple[int, int, float]] = []  # (row, token, score), best first
@@ -281,35 +276,29 @@ class SentenceSearch:
 
     @property
     def _rejoins(self) -> bool:
-        """Whether it may go back to the free translation after its placed terms (``_rejoined``):
-        a sentence of one result with no constraints left, at or past its prefix's end."""
-        p = self.prefix
-        return (
-            p is not None
-            and p.rest is not None
-            and self.constraints is None
-            and self.n_best == 1
-            and self.steps - (self.forced_first is not None) >= len(p.tokens)
-        )
+        """Whether it may end on the free translation after its placed terms (``_rejoined``): one
+        result, no constraints left, at or past its prefix's end."""
+        p, forced = self.prefix, self.forced_first is not None
+        at_end = p is not None and p.rest is not None and self.steps - forced >= len(p.tokens)
+        return at_end and self.constraints is None and self.n_best == 1
 
     def _rejoined(self) -> bool:
-        """Whether its best row, after a placed term, is back on the free translation (``Rest.after``).
-        It then finishes with the rest's tokens after that, scored as the free search scored them,
-        as the model would write them again (checked in docs/decisions.md): decoding them would
-        cost a second search's whole tail."""
+        """Whether its best row is back on the free translation after its placed terms
+        (``Prefix.rejoined_at``): it then ends with the rest's tokens after that, scored as the
+        free search scored them, as the model would write them again (docs/decisions.md);
+        decoding them would cost a second search's whole tail."""
         if not self._rejoins:
             return False
         p = self.prefix
         assert p is not None and p.rest is not None
-        written = self.steps - (self.forced_first is not None) - len(p.tokens)  # since the prefix
-        best = int(np.argmax(self.scores))
-        at = p.rest.after(self.history[best, self.steps - written :].tolist())
-        if at is None or self.steps + len(p.rest.tokens) - at > self.max_len:
+        best, written = (
+            int(np.argmax(self.scores)),
+            self.steps - (self.forced_first is not None) - len(p.tokens),
+        )
+        at = p.rejoined_at(self.history[best, self.steps - written :].tolist(), self.max_len - self.steps)
+        if at is None:
             return False
-        rest = p.rest.tokens[at:]
-        if p.banned.intersection(rest):
-            return False
-        tokens = np.concatenate([self.history[best], np.array(rest, dtype=np.int64)])
+        tokens = np.concatenate([self.history[best], np.array(p.rest.tokens[at:], dtype=np.int64)])
         logprob = float(self.scores[best] + p.rest.log_probs[at:].sum())
         hypothesis = self._finish(tokens, best, logprob, True, p.rest, at)
         self.finished = sorted([*self.finished, hypothesis], key=lambda h: -h.score)[: self.beam_size]
@@ -394,22 +383,16 @@ class SentenceSearch:
     ) -> TokenHypothesis:
         length = len(tokens) + int(ended_with_eos)
         alignment = None if self.attention is None else self.attention[row, : len(tokens)].copy()
+        if rest is not None and alignment is not None:  # the rest's as the free search aligned it
+            alignment = np.concatenate([alignment, rest.alignment[at:]])
         log_probs = None
-        if self.token_log_probs is not None:
-            last = float(logprob - self.scores[row])  # the token it ends with, or its </s>
-            tail = [last] if len(tokens) > self.steps or ended_with_eos else []
-            log_probs = np.concatenate([self.token_log_probs[row, : self.steps], tail])
-        if rest is not None:  # the rest's tokens as the free search wrote them
-            alignment = None if alignment is None else np.concatenate([alignment, rest.alignment[at:]])
-            if log_probs is not None:
-                log_probs = np.concatenate([log_probs[: self.steps], rest.log_probs[at:]])
-        if self.forced_first is not None:
-            tokens = tokens[1:]
-            alignment = None if alignment is None else alignment[1:]
-            log_probs = None if log_probs is None else log_probs[1:]
+        if self.token_log_probs is not None:  # then the one it ends with (or its </s>), or the rest's
+            last = rest.log_probs[at:] if rest is not None else [logprob - self.scores[row]]
+            log_probs = np.concatenate([self.token_log_probs[row, : self.steps], last])[:length]
+        skip = int(self.forced_first is not None)  # its forced first token is not a result's
         return TokenHypothesis(
-            tokens=[int(x) for x in tokens],
+            tokens=[int(x) for x in tokens[skip:]],
             score=_normalise(logprob, length, self.length_penalty),
-            alignment=alignment,
-            token_log_probs=log_probs,
+            alignment=None if alignment is None else alignment[skip:],
+            token_log_probs=None if log_probs is None else log_probs[skip:],
         )

@@ -81,9 +81,7 @@ class SlotDecoder(Decoder):
         self._dtype = self._cache_dtype
         # the decoder is decoder_shortlist.onnx (export/graphs/shortlist.py): it steps over shortlists
         self._shortlisted = any(i.name == VOCABULARY for i in self.backend.decoder.get_inputs())
-        self._rows = 0
-        self._sentences = 0  # memory slots in use
-        self._next_sentence = 0
+        self._rows, self._sentences, self._next_sentence = 0, 0, 0  # rows, memory slots in use
         self._binding: ort.IOBinding | None = None  # dropped whenever a buffer is replaced
         # (rows, top_k, full log-probs, attention) it was made for
         self._bound: tuple[int, int, bool, bool] | None = None
@@ -206,12 +204,11 @@ class SlotDecoder(Decoder):
         return [buffer[row, :, :columns].copy() for buffer in self._cache]
 
     def resume(self, row: int, history: list[np.ndarray]) -> None:
-        """Its columns get new ids (``_lineage``): no other row holds them."""
         columns = history[0].shape[1]
         self._reserve(self._rows, 0, 0, columns)
         for buffer, kept in zip(self._cache, history, strict=True):
             buffer[row, :, :columns] = kept
-        self._lineage[row, :columns] = self._next_column + np.arange(columns)
+        self._lineage[row, :columns] = self._next_column + np.arange(columns)  # no other row's ids
         self._next_column += columns
         self._positions[row] = columns
 
