@@ -56,9 +56,16 @@ def server(
 
 
 def _serving_pids(server: ServerProcess) -> set[int]:
-    """The parent's spawned serving processes (not multiprocessing's resource tracker)."""
-    children = psutil.Process(server.proc.pid).children()
-    return {c.pid for c in children if "spawn_main" in " ".join(c.cmdline())}
+    """The parent's spawned serving processes (not multiprocessing's resource tracker), alive: a
+    killed one the parent has not reaped yet is a zombie, with no command line to read."""
+    pids = set()
+    for child in psutil.Process(server.proc.pid).children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                pids.add(child.pid)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return pids
 
 
 def _per_process(metrics_dir: Path, sample: str, **labels: str) -> dict[int, float]:
