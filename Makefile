@@ -28,14 +28,16 @@ serve: $(STAMP)
 
 ## Lint, type-check and run the test suite (what CI runs) on TEST_WORKERS pytest-xdist workers,
 ## each test file on one worker (tests/conftest.py); the 20 slowest steps are listed at the end.
-## mypy runs beside the tests, its report after theirs: on its own it held one core for a minute
-## and a half of a clean clone while the other idled. Either failing fails the target.
+## mypy runs beside the tools' installation and the tests, its report after theirs: on its own it
+## held one core for a minute and a half of a clean clone while the other idled, and the tools'
+## installation mostly waits on downloads. Any step failing fails the target.
 TEST_WORKERS ?= 2
-test: $(STAMP) tools
-	$(VENV)/bin/ruff check service export tests benchmarks
+test: $(STAMP)
 	$(VENV)/bin/mypy >$(VENV)/mypy.log 2>&1 & mypy=$$!; \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20; tests=$$?; \
-	wait $$mypy; typed=$$?; echo "$(VENV)/bin/mypy"; cat $(VENV)/mypy.log; \
+	VENV=$(VENV) bash .ci/install-tools.sh \
+	&& $(VENV)/bin/ruff check service export tests benchmarks \
+	&& $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20; \
+	tests=$$?; wait $$mypy; typed=$$?; echo "$(VENV)/bin/mypy"; cat $(VENV)/mypy.log; \
 	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 
 ## Long reliability tests: full fuzzing, overload, soak.
