@@ -87,11 +87,14 @@ def translation_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def translation_artefact(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """<root>/tiny-en-de/fp32, verified against PyTorch by export_translation."""
+    """<root>/tiny-en-de/fp32, verified against PyTorch by export_translation on a few sentences:
+    its check on the committed reference set is tests/export/test_translation_export.py's."""
     from export.translation import export_translation
+    from tests.tiny_models import few_reference_sentences
 
     def export(folder: Path) -> Path:
-        (directory,) = export_translation(translation_checkpoint, folder, ["fp32"])
+        reference = few_reference_sentences(tmp_path_factory.mktemp("reference") / "reference.txt")
+        (directory,) = export_translation(translation_checkpoint, folder, ["fp32"], reference=reference)
         return directory
 
     return built_once(tmp_path_factory, "translation-fp32", export)
@@ -124,13 +127,15 @@ def embedding_artefact(embedding_source: Path, tmp_path_factory: pytest.TempPath
 def translation_fp16(
     translation_checkpoint: Path, translation_artefact: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """The same model's fp16 variant (float16 memory and cache), next to the fp32 one."""
+    """The same model's fp16 variant (float16 memory and cache), next to the fp32 one, verified
+    on the same few sentences."""
     from export.translation import export_translation
+    from tests.tiny_models import few_reference_sentences
 
     def export(_: Path) -> Path:
-        (directory,) = export_translation(
-            translation_checkpoint, translation_artefact.parent.parent, ["fp16"]
-        )
+        reference = few_reference_sentences(tmp_path_factory.mktemp("reference") / "reference.txt")
+        root = translation_artefact.parent.parent
+        (directory,) = export_translation(translation_checkpoint, root, ["fp16"], reference=reference)
         return directory
 
     return built_once(tmp_path_factory, "translation-fp16", export)
