@@ -291,10 +291,8 @@ class SentenceSearch:
             return False
         p = self.prefix
         assert p is not None and p.rest is not None
-        best, written = (
-            int(np.argmax(self.scores)),
-            self.steps - (self.forced_first is not None) - len(p.tokens),
-        )
+        best = int(np.argmax(self.scores))
+        written = self.steps - (self.forced_first is not None) - len(p.tokens)  # since the prefix
         at = p.rejoined_at(self.history[best, self.steps - written :].tolist(), self.max_len - self.steps)
         if at is None:
             return False
