@@ -93,11 +93,14 @@ def release_free_memory() -> bool:
     return bool(_MALLOC_TRIM(0)) if _MALLOC_TRIM is not None else False
 
 
-async def trim_when_idle(queues: Callable[[], Sequence[Quiet]], interval_s: float) -> None:
+async def trim_when_idle(
+    queues: Callable[[], Sequence[Quiet]], interval_s: float, let_go: Callable[[], object] = lambda: None
+) -> None:
     """Every ``interval_s``: if requests came since the last trim (or none was made yet) and
-    every queue is idle now, release the free memory (on a thread: it walks the heaps, and
-    holds each heap's lock only while it does). A steady load is never interrupted; the
-    resident size falls back within ``interval_s`` of the load's end."""
+    every queue is idle now, ``let_go`` of what is kept for the next request (the engines'
+    spare buffers) and release the free memory (on a thread: it walks the heaps, and holds each
+    heap's lock only while it does). A steady load is never interrupted; the resident size
+    falls back within ``interval_s`` of the load's end."""
     trimmed_at: int | None = None
     while True:
         await asyncio.sleep(interval_s)
@@ -105,6 +108,7 @@ async def trim_when_idle(queues: Callable[[], Sequence[Quiet]], interval_s: floa
         submitted = sum(b.submitted for b in current)
         if submitted != trimmed_at and all(b.idle for b in current):
             trimmed_at = submitted
+            let_go()
             released = await asyncio.to_thread(release_free_memory)
             log.debug("idle: free memory %s", "released" if released else "had nothing to release")
 

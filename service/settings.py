@@ -108,8 +108,9 @@ class Settings(BaseSettings):
     # translation models and the embedder stay within k8s/base's 4 GiB limit even at worst case.
     decode_memory_mb: int = Field(default=1024, ge=1)
     decode_admit_tokens: int = Field(default=2048, ge=1)  # source tokens encoded between two steps
-    # Once every model is idle after requests, give freed memory back to the OS (glibc's
-    # malloc_trim; service/memory.py), checked this often; 0: never.
+    # Once every model is idle after requests, let go of the translators' spare cache buffers
+    # and give freed memory back to the OS (glibc's malloc_trim; service/memory.py), checked
+    # this often; 0: never (a translator then keeps its last decode's buffers while idle).
     memory_trim_interval_s: float = Field(default=2.0, ge=0)
     # glibc heaps shared by all the process's threads (mallopt M_ARENA_MAX, set at start-up):
     # fewer heaps hold less free memory at a peak (service/memory.py: limit_heaps); 0: glibc's

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -134,3 +134,12 @@ class EmbedEngine(Engine, Protocol):
 
 class TranslateEngine(Engine, Protocol):
     def translate(self, items: list[TranslateItem]) -> list[Translation | Exception]: ...
+
+
+@runtime_checkable
+class KeepsSpareMemory(Protocol):
+    """An engine that keeps memory from one call for the next (a decode's cache buffers)."""
+
+    def release_spare_memory(self) -> int:
+        """Let it go; → the bytes it held."""
+        ...

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, cast
 
 from service.cuda import CUDA
-from service.engine.base import EmbedEngine, EmbedItem, Engine, TranslateEngine, TranslateItem
+from service.engine.base import (
+    EmbedEngine,
+    EmbedItem,
+    Engine,
+    KeepsSpareMemory,
+    TranslateEngine,
+    TranslateItem,
+)
 from service.engine.reranker import RerankEngine, RerankItem
 from service.engine.translation.running import ContinuousEngine
 from service.languages import ModelLanguages, canonical
@@ -136,6 +143,12 @@ class Runtime:
     def queues(self) -> list[RequestQueue[Any, Any]]:
         return [m.queue for m in self.models]
 
+    def release_spare_memory(self) -> None:
+        """The engines let go of what they keep for their next calls (the service is idle)."""
+        for engine in self.engines:
+            if isinstance(engine, KeepsSpareMemory):
+                engine.release_spare_memory()
+
     @property
     def default_translation_model(self) -> TranslationModel | None:
         return next(iter(self.translation_models.values()), None)
@@ -204,7 +217,8 @@ class Runtime:
             ).set(1)
         if s.memory_trim_interval_s and self._trimmer is None:
             self._trimmer = asyncio.get_running_loop().create_task(
-                trim_when_idle(lambda: self.queues, s.memory_trim_interval_s), name="memory-trim"
+                trim_when_idle(lambda: self.queues, s.memory_trim_interval_s, self.release_spare_memory),
+                name="memory-trim",
             )
         self._heap.freeze()
         if self.state == "loading":

@@ -7,6 +7,7 @@ import gc
 import subprocess
 import sys
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -159,6 +160,51 @@ async def test_trims_once_after_requests_when_every_queue_is_idle(monkeypatch: p
         assert trims == [0, 1, 2]
     finally:
         task.cancel()
+
+
+def _ordered(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Callable[[], int]]:
+    """The events in order, from now on: each trim (none really made), and a ``let_go``."""
+    order: list[str] = []
+
+    def trim() -> bool:
+        order.append("trim")
+        return True
+
+    def let_go() -> int:
+        order.append("let go")
+        return 0
+
+    monkeypatch.setattr(memory, "release_free_memory", trim)
+    return order, let_go
+
+
+async def test_an_idle_trim_lets_go_of_what_is_kept_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    order, let_go = _ordered(monkeypatch)
+    queue = FakeQueue()
+    task = asyncio.create_task(memory.trim_when_idle(lambda: [queue], 0.01, let_go))
+    try:
+        await asyncio.sleep(0.06)
+        assert order == ["let go", "trim"]
+        queue.submitted, queue.idle = 1, False
+        await asyncio.sleep(0.06)
+        assert order == ["let go", "trim"]  # nothing let go while a queue works
+    finally:
+        task.cancel()
+
+
+async def test_the_service_lets_its_engines_spare_memory_go_before_it_trims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    order, let_go = _ordered(monkeypatch)
+    async with serving(small_settings(memory_trim_interval_s=0.01)) as served:
+        # the fake translator keeps spare memory too (``KeepsSpareMemory``), as OnnxTranslator does
+        served.translator.release_spare_memory = let_go  # type: ignore[attr-defined]
+        await asyncio.sleep(0.05)  # the trim after start-up
+        order.clear()
+        response = await served.client.post("/v1/translate", json={"text": "a b c"})
+        assert response.status_code == 200
+        await asyncio.sleep(0.05)
+        assert order == ["let go", "trim"]
 
 
 async def test_the_service_trims_after_its_requests(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,6 +53,7 @@ from service.artefacts import (
 )
 from service.engine.session import ELEMENT_NUMPY
 from service.engine.translation.search import Candidates
+from service.engine.translation.spare_buffers import SpareBuffers
 
 Tensor = Any  # np.ndarray on the host backend, ort.OrtValue (or its LayerView) on the device backend
 
@@ -284,11 +285,13 @@ class Decoder(ABC):
         cache_shape: tuple[int, int, int],  # (n_layers, heads, d_head)
         cache_dtype: type[np.generic],
         with_attention: bool = False,
+        spare: SpareBuffers | None = None,  # the engine's, for a layout whose cache is host buffers
     ) -> None:
         self.backend = backend
         self.with_attention = with_attention  # the next steps return the cross-attention too
         self._cache_shape = cache_shape
         self._cache_dtype = cache_dtype
+        self._spare = spare
         self._start()
 
     @abstractmethod

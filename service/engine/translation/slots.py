@@ -62,6 +62,7 @@ from service.engine.translation.decoding import (
     score_dtypes,
     wanted_log_probs,
 )
+from service.engine.translation.folding import fold_beams
 from service.engine.translation.search import Candidates
 from service.engine.translation.shortlist import StepVocabulary
 
@@ -89,6 +90,7 @@ class SlotDecoder(Decoder):
         self._last = np.zeros((0, 1), dtype=np.int64)  # each row's last token: the binding's input_ids
         self._top_k = np.zeros(1, dtype=np.int64)
         self._output_dtypes, self._vocab = score_dtypes(self.backend.decoder, self._shortlisted)
+        self._cache: list[np.ndarray] = []
         self._release()
 
     @property
@@ -113,8 +115,10 @@ class SlotDecoder(Decoder):
         return sum(b.nbytes for b in (*self._cache, *self._memory, self._mask))
 
     def _release(self) -> None:
-        """Empty buffers: an idle decode holds no memory."""
+        """Empty buffers: an idle decode holds no memory (its cache goes to the engine's spare)."""
         self._binding = None
+        if self._spare is not None and self._cache and self._cache[0].size:
+            self._spare.give(self._cache)
         self._cache = self._buffers(0, 0)  # keys then values, per layer: row slots
         self._memory = self._buffers(0, 0)  # the same: sentence slots
         self._mask = np.zeros((0, 0), dtype=np.int64)  # (sentence slots, S)
@@ -145,7 +149,9 @@ class SlotDecoder(Decoder):
             self._binding = None  # it holds the buffers replaced below: let them go now
         if new_rows > have_rows or longer:
             length = max(cache_len, 2 * have_cache, _FIRST_CACHE_LEN) if longer else have_cache
-            self._cache = self._regrown(self._cache, new_rows, length, self._rows)
+            spare = self._spare.take(new_rows, length) if self._spare is not None else None
+            self._cache = self._regrown(self._cache, new_rows, length, self._rows, spare)
+            new_rows, length = self._cache[0].shape[0], self._cache[0].shape[2]  # a spare may hold more
             lineage = np.full((new_rows, length), -1, dtype=np.int64)
             lineage[: self._rows, : self._lineage.shape[1]] = self._lineage[: self._rows]
             self._lineage = lineage
@@ -162,8 +168,16 @@ class SlotDecoder(Decoder):
         if new_sentences > have_sentences:
             self._held = np.concatenate([self._held, np.full(new_sentences - have_sentences, -1)])
 
-    def _regrown(self, buffers: list[np.ndarray], slots: int, length: int, keep: int) -> list[np.ndarray]:
-        grown = self._buffers(slots, length)
+    def _regrown(
+        self,
+        buffers: list[np.ndarray],
+        slots: int,
+        length: int,
+        keep: int,
+        spare: list[np.ndarray] | None = None,
+    ) -> list[np.ndarray]:
+        """``buffers``' first ``keep`` slots in ``spare`` or in new buffers of that size."""
+        grown = spare or self._buffers(slots, length)
         for old, new in zip(buffers, grown, strict=True):
             new[:keep, :, : old.shape[2]] = old[:keep]
         return grown
@@ -379,22 +393,3 @@ def _copy_groups(first: np.ndarray) -> list[np.ndarray]:
 def _grown(wanted: int, have: int) -> int:
     """Slots to allocate for ``wanted``: at least half as many again as ``have`` (amortised)."""
     return max(wanted, have * 3 // 2) if wanted > have else have
-
-
-def fold_beams(row_sentence: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The decoder's ``sentence_rows`` and ``beam_index`` for rows decoding ``row_sentence`` (N,)
-    whose memory is in the slots holding ``held`` (sentences,): slot s's rows side by side,
-    padded to a width of at least 2 by repeating its first row, and row n's place among the
-    sentences × width folded queries."""
-    n, slots = len(row_sentence), len(held)
-    order = np.argsort(held)
-    slot = order[np.searchsorted(held, row_sentence, sorter=order)]  # each row's memory slot
-    counts = np.bincount(slot, minlength=slots)
-    width = max(2, int(counts.max()))
-    by_slot = np.argsort(slot, kind="stable")
-    starts = np.cumsum(counts) - counts
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_slot] = np.arange(n) - starts[slot[by_slot]]
-    sentence_rows = np.repeat(by_slot[starts][:, None], width, axis=1)
-    sentence_rows[slot, rank] = np.arange(n)
-    return sentence_rows, slot * width + rank

@@ -54,6 +54,7 @@ from service.engine.translation.results import empty_translation, to_translation
 from service.engine.translation.running import DecodeShape, RunningDecode, output_limit, sentence_constraints
 from service.engine.translation.sentence_search import TokenHypothesis
 from service.engine.translation.shortlist import VocabularyMap
+from service.engine.translation.spare_buffers import SpareBuffers
 from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, labelled, observe_stage, timed
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -108,6 +109,7 @@ class OnnxTranslator:
         self.max_decode_rows = max_decode_rows
         self.truncate_source = truncate_source
         self.decoder_class = decoder_class(self.manifest, self.info, directory)
+        self._spare = SpareBuffers()  # the last decode's cache buffers, for the next one
         self.tokenizer = TextTokenizer.from_file(
             directory / self.manifest.tokenizer, self.info.max_source_len, special.pad
         )
@@ -243,7 +245,12 @@ class OnnxTranslator:
     def new_decoder(self, with_attention: bool = False) -> Decoder:
         """An empty decoder of the artefact's layout on this engine's backend."""
         cache_shape = (self.info.n_layers, self.info.n_heads, self.info.d_head)
-        return self.decoder_class(self.backend, cache_shape, self.cache_dtype, with_attention)
+        return self.decoder_class(self.backend, cache_shape, self.cache_dtype, with_attention, self._spare)
+
+    def release_spare_memory(self) -> int:
+        """Let go of the cache buffers kept for the next decode (the service does, once idle);
+        → the bytes they held."""
+        return self._spare.release()
 
     def new_decode(self) -> RunningDecode:
         """An empty running decode on this engine (``translate`` and the scheduler drive one)."""

@@ -24,7 +24,7 @@ from service.artefacts import (
     read_manifest,
     sha256_of_files,
 )
-from service.engine.translation.slots import fold_beams
+from service.engine.translation.folding import fold_beams
 
 ROWS = 5
 

@@ -10,9 +10,10 @@ import pytest
 from service.engine.base import TranslateItem, TranslateOptions, Translation
 from service.engine.session import SessionConfig
 from service.engine.translation import slots
+from service.engine.translation.folding import fold_beams
 from service.engine.translation.running import RunningDecode
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
-from service.engine.translation.slots import SlotDecoder, fold_beams
+from service.engine.translation.slots import SlotDecoder
 from service.engine.translation.translator import OnnxTranslator
 
 TEXTS = ["a small cat sits on the big red street", "two dogs run", "red"]
