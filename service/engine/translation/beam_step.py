@@ -30,6 +30,11 @@ class Ranked:
     def part(self, which: np.ndarray | slice) -> Ranked:
         return Ranked(self.rows[which], self.tokens[which], self.scores[which])
 
+    def listed(self, i: int) -> list[tuple[int, int, float]]:
+        """Sentence ``i``'s continuations as (row, token, score)."""
+        rows, tokens, scores = self.rows[i].tolist(), self.tokens[i].tolist(), self.scores[i].tolist()
+        return list(zip(rows, tokens, scores, strict=True))
+
 
 @dataclass
 class FreeSentences:

@@ -4,6 +4,8 @@ rows they go to."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 _BLOCK = 64  # columns per block of the top-k pre-selection
@@ -61,6 +63,28 @@ def best_candidates(
     sentence = np.arange(sentences)[:, None]
     top_tokens = tokens.reshape(sentences, k * width)[sentence, top]
     return sentence * k + top // width, top_tokens, cand[sentence, top]
+
+
+def best_listed(scores: np.ndarray, candidates: Any, start: int, k: int) -> list[tuple[int, int, float]]:
+    """``best_candidates`` for the sentence whose ``k`` rows start at ``start``, in Python, from
+    the step's ``search.Candidates``: its 2·k best (row within its block, token, score)
+    continuations in the same order (equal scores: the earlier row, then the better-ranked
+    token). For a few sentences NumPy's cost per call outweighs the arrays it saves."""
+    block = slice(start, start + k)
+    width = min(2 * k, candidates.log_probs.shape[1])
+    rows = zip(
+        scores[block].tolist(),
+        candidates.log_probs[block, :width].tolist(),
+        candidates.tokens[block, :width].tolist(),
+        strict=True,
+    )
+    pool = [
+        (score + lp, row, t)
+        for row, (score, lps, ids) in enumerate(rows)
+        for lp, t in zip(lps, ids, strict=True)
+    ]
+    pool.sort(key=lambda c: -c[0])  # stable, as the arrays' argsort
+    return [(row, token, score) for score, row, token in pool[: 2 * k]]
 
 
 def in_place(going: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:

@@ -30,7 +30,7 @@ from service.engine.translation.beam_step import (
     block_order,
     widened,
 )
-from service.engine.translation.ranking import best_candidates, best_continuations
+from service.engine.translation.ranking import best_candidates, best_continuations, best_listed
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 
 
@@ -190,13 +190,16 @@ class Search:
                 )
                 continue
             members = np.flatnonzero(self._k == k)
-            ranked = self._ranked(log_probs, members, k)
             free = self._free[members]
-            if free.any():
+            listed = isinstance(log_probs, Candidates) and not free.any()  # few candidates: Python ranks
+            ranked = None if listed else self._ranked(log_probs, members, k)
+            if ranked is not None and free.any():
                 self._step_free(members[free], k, ranked.part(free), (done, parents, tokens))
             for i in np.flatnonzero(~free).tolist():
                 j = int(members[i])
-                kept = self._step_own(j, ranked.part(slice(i, i + 1)), int(offsets[j]), log_probs, attention)
+                start = int(offsets[j])
+                best = best_listed(self._scores, log_probs, start, k) if ranked is None else ranked.listed(i)
+                kept = self._step_own(j, best, start, log_probs, attention)
                 done[j] = kept is None
                 if kept is not None and len(kept) == k:
                     parents[offsets[j] : offsets[j] + k] = kept + offsets[j]
@@ -307,18 +310,18 @@ class Search:
     def _step_own(
         self,
         j: int,
-        ranked: Ranked,
+        ranked: list[tuple[int, int, float]],
         start: int,
         log_probs: np.ndarray | Candidates,
         attention: np.ndarray | None,
     ) -> np.ndarray | None:
-        """A constrained sentence's or one keeping alignments: its ``SentenceSearch`` steps it."""
+        """A constrained sentence's, one keeping alignments, or one of few: its ``SentenceSearch``
+        steps it from its ``ranked`` continuations."""
         s: SentenceSearch = self._sentences[j]
         block = None
         if attention is not None and s.with_attention:
             block = attention[start : start + s.k, : s.source_len]
-        rows, tokens, scores = ranked.rows[0].tolist(), ranked.tokens[0].tolist(), ranked.scores[0].tolist()
-        best = s.after_prefix(start, log_probs) if s.at_prefix_end else zip(rows, tokens, scores, strict=True)
+        best = s.after_prefix(start, log_probs) if s.at_prefix_end else ranked
         continuations = s.forced(start, log_probs) or [*best, *s.constraint_continuations(start, log_probs)]
         return s.advance(continuations, block, self.eos_id)
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.translation.search import Search
+from service.engine.translation.search import Candidates, Search
 from service.engine.translation.search_loop import beam_search
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 
@@ -316,6 +316,28 @@ def test_ranking_each_rows_top_candidates_equals_the_full_vocabulary_ranking(voc
             ]
 
 
+@pytest.mark.parametrize("beam", [1, 4])
+def test_one_sentences_candidates_ranked_in_python_come_in_the_arrays_order(beam: int) -> None:
+    """``best_listed`` gives a sentence exactly ``best_candidates``' continuations in the same
+    order: equal scores, dead beams and -inf log-probs included."""
+    from service.engine.translation.ranking import best_candidates, best_listed
+
+    rng = np.random.default_rng(beam)
+    sentences, width = 3, 2 * beam
+    logp = np.round(rng.normal(size=(sentences * beam, width)), 1).astype(np.float32)  # many ties
+    logp[rng.random(logp.shape) < 0.1] = -np.inf
+    logp = -np.sort(-logp, axis=1)  # each row's best first, as a TopK gives them
+    tokens = rng.integers(0, 50, size=logp.shape)
+    for scores in (
+        np.round(rng.normal(size=sentences * beam), 1),
+        np.tile([0.0] + [-np.inf] * (beam - 1), 3),
+    ):
+        rows, top_tokens, got = best_candidates(scores, logp, tokens, beam, 2 * beam)
+        for j in range(sentences):
+            want = zip((rows[j] - j * beam).tolist(), top_tokens[j].tolist(), got[j].tolist(), strict=True)
+            assert best_listed(scores, Candidates(logp, tokens), j * beam, beam) == list(want)
+
+
 class CandidateScriptedDecoder(ScriptedDecoder):
     """The scripted decoder as a TopK graph would serve it: each row's n best tokens only."""
 
@@ -324,7 +346,6 @@ class CandidateScriptedDecoder(ScriptedDecoder):
         self.n = n
 
     def step(self, last_tokens: np.ndarray) -> tuple[Any, np.ndarray | None]:
-        from service.engine.translation.search import Candidates
 
         logp, attn = super().step(last_tokens)
         order = np.argsort(-logp, axis=1, kind="stable")[:, : self.n]
