@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import shutil
 import tempfile
@@ -33,7 +34,18 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+_own_glossary_dirs: list[Path] = []  # small_settings' own, removed when the test process ends
+
+
+@atexit.register
+def _remove_own_glossary_dirs() -> None:
+    for directory in _own_glossary_dirs:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def small_settings(**overrides: Any) -> Settings:
+    own = Path(tempfile.gettempdir()) / f"{_OWN_GLOSSARY_DIR}{uuid.uuid4().hex}"
+    _own_glossary_dirs.append(own)
     values: dict[str, Any] = {
         "auto_export": False,
         "max_wait_ms": 1.0,
@@ -46,7 +58,7 @@ def small_settings(**overrides: Any) -> Settings:
         "express_max_tokens": 0,
         "worker_threads": 1,
         # a directory of its own, made only when a glossary is created: never the checkout's
-        "glossary_dir": Path(tempfile.gettempdir()) / f"{_OWN_GLOSSARY_DIR}{uuid.uuid4().hex}",
+        "glossary_dir": own,
         **overrides,
     }
     return Settings.model_validate(values)
