@@ -4,6 +4,7 @@ rows they go to."""
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,7 @@ def best_listed(scores: np.ndarray, candidates: Any, start: int, k: int) -> list
         for row, (score, lps, ids) in enumerate(rows)
         for lp, t in zip(lps, ids, strict=True)
     ]
-    pool.sort(key=lambda c: -c[0])  # stable, as the arrays' argsort
+    pool.sort(key=itemgetter(0), reverse=True)  # stable (equals keep their order), as the argsort
     return [(row, token, score) for score, row, token in pool[: 2 * k]]
 
 
