@@ -111,7 +111,8 @@ class _Refusal(Exception):
 class _HeadWithBody:
     """A response's view of the connection's transport that holds the response head (status line
     and headers: uvicorn writes them apart) until the body's first write, so that a response
-    leaves in one ``send`` — one system call and one TCP segment, not two. Only a head that a
+    leaves in one ``send`` — one system call and one TCP segment, not two (``writelines``: a
+    large body is not copied to be sent behind its head). Only a head that a
     body write will follow is held (not a HEAD's, a 204's or an empty body's); a write before
     the response starts (``100 Continue``) goes at once; ``close`` sends a held head first;
     everything else is the transport's own."""
@@ -123,9 +124,11 @@ class _HeadWithBody:
         self._held = False  # whether this response's head has been seen
 
     def write(self, data: bytes) -> None:
-        if self._head is not None:
-            data, self._head = self._head + data, None
-        elif not self._held and self._cycle.response_started:
+        if self._head is not None:  # both in one send, the body not copied behind the head
+            head, self._head = self._head, None
+            self._transport.writelines([head, data])
+            return
+        if not self._held and self._cycle.response_started:
             self._held = True
             if self._body_follows():
                 self._head = data

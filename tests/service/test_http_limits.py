@@ -58,8 +58,9 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 
 @pytest.fixture
 async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, list[bytes]]]:
-    """A uvicorn server with the limited protocol on a free port, and every write its
-    connections' transports make (the asyncio transport's own ``write``, recorded)."""
+    """A uvicorn server with the limited protocol on a free port, and every send its
+    connections' transports make (the asyncio transport's own ``write`` and ``writelines``,
+    each recorded as one)."""
     writes: list[bytes] = []
     transport_type: Any = type(await _a_transport())
     real_write = transport_type.write
@@ -68,7 +69,11 @@ async def server(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[int, li
         writes.append(bytes(data))
         real_write(self, data)
 
+    def recording_writelines(self: Any, parts: list[bytes]) -> None:
+        recording_write(self, b"".join(parts))  # one send either way
+
     monkeypatch.setattr(transport_type, "write", recording_write)
+    monkeypatch.setattr(transport_type, "writelines", recording_writelines)
     async with serving(LIMITS) as port:
         yield port, writes
 
