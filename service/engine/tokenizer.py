@@ -135,6 +135,11 @@ class TextTokenizer:
         self._truncating = Tokenizer.from_str(self._full.to_str())
         self._truncating.enable_truncation(max_len)
         self._ids = IdsTokenizer(self._full, self._truncating, max_len)
+        # Each id's piece, looked up in Python: the library's id_to_token is a call per token
+        vocabulary = self._full.get_vocab(with_added_tokens=True)
+        self._pieces = [""] * (max(vocabulary.values(), default=-1) + 1)
+        for piece, i in vocabulary.items():
+            self._pieces[i] = piece
 
     @classmethod
     def from_file(cls, path: Path, max_len: int, pad_id: int) -> TextTokenizer:
@@ -222,10 +227,16 @@ class TextTokenizer:
         return ids, real.astype(np.int64)
 
     def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
-        return list(self._full.decode_batch([list(x) for x in ids], skip_special_tokens=True))
+        """Each sequence's text, one after the other: the library's batch call hands the few a
+        sentence has to its thread pool, for more CPU than it saves."""
+        return [self._full.decode(list(x), skip_special_tokens=True) for x in ids]
 
     def id_to_tokens(self, ids: Sequence[int]) -> list[str]:
-        return [self._full.id_to_token(i) or "" for i in ids]
+        """Each id's piece ("" for an id the vocabulary lacks)."""
+        pieces = self._pieces
+        if all(0 <= i < len(pieces) for i in (min(ids, default=0), max(ids, default=0))):
+            return list(map(pieces.__getitem__, ids))
+        return [pieces[i] if 0 <= i < len(pieces) else "" for i in ids]
 
     def token_to_id(self, token: str) -> int | None:
         return self._full.token_to_id(token)
