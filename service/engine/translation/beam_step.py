@@ -141,21 +141,26 @@ def _stops(s: FreeSentences, finished: np.ndarray, best_running: np.ndarray) -> 
     return stops
 
 
-_EARLIER: dict[int, np.ndarray] = {}  # k → [i, j]: child i comes before child j
+_ROW_BITS: dict[int, np.ndarray] = {}  # k → each row's bit: 1, 2, 4, …
+WIDEST_BEAM = 64  # a sentence's parent rows are bits of one int64 (``in_place``)
 
 
 def in_place(
     parents: np.ndarray, tokens: np.ndarray, scores: np.ndarray, sentence: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``ranking.in_place`` over arrays: each sentence's first child of a parent row takes that
-    row, the others the rows left free, in order (``sentence``: (n, 1) the sentences' indices)."""
-    k = parents.shape[1]
+    row, the others the rows left free, in order (``sentence``: (n, 1) the sentences' indices).
+    A sentence's parents are bits of one integer: a child repeats a parent when adding its bit
+    to those of the children before it changes nothing."""
+    n, k = parents.shape
     if k == 1:
         return parents, tokens, scores
-    if k not in _EARLIER:
-        _EARLIER[k] = np.tri(k, k, -1, dtype=bool).T
-    repeat = ((parents[:, :, None] == parents[:, None, :]) & _EARLIER[k]).any(axis=1)  # (n, k)
-    taken = ((parents[:, :, None] == np.arange(k)) & ~repeat[:, :, None]).any(axis=1)  # (n, rows)
+    if k not in _ROW_BITS:
+        _ROW_BITS[k] = np.left_shift(1, np.arange(k))
+    seen = np.bitwise_or.accumulate(np.left_shift(1, parents), axis=1)  # parents so far, as bits
+    repeat = np.zeros((n, k), dtype=bool)
+    np.equal(seen[:, 1:], seen[:, :-1], out=repeat[:, 1:])
+    taken = (seen[:, -1:] & _ROW_BITS[k]) != 0  # (n, rows)
     free = np.argsort(taken, axis=1, kind="stable")  # the free rows first, in order
     later = np.cumsum(repeat, axis=1) - 1
     target = np.where(repeat, free[sentence, np.maximum(later, 0)], parents)

@@ -47,6 +47,7 @@ from service.engine.session import (
     used_provider,
 )
 from service.engine.tokenizer import Encoded, TextTokenizer
+from service.engine.translation.beam_step import WIDEST_BEAM
 from service.engine.translation.constraints import PhraseSpeller
 from service.engine.translation.decoding import Backend, Decoder, DeviceBackend, HostBackend
 from service.engine.translation.layouts import decoder_class
@@ -62,8 +63,8 @@ from service.metrics import INPUT_TOKENS, OUTPUT_TOKENS, labelled, observe_stage
 
 def check_options(options: TranslateOptions) -> None:
     """Reject options the search cannot honour, for that item alone."""
-    if options.beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {options.beam_size}")
+    if not 1 <= options.beam_size <= WIDEST_BEAM:
+        raise ValueError(f"beam_size must be in [1, {WIDEST_BEAM}], got {options.beam_size}")
     if not 1 <= options.n_best <= options.beam_size:
         raise ValueError(f"n_best must be in [1, beam_size={options.beam_size}], got {options.n_best}")
     if options.max_length < 1:

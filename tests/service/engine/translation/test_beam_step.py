@@ -143,3 +143,19 @@ def test_a_few_sentences_step_through_their_own_searches() -> None:
         s = Search(BOS, EOS)
         s.extend([SentenceSearch(i, beam_size=4, max_len=5, with_attention=False) for i in range(n)])
         assert s._all_free is free
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 8, beam_step.WIDEST_BEAM])
+def test_children_take_rows_as_one_sentences_own_search_places_them(k: int) -> None:
+    """``beam_step.in_place`` over many sentences places each child in the row
+    ``ranking.in_place`` gives it in that sentence's own search, parents repeated or not."""
+    from service.engine.translation.ranking import in_place
+
+    rng = np.random.default_rng(k)
+    n = 50
+    parents = rng.integers(0, rng.integers(1, k + 1, size=(n, 1)), size=(n, k))  # few parents or many
+    tokens, scores = rng.integers(0, 1000, size=(n, k)), rng.normal(size=(n, k))
+    placed = beam_step.in_place(parents, tokens, scores, np.arange(n)[:, None])
+    for i in range(n):
+        own = in_place(list(zip(parents[i].tolist(), tokens[i].tolist(), scores[i].tolist(), strict=True)))
+        assert list(zip(*(x[i].tolist() for x in placed), strict=True)) == own

@@ -206,11 +206,13 @@ def test_bad_items_fail_alone(translator: OnnxTranslator) -> None:
         TranslateItem("   "),
         TranslateItem(TEXTS[1], TranslateOptions(max_length=0)),
         TranslateItem(TEXTS[4], TranslateOptions(beam_size=1, max_length=12)),
+        TranslateItem(TEXTS[1], TranslateOptions(beam_size=65)),  # wider than the search's rows hold
     ]
     got = translator.translate(batch)
     assert isinstance(got[1], TextTooLong)
     assert isinstance(got[2], ValueError) and "n_best" in str(got[2])
     assert isinstance(got[4], ValueError) and "max_length" in str(got[4])
+    assert isinstance(got[6], ValueError) and "beam_size" in str(got[6])
     assert ok(got[3]).hypotheses[0].text == "" and ok(got[3]).n_input_tokens == 0
     assert ok(got[0]).hypotheses == ok(translator.translate([batch[0]])[0]).hypotheses
     assert ok(got[5]).hypotheses == ok(translator.translate([batch[5]])[0]).hypotheses
