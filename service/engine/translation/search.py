@@ -281,17 +281,13 @@ class Search:
         f, order = outcome.finishing, outcome.order
         assert f is not None and order is not None
         offered = np.empty((len(starts), k), dtype=object)
-        steps, forced = self._steps[members], self._forced[members]
-        for i, row, column, token, appended in zip(
-            f.sentence.tolist(),
-            f.row.tolist(),
-            f.column.tolist(),
-            f.token.tolist(),
-            f.appended.tolist(),
-            strict=True,
-        ):
-            tokens = self._history[starts[i] + row, : steps[i]].tolist() + ([token] if appended else [])
-            offered[i, column] = tokens[1:] if forced[i] >= 0 else tokens
+        steps, skip = self._steps[members][f.sentence], (self._forced[members] >= 0)[f.sentence]
+        histories = self._history[starts[f.sentence] + f.row, : int(steps.max())].tolist()  # one read
+        appended = zip(f.token.tolist(), f.appended.tolist(), strict=True)
+        ends = [[token] if added else [] for token, added in appended]  # </s> is not a token of it
+        places = zip(f.sentence.tolist(), f.column.tolist(), steps.tolist(), skip.tolist(), strict=True)
+        for (i, column, n, first), history, end in zip(places, histories, ends, strict=True):
+            offered[i, column] = (history[:n] + end)[first:]
         pool = np.concatenate([self._finished_tokens[members, :k], offered], axis=1)
         self._finished_tokens[members, :k] = pool[np.arange(len(pool))[:, None], order]
         self._finished[members, :k] = outcome.finished
