@@ -15,7 +15,8 @@ _BLOCK = 64  # columns per block of the top-k pre-selection
 def best_continuations(
     scores: np.ndarray, logp: np.ndarray, k: int, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The ``n`` best (row, token, score) continuations of each sentence's ``k`` rows, best first.
+    """The ``n`` best (row, token, score) continuations of each sentence's ``k`` rows, best first,
+    each row within its sentence's block (0 … k-1).
 
     score = scores[row] + logp[row, token]. An argpartition over every sentence's k × vocab
     candidates is a slow scalar pass. Instead the vocabulary is cut into blocks (block q: columns
@@ -45,7 +46,7 @@ def best_continuations(
     cand = cand.reshape(sentences, m * _BLOCK)
     top = np.argpartition(-cand, n - 1, axis=1)[:, :n]
     top = np.take_along_axis(top, np.argsort(-np.take_along_axis(cand, top, 1), axis=1), 1)
-    top_rows = np.take_along_axis(row, top // _BLOCK, 1)
+    top_rows = np.take_along_axis(row, top // _BLOCK, 1) - np.arange(sentences)[:, None] * k
     top_tokens = np.take_along_axis(cols.reshape(sentences, m * _BLOCK), top, 1)
     return top_rows, top_tokens, np.take_along_axis(cand, top, 1)
 
@@ -63,7 +64,7 @@ def best_candidates(
     top = np.argsort(-cand, axis=1, kind="stable")[:, :m]
     sentence = np.arange(sentences)[:, None]
     top_tokens = tokens.reshape(sentences, k * width)[sentence, top]
-    return sentence * k + top // width, top_tokens, cand[sentence, top]
+    return top // width, top_tokens, cand[sentence, top]
 
 
 def best_listed(scores: np.ndarray, candidates: Any, start: int, k: int) -> list[tuple[int, int, float]]:

@@ -239,7 +239,7 @@ class Search:
             top = best_candidates(scores, *group, k, 2 * k)
         else:
             top = best_continuations(scores, log_probs[rows], k, 2 * k)
-        return Ranked(top[0] - np.arange(len(top[0]))[:, None] * k, top[1], top[2])
+        return Ranked(*top)
 
     def _step_free(self, members: Members, k: int, ranked: Ranked, out: _StepRows) -> None:
         """``beam_step.step`` for the free ``members`` (of beam ``k``): the finished hypotheses

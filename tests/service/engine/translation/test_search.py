@@ -256,7 +256,8 @@ def test_block_top_k_equals_a_full_sort(vocab: int, beam: int) -> None:
         np.testing.assert_array_equal(got, want)
         for j in range(sentences):
             for r, t, s in zip(rows[j], tokens[j], got[j], strict=True):
-                assert r // beam == j and (s == -np.inf or scores[r] + logp[r, t] == s)
+                row = j * beam + r  # r: the row within the sentence's block
+                assert 0 <= r < beam and (s == -np.inf or scores[row] + logp[row, t] == s)
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -334,7 +335,7 @@ def test_one_sentences_candidates_ranked_in_python_come_in_the_arrays_order(beam
     ):
         rows, top_tokens, got = best_candidates(scores, logp, tokens, beam, 2 * beam)
         for j in range(sentences):
-            want = zip((rows[j] - j * beam).tolist(), top_tokens[j].tolist(), got[j].tolist(), strict=True)
+            want = zip(rows[j].tolist(), top_tokens[j].tolist(), got[j].tolist(), strict=True)
             assert best_listed(scores, Candidates(logp, tokens), j * beam, beam) == list(want)
 
 
