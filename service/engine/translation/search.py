@@ -265,12 +265,14 @@ class Search:
         done, parents, tokens = out
         done[members] = outcome.done
         going = ~outcome.done
-        rows = (starts[:, None] + np.arange(k))[going]
-        parents[rows] = (starts[:, None] + outcome.parents)[going]
-        tokens[rows] = outcome.tokens[going]
-        self._scores[rows] = outcome.scores[going]
+        every = isinstance(members, slice) and going.all()  # every row, in order: no row to pick
+        rows = slice(None) if every else (starts[:, None] + np.arange(k))[going].reshape(-1)
+        picked = slice(None) if every else going
+        parents[rows] = (starts[:, None] + outcome.parents)[picked].reshape(-1)
+        tokens[rows] = outcome.tokens[picked].reshape(-1)
+        self._scores[rows] = outcome.scores[picked].reshape(-1)
         self._steps[members] += going
-        if not going.all():
+        if not every and not going.all():
             for j in np.arange(len(self._k))[members][outcome.done].tolist():
                 self._hand_over(j)
                 self._sentences[j].done = True
