@@ -300,6 +300,8 @@ class Service:
             "TSERVE_MAX_QUEUE": "8192",
             "TSERVE_REQUEST_TIMEOUT_S": "600",
             "TSERVE_LOG_LEVEL": "warning",
+            # no load balancer to tell of a shutdown: stop at once, not after the 10 s drain delay
+            "TSERVE_DRAIN_DELAY_S": "0",
             # the load runs send the same sentences again and again: they measure decoding
             "TSERVE_TRANSLATION_CACHE_BYTES": "0",
             "OMP_NUM_THREADS": str(threads),

@@ -144,13 +144,17 @@ def translation_fp16(
 @pytest.fixture(scope="session")
 def shortlist_export(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding ``identity.vmap`` (tests/tiny_models.py) and ``artefacts/tiny-en-de/``: the
-    tiny model's fp32 and int8 exported with that vocabulary map."""
+    tiny model's fp32 and int8 exported with that vocabulary map, their checks (the shortlist's
+    among them) on the few sentences of ``reference.txt``, there too."""
     from export.translation import export_translation
-    from tests.tiny_models import identity_vmap
+    from tests.tiny_models import few_reference_sentences, identity_vmap
 
     def export(root: Path) -> Path:
         vmap = identity_vmap(translation_checkpoint / "tokenizer.json", root / "identity.vmap")
-        export_translation(translation_checkpoint, root / "artefacts", ["fp32", "int8"], vmap=vmap)
+        reference = few_reference_sentences(root / "reference.txt")
+        export_translation(
+            translation_checkpoint, root / "artefacts", ["fp32", "int8"], vmap=vmap, reference=reference
+        )
         return root
 
     return built_once(tmp_path_factory, "shortlist", export)

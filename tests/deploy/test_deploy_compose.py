@@ -5,7 +5,10 @@ Run as the file says except for what a machine without a registry forces: the CP
 container test built (no second build), Prometheus from an image built here from Debian's
 `prometheus` package on the same base when `prom/prometheus` cannot be pulled, free host ports,
 and no Grafana (its dashboard's queries are checked against a live Prometheus in
-test_prometheus_live.py).
+test_prometheus_live.py). Two settings are shortened so that the tests wait seconds, not a
+scrape interval: the service has no drain delay (nothing routes to it but the tests), and
+Prometheus scrapes every 2 s (the repository's prometheus.yml otherwise, jobs and rules as
+written).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from containers import Build, Engine, wait_for_status
-from deploy_helpers import DOCKER, run, yaml
+from deploy_helpers import DOCKER, PROMETHEUS_CONFIG, run, yaml
 
 from tests.servers import free_port
 
@@ -39,6 +42,7 @@ USER nobody
 ENTRYPOINT ["/usr/bin/prometheus"]
 """
 LOCAL_BASE = "localhost/tserve-python:3.11-bookworm"  # docker/build.sh's base without a registry
+SCRAPE_INTERVAL = "2s"
 
 
 def prometheus_image(engine: Engine, wanted: str, folder: Path) -> str:
@@ -58,8 +62,18 @@ def prometheus_image(engine: Engine, wanted: str, folder: Path) -> str:
     return image
 
 
+def prometheus_config(folder: Path) -> Path:
+    """docker/prometheus/prometheus.yml scraping and evaluating every ``SCRAPE_INTERVAL``."""
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
+    config["global"].update(scrape_interval=SCRAPE_INTERVAL, evaluation_interval=SCRAPE_INTERVAL)
+    config["global"]["scrape_timeout"] = SCRAPE_INTERVAL
+    path = folder / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def compose_for_this_machine(
-    image: str, prometheus: str, tserve_port: int, prometheus_port: int
+    image: str, prometheus: str, tserve_port: int, prometheus_port: int, config: Path
 ) -> dict[str, Any]:
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     services = compose["services"]
@@ -68,13 +82,23 @@ def compose_for_this_machine(
     services["tserve"].pop("build")
     services["tserve"]["image"] = image
     services["tserve"]["ports"] = [f"{tserve_port}:8000"]
+    services["tserve"]["environment"]["TSERVE_DRAIN_DELAY_S"] = "0"
     services["prometheus"]["image"] = prometheus
     services["prometheus"]["ports"] = [f"{prometheus_port}:9090"]
     services["prometheus"]["volumes"] = [
-        str(DOCKER / volume[2:]) if volume.startswith("./") else volume
-        for volume in services["prometheus"]["volumes"]
+        _on_this_machine(v, config) for v in services["prometheus"]["volumes"]
     ]
     return compose
+
+
+def _on_this_machine(volume: str, config: Path) -> str:
+    """A volume of the compose file with its ``./`` path from docker/, prometheus.yml's ``config``."""
+    source, _, target = volume.partition(":")
+    if source.startswith("./"):
+        source = str(DOCKER / source[2:])
+    if source == str(PROMETHEUS_CONFIG):
+        source = str(config)
+    return f"{source}:{target}"
 
 
 @dataclass
@@ -97,7 +121,9 @@ def stack(engine: Engine, cpu_image: Build, tmp_path_factory: pytest.TempPathFac
     original = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     prometheus = prometheus_image(engine, original["services"]["prometheus"]["image"], folder)
     ports = {"tserve": free_port(), "prometheus": free_port()}
-    compose = compose_for_this_machine(cpu_image.image, prometheus, ports["tserve"], ports["prometheus"])
+    compose = compose_for_this_machine(
+        cpu_image.image, prometheus, ports["tserve"], ports["prometheus"], prometheus_config(folder)
+    )
     (folder / "compose.yaml").write_text(yaml.safe_dump(compose))
     project = f"tservecompose{uuid.uuid4().hex[:6]}"
     command = [compose_cli, "-p", project, "-f", str(folder / "compose.yaml")]
@@ -119,7 +145,7 @@ def test_prometheus_scrapes_the_service_by_its_compose_name(stack: Stack) -> Non
         f"{urls['tserve']}/v1/translate", json={"text": "A dog runs on the beach."}, timeout=60
     ).raise_for_status()
     query = f"{urls['prometheus']}/api/v1/query"
-    deadline = time.monotonic() + 90  # scrape_interval 15 s in prometheus.yml
+    deadline = time.monotonic() + 90
     found: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         try:

@@ -141,6 +141,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         TSERVE_LOG_LEVEL="warning",
         TSERVE_MAX_WAIT_MS="2",
         TSERVE_SHUTDOWN_GRACE_S="5",
+        TSERVE_DRAIN_DELAY_S="0",  # stopped at the end, with no load balancer to tell first
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
     )
     service_log = open(tmp / "service.log", "wb")  # noqa: SIM115 (closed at teardown)

@@ -20,7 +20,7 @@ from export.publish.translation import VMAP_FILE
 from export.translation import export_translation, load_source
 from export.verify.translation_checks import open_engine, translate_ids
 from service.artefacts import ArtefactError, load_and_verify, read_manifest, write_manifest
-from tests.tiny_models import identity_vmap, reversal_pairs, tiny_translation_checkpoint
+from tests.tiny_models import identity_vmap, reversal_pairs
 
 VARIANTS = ["fp32", "int8", "fp16"]
 GRAPHS = ["decoder.onnx", "decoder_shortlist.onnx", "encoder.onnx"]
@@ -28,13 +28,14 @@ DATA_FILES = [f"{g}.data" for g in GRAPHS]
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
-    """(checkpoint, vmap, external-data root, single-file root) of the tiny model, each exported
+def exports(
+    reversal_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, Path, Path]:
+    """(checkpoint, vmap, external-data root, single-file root) of the tiny model (the export
+    tests' reversal checkpoint, tests/export/conftest.py, named tiny-en-de here), each exported
     fp32 + int8 + fp16 with a vocabulary map, measured on a few reference sentences."""
     root = tmp_path_factory.mktemp("external")
-    checkpoint = tiny_translation_checkpoint(
-        root / "tiny-en-de", max_len=48, vocab_size=80, n_heads=4, n_encoder_layers=2, n_decoder_layers=2
-    )
+    checkpoint = Path(shutil.copytree(reversal_checkpoint, root / "tiny-en-de"))
     vmap = identity_vmap(checkpoint / "tokenizer.json", root / "identity.vmap")
     reference = root / "reference.txt"
     reference.write_text("\n".join(reversal_pairs(6)[0]) + "\n", encoding="utf-8")

@@ -128,7 +128,7 @@ def _check_slow_headers(
 
 def test_slow_header_connections_are_closed_while_the_service_answers(tmp_path: Path) -> None:
     """1,500 connections sending a header line a second, a 2 s header timeout (CI size)."""
-    report, latencies, readiness, growth = _slow_headers(tmp_path, 1500, 2.0, 1.0, 8.0)
+    report, latencies, readiness, growth = _slow_headers(tmp_path, 1500, 2.0, 1.0, 6.0)
     _check_slow_headers(report, latencies, readiness, growth, 1500, within_s=5.0)
 
 

@@ -1,7 +1,9 @@
 """Hostile request heads and protocol errors over real sockets (``service.__main__.serve`` over
-the small engines, default limits): endless and numerous headers, huge request targets, garbage
-and smuggling attempts. Each gets its status in the service's JSON error shape with an
-``X-Request-ID``, the connection is closed, memory stays flat, and the server goes on serving.
+the small engines, default limits but for shorter head and body timeouts, set as an operator
+would, so that the tests waiting them out take seconds): endless and numerous headers, huge
+request targets, garbage and smuggling attempts. Each gets its status in the service's JSON error
+shape with an ``X-Request-ID``, the connection is closed, memory stays flat, and the server goes
+on serving.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,10 +21,23 @@ import pytest
 
 from service.settings import Settings
 from tests.reliability.hostile import LOOPBACK
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, server_process, small_server_command
 
 MiB = 1 << 20
-DEFAULTS = Settings()
+# Timeouts far apart, so that a head timed by the body's timeout (or the reverse) fails its test.
+SETTINGS = Settings(header_timeout_s=2, body_timeout_s=5)
+TIMEOUTS = {
+    "TSERVE_HEADER_TIMEOUT_S": str(SETTINGS.header_timeout_s),
+    "TSERVE_BODY_TIMEOUT_S": str(SETTINGS.body_timeout_s),
+}
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """tests/service/run_small_server.py with the default settings but ``TIMEOUTS``."""
+    log = tmp_path_factory.mktemp("small-server") / "server.log"
+    with server_process(small_server_command(), TIMEOUTS, log) as server:
+        yield server
 
 
 def _port(server: ServerProcess) -> int:
@@ -78,7 +94,7 @@ def test_endless_headers_are_431_and_memory_stays_flat(small_server: ServerProce
         status, headers, body = _parse(answer)
         assert status == 431
         assert body["error"]["type"] == "headers_too_large"
-        assert body["error"]["limit"] == DEFAULTS.max_header_bytes
+        assert body["error"]["limit"] == SETTINGS.max_header_bytes
         assert headers["connection"] == "close" and headers["x-request-id"]
     assert growth <= 64 * MiB
     assert httpx.get(f"{small_server.url}/health/ready").status_code == 200
@@ -122,7 +138,7 @@ CASES = [
         b"GET /health/live?" + b"q" * MiB + b" HTTP/1.1\r\n" + _HEAD + b"\r\n",
         414,
         "uri_too_long",
-        DEFAULTS.max_request_line_bytes,
+        SETTINGS.max_request_line_bytes,
     ),
     (
         "one-hundred-thousand-headers",
@@ -132,14 +148,14 @@ CASES = [
         + b"\r\n",
         431,
         "too_many_headers",
-        DEFAULTS.max_header_count,
+        SETTINGS.max_header_count,
     ),
     (
         "sixteen-mebibyte-header",
         b"GET /health/live HTTP/1.1\r\n" + _HEAD + b"X-Big: " + b"b" * (16 * MiB) + b"\r\n\r\n",
         431,
         "headers_too_large",
-        DEFAULTS.max_header_bytes,
+        SETTINGS.max_header_bytes,
     ),
 ]
 
@@ -162,14 +178,14 @@ def test_protocol_errors_are_json_with_a_request_id_and_close(
 
 
 def test_a_slow_head_is_408_in_the_json_shape(small_server: ServerProcess) -> None:
-    """The default header timeout: a head still incomplete after it is answered 408 and closed."""
+    """The header timeout: a head still incomplete after it is answered 408 and closed."""
 
     async def run() -> tuple[bytes, float]:
         reader, writer = await asyncio.open_connection(LOOPBACK, _port(small_server))
         writer.write(b"GET /health/live HTTP/1.1\r\nX-Request-ID: slow-1\r\nHost: x\r\n")
         loop = asyncio.get_running_loop()
         start = loop.time()
-        async with asyncio.timeout(DEFAULTS.header_timeout_s + 5):
+        async with asyncio.timeout(SETTINGS.header_timeout_s + 5):
             answer = await reader.read()
         writer.close()
         return answer, loop.time() - start
@@ -177,9 +193,9 @@ def test_a_slow_head_is_408_in_the_json_shape(small_server: ServerProcess) -> No
     answer, seconds = asyncio.run(run())
     status, headers, body = _parse(answer)
     assert status == 408 and body["error"]["type"] == "header_timeout"
-    assert body["error"]["limit"] == DEFAULTS.header_timeout_s
+    assert body["error"]["limit"] == SETTINGS.header_timeout_s
     assert headers["x-request-id"] == "slow-1" and headers["connection"] == "close"
-    assert DEFAULTS.header_timeout_s - 0.5 <= seconds <= DEFAULTS.header_timeout_s + 2
+    assert SETTINGS.header_timeout_s - 0.5 <= seconds <= SETTINGS.header_timeout_s + 2
 
 
 def test_a_body_shorter_than_declared_is_408_in_the_json_shape(small_server: ServerProcess) -> None:
@@ -194,7 +210,7 @@ def test_a_body_shorter_than_declared_is_408_in_the_json_shape(small_server: Ser
         writer.write(request)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        async with asyncio.timeout(DEFAULTS.body_timeout_s + 5):
+        async with asyncio.timeout(SETTINGS.body_timeout_s + 5):
             answer = await reader.read()
         writer.close()
         return answer, loop.time() - start
@@ -202,9 +218,9 @@ def test_a_body_shorter_than_declared_is_408_in_the_json_shape(small_server: Ser
     answer, seconds = asyncio.run(run())
     status, headers, body = _parse(answer)
     assert status == 408 and body["error"]["type"] == "body_timeout"
-    assert body["error"]["limit"] == DEFAULTS.body_timeout_s
+    assert body["error"]["limit"] == SETTINGS.body_timeout_s
     assert headers["x-request-id"] == "short-1" and headers["connection"] == "close"
-    assert DEFAULTS.body_timeout_s - 0.5 <= seconds <= DEFAULTS.body_timeout_s + 2
+    assert SETTINGS.body_timeout_s - 0.5 <= seconds <= SETTINGS.body_timeout_s + 2
 
 
 def test_a_body_nobody_reads_cannot_hold_the_connection_after_its_response(
@@ -221,7 +237,7 @@ def test_a_body_nobody_reads_cannot_hold_the_connection_after_its_response(
         loop = asyncio.get_running_loop()
         start = loop.time()
         with contextlib.suppress(OSError):
-            while not reader.at_eof() and loop.time() - start < DEFAULTS.header_timeout_s + 5:
+            while not reader.at_eof() and loop.time() - start < SETTINGS.header_timeout_s + 5:
                 writer.write(b"x")
                 await writer.drain()
                 with contextlib.suppress(TimeoutError):
@@ -232,7 +248,7 @@ def test_a_body_nobody_reads_cannot_hold_the_connection_after_its_response(
 
     answer, seconds = asyncio.run(run())
     assert answer.startswith(b"HTTP/1.1 200")
-    assert seconds <= DEFAULTS.header_timeout_s + 1
+    assert seconds <= SETTINGS.header_timeout_s + 1
 
 
 def test_the_server_still_serves_after_the_hostile_heads(small_server: ServerProcess) -> None:

@@ -5,6 +5,7 @@ tiny embedding artefact, in-process and over HTTP, on both code paths."""
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +121,11 @@ def test_the_http_figures_from_a_replayed_service(embedding_artefact: Path, tmp_
     try:
         res, extra = http_load(f"{service.base}/v1/embeddings", service.pid, SENTENCES, 2, 4, 0.5)
     finally:
+        start = time.monotonic()
         service.stop()
     assert res.requests > 0 and res.errors == 0
     assert extra["server_cpu_us_per_sentence"] > 0
+    assert time.monotonic() - start < 5  # the harness's services stop without a drain delay
 
 
 def test_several_serving_processes_each_replay_and_are_metered_together(

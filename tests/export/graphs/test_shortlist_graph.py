@@ -30,13 +30,14 @@ ROWS = 5
 
 
 @pytest.fixture(scope="module")
-def exported(translation_checkpoint: Path, shortlist_export: Path) -> tuple[Path, Path, Path]:
-    """(checkpoint, vmap, artefact root) of the tiny model exported fp32 + int8 with ``--vmap``
-    (tests/conftest.py: the engine tests' shortlist artefact too)."""
+def exported(translation_checkpoint: Path, shortlist_export: Path) -> tuple[Path, Path, Path, Path]:
+    """(checkpoint, vmap, artefact root, reference sentences) of the tiny model exported fp32 +
+    int8 with ``--vmap`` (tests/conftest.py: the engine tests' shortlist artefact too)."""
     return (
         translation_checkpoint,
         shortlist_export / "identity.vmap",
         shortlist_export / "artefacts" / "tiny-en-de",
+        shortlist_export / "reference.txt",
     )
 
 
@@ -76,7 +77,7 @@ def run_short(session: ort.InferenceSession, feeds: dict, vocabulary: np.ndarray
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_over_the_whole_vocabulary_the_step_gives_the_decoders_candidates(
-    exported: tuple[Path, Path, Path], variant: str
+    exported: tuple[Path, Path, Path, Path], variant: str
 ) -> None:
     decoder, short = sessions(exported[2] / variant)
     feeds = step_feeds(decoder)
@@ -89,7 +90,7 @@ def test_over_the_whole_vocabulary_the_step_gives_the_decoders_candidates(
 
 @pytest.mark.parametrize("variant", ["fp32", "int8"])
 def test_a_row_gets_only_its_tokens_and_the_same_scores_whatever_the_union(
-    exported: tuple[Path, Path, Path], variant: str
+    exported: tuple[Path, Path, Path, Path], variant: str
 ) -> None:
     """Row r allows its own tokens; the union around them (more tokens, so other positions)
     changes neither which tokens it gets nor, to the bit, their scores."""
@@ -112,9 +113,9 @@ def test_a_row_gets_only_its_tokens_and_the_same_scores_whatever_the_union(
 
 
 def test_the_manifest_lists_the_shortlist_and_a_changed_map_exports_again(
-    exported: tuple[Path, Path, Path], tmp_path: Path
+    exported: tuple[Path, Path, Path, Path], tmp_path: Path
 ) -> None:
-    checkpoint, vmap, root = exported
+    checkpoint, vmap, root, _ = exported
     manifest = read_manifest(root / "int8")
     assert {f.path for f in manifest.files} >= {SHORTLIST_DECODER, VMAP_FILE}
     assert manifest.graphs["decoder_shortlist"].file == SHORTLIST_DECODER
@@ -143,11 +144,11 @@ def test_an_export_without_a_map_has_no_shortlist(translation_artefact: Path) ->
 
 
 def test_the_command_line_takes_a_map_for_one_translation_source(
-    exported: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    exported: tuple[Path, Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--vmap`` with ``default`` or a missing file: exit 2 before anything is loaded; with a
     translation source it exports (here: already up to date, so nothing is redone)."""
-    checkpoint, vmap, root = exported
+    checkpoint, vmap, root, reference = exported
     assert cli.main(["default", "--vmap", str(vmap)]) == 2
     assert cli.main([str(checkpoint), "--vmap", str(tmp_path / "missing.vmap")]) == 2
     assert "--vmap" in capsys.readouterr().err
@@ -160,6 +161,8 @@ def test_the_command_line_takes_a_map_for_one_translation_source(
         "int8",
         "--vmap",
         str(vmap),
+        "--reference",
+        str(reference),
         "--threads",
         "1",
     ]

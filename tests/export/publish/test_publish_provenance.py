@@ -3,6 +3,7 @@ an artefact exported before the field gets it without being exported again."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -114,13 +115,13 @@ def test_the_export_records_it_and_adds_it_to_an_artefact_from_before_the_field(
 
 
 def test_a_translation_export_records_our_card_and_adds_it_to_an_artefact_from_before_the_field(
-    tmp_path: Path,
+    translation_checkpoint: Path, tmp_path: Path
 ) -> None:
-    pytest.importorskip("torch")
+    """The run's tiny checkpoint (tests/conftest.py), copied to be given a card."""
     from export.translation import export_translation
-    from tests.tiny_models import few_reference_sentences, tiny_translation_checkpoint
+    from tests.tiny_models import few_reference_sentences
 
-    checkpoint = tiny_translation_checkpoint(tmp_path / "tiny-en-de")
+    checkpoint = Path(shutil.copytree(translation_checkpoint, tmp_path / "tiny-en-de"))
     card(checkpoint, "MODEL_CARD.md", f'---\ntrained_on: "{CAPTIONS}"\n---\n\n# tiny-en-de\n')
     reference = few_reference_sentences(tmp_path / "reference.txt")  # what is checked here: the card
     weights = checkpoint / "model.safetensors"

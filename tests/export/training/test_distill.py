@@ -16,11 +16,13 @@ from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
 
 @pytest.fixture(scope="module")
-def teachers(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Two tiny checkpoints of one vocabulary (the tokenizer is trained on the same corpus)."""
+def teachers(translation_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two tiny checkpoints of one vocabulary (the tokenizer is trained on the same corpus): the
+    run's (tests/conftest.py, seed 0) and one of seed 1."""
     root = tmp_path_factory.mktemp("teachers")
     return [
-        tiny_translation_checkpoint(root / f"t{seed}", seed=seed) / "model.safetensors" for seed in (0, 1)
+        translation_checkpoint / "model.safetensors",
+        tiny_translation_checkpoint(root / "t1", seed=1) / "model.safetensors",
     ]
 
 

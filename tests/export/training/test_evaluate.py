@@ -16,10 +16,12 @@ from tests.tiny_models import reversal_pairs, tiny_translation_checkpoint
 
 
 def test_bleu_of_one_checkpoint_and_of_an_ensemble(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    translation_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The run's tiny checkpoint (tests/conftest.py, seed 0) alone, then with one of seed 1."""
     ckpts = [
-        tiny_translation_checkpoint(tmp_path / f"m{seed}", seed=seed) / "model.safetensors" for seed in (0, 1)
+        translation_checkpoint / "model.safetensors",
+        tiny_translation_checkpoint(tmp_path / "m1", seed=1) / "model.safetensors",
     ]
     sources, targets = reversal_pairs(6, seed=5)
     (tmp_path / "val.en").write_text("\n".join(sources) + "\n", encoding="utf-8")

@@ -14,7 +14,7 @@ from export.sources.ours.model import Transformer, TransformerConfig
 from export.training.pack import join, main, pack
 from export.translation import export_translation
 from service.artefacts import load_and_verify
-from tests.tiny_models import few_reference_sentences, tiny_translation_checkpoint
+from tests.tiny_models import few_reference_sentences
 
 CFG = TransformerConfig(
     vocab_size=300, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=2, n_decoder_layers=1, max_len=16
@@ -79,10 +79,11 @@ def test_an_altered_or_missing_part_is_refused(tmp_path: Path) -> None:
         join(tmp_path / "out", tmp_path / "back")
 
 
-def test_the_joined_checkpoint_exports(tmp_path: Path) -> None:
-    """A trained tiny run (the averaged checkpoint preferred over best) packed with the CLI and joined
-    back exports to a verified fp32 artefact with its name."""
-    trained = tiny_translation_checkpoint(tmp_path / "trained")
+def test_the_joined_checkpoint_exports(translation_checkpoint: Path, tmp_path: Path) -> None:
+    """A trained tiny run (the averaged checkpoint preferred over best: the run's tiny checkpoint,
+    tests/conftest.py) packed with the CLI and joined back exports to a verified fp32 artefact
+    with its name."""
+    trained = translation_checkpoint
     run = tmp_path / "tiny-en-de"
     run.mkdir()
     shutil.copy(trained / "tokenizer.json", run)
