@@ -29,7 +29,6 @@ over it, which change only when sentences join or leave (``shortlist.StepVocabul
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
 
 import numpy as np
 import onnxruntime as ort
@@ -333,27 +332,22 @@ class SlotDecoder(Decoder):
             self._fold = None
 
     def _copy_history(self, moved: np.ndarray, src: np.ndarray) -> None:
-        """Row ``moved[i]`` takes row ``src[i]``'s history: the columns from the first whose
-        computation differs (``_lineage``), in a few groups by that column, every source read
-        before any row is written (a row may be both)."""
+        """Row ``moved[i]`` takes row ``src[i]``'s history: its columns from the first whose
+        computation differs (``_lineage``) to the last the source holds, all in one gather and
+        one scatter a buffer (the source columns are read before any is written: a row may be
+        both). Beams of one step mostly differ in their last column; a sentence moved into the
+        place of one that left, in all of its few."""
         length = int(self._positions[src].max())
         if not length:
             return
         differs = self._lineage[moved, :length] != self._lineage[src, :length]
         first = np.where(differs.any(axis=1), differs.argmax(axis=1), length)
-        groups = [
-            (moved[part], src[part], int(first[part].min()))
-            for part in _copy_groups(first)
-            if first[part].min() < length
-        ]
+        which, columns = copied_columns(first, self._positions[src])
+        if not len(which):
+            return
+        to_rows, from_rows = moved[which], src[which]
         for buffer in (*self._cache, self._lineage[:, None, :]):
-            if len(groups) == 1:  # the right side is gathered first: overlaps are safe
-                m, s, start = groups[0]
-                buffer[m, :, start:length] = buffer[s, :, start:length]
-                continue
-            read = [buffer[s, :, start:length] for _, s, start in groups]
-            for (m, _, start), columns in zip(groups, read, strict=True):
-                buffer[m, :, start:length] = columns
+            buffer[to_rows, :, columns] = buffer[from_rows, :, columns]
 
     def _drop_left_sentences(self) -> None:
         """Free the memory slots of sentences no row decodes any more: the last slots in use move
@@ -372,22 +366,12 @@ class SlotDecoder(Decoder):
         self._sentences = keep
 
 
-COPY_GROUPS = 3  # copies a reorder makes per buffer at most: rows whose first differing column is near
-GROUPED_ROWS = 16  # fewer moved rows are copied as one group: their columns cost less than the calls
-
-
-def _copy_groups(first: np.ndarray) -> list[np.ndarray]:
-    """The moved rows (their indices) in at most ``COPY_GROUPS`` groups of near first differing
-    columns, cut at the widest gaps between them; each group is copied from its smallest: the
-    beams of one step mostly differ in their last columns, a sentence moved into another's place
-    in all of them."""
-    if len(first) < GROUPED_ROWS:
-        return [np.arange(len(first))]
-    order = np.argsort(first, kind="stable")
-    gaps = np.diff(first[order])
-    cuts = np.sort(np.argsort(-gaps, kind="stable")[: COPY_GROUPS - 1])
-    bounds = [0, *(cuts[gaps[cuts] > 0] + 1).tolist(), len(order)]
-    return [order[a:b] for a, b in pairwise(bounds)]
+def copied_columns(first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row i's columns ``first[i]`` … ``end[i] - 1``, all rows' in order, as (i, column) pairs."""
+    counts = np.maximum(end - first, 0)
+    which = np.repeat(np.arange(len(first)), counts)
+    columns = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + first[which]
+    return which, columns
 
 
 def _grown(wanted: int, have: int) -> int:

@@ -102,26 +102,21 @@ def test_a_row_scores_the_same_whatever_the_width_of_the_folded_step(translator:
             assert np.array_equal(want, have)
 
 
-@pytest.mark.parametrize(
-    ("grouped_rows", "copied"), [(0, [3, 2, 2 + 1 + 2 + 2, 1 + 2 + 3]), (16, [3, 2, 4 * 2, 3 * 3])]
-)
 def test_a_reorder_copies_only_the_columns_that_differ_and_every_row_gets_its_whole_history(
-    translator: OnnxTranslator, monkeypatch: pytest.MonkeyPatch, grouped_rows: int, copied: list[int]
+    translator: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Beams that share their first tokens share those cache columns: a row that takes another
-    row's history gets only the columns from the first one computed apart (from the smallest of
-    its group: all moved rows at once when they are few), and then holds exactly that row's
-    history."""
+    row's history gets only the columns from the first one computed apart to its source's last,
+    and then holds exactly that row's history."""
     copies: list[int] = []  # columns copied, per reorder
-    grouped = slots._copy_groups
+    columns_of = slots.copied_columns
 
-    def counted(first: np.ndarray) -> list[np.ndarray]:
-        parts = grouped(first)
-        copies.append(sum(len(p) * (length - int(first[p].min())) for p in parts if first[p].min() < length))
-        return parts
+    def counted(first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        which, columns = columns_of(first, end)
+        copies.append(len(columns))
+        return which, columns
 
-    monkeypatch.setattr(slots, "_copy_groups", counted)
-    monkeypatch.setattr(slots, "GROUPED_ROWS", grouped_rows)
+    monkeypatch.setattr(slots, "copied_columns", counted)
     options = TranslateOptions(beam_size=4)
     decode = translator.new_decode()
     decode.admit([("a", translator.encode([TEXTS[0]])[0], options)])
@@ -133,6 +128,7 @@ def test_a_reorder_copies_only_the_columns_that_differ_and_every_row_gets_its_wh
     # differ from their sources from the second column on, row 1 at the third; then rows 1, 2
     # and 3 differ from row 0 at the fourth, third and second
     plan = [[0, 0, 0, 0], [0, 1, 0, 1], [3, 3, 1, 2], [0, 0, 0, 0]]
+    copied = [3, 2, 2 + 1 + 2 + 2, 1 + 2 + 3]
     for rows, columns in zip(plan, copied, strict=True):
         decoder.step_candidates(tokens, 8)
         length = int(decoder._positions[:4].max())
