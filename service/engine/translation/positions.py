@@ -55,6 +55,8 @@ class PositionsDecoder(Decoder):
         self._beam_rows = np.zeros(0, dtype=np.int64)  # each row's row of ``_past``
         self._past_len = 0
         self._bound = StepBinding()  # this decode's binding on the device backend
+        # one array a ``top_k``: the same object each step, so the binding keeps it bound
+        self._top_k: dict[int, np.ndarray] = {}
 
     @property
     def joins_midway(self) -> bool:
@@ -137,7 +139,7 @@ class PositionsDecoder(Decoder):
             MEMORY_ROWS: self._row_sentence,
             **self._past,
             BEAM_ROWS: self._beam_rows,
-            TOP_K: np.array([top_k], dtype=np.int64),
+            TOP_K: self._top_k.setdefault(top_k, np.array([top_k], dtype=np.int64)),
             POSITIONS: self._positions,
         }
         log_probs, attn, self._past = self.backend.step(feeds, self.with_attention, wanted, self._bound)
