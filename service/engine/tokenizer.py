@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from itertools import chain
 from pathlib import Path
 
@@ -123,7 +124,8 @@ class EncodingCache:
 
 
 class TextTokenizer:
-    """Encode/decode with a fixed maximum length; safe to share between threads (never mutated)."""
+    """Encode/decode with a fixed maximum length; safe to share between threads (never mutated but
+    for its list of pieces, made alike by whichever thread needs it first)."""
 
     def __init__(self, tokenizer: Tokenizer, max_len: int, pad_id: int) -> None:
         self.max_len = max_len
@@ -135,11 +137,6 @@ class TextTokenizer:
         self._truncating = Tokenizer.from_str(self._full.to_str())
         self._truncating.enable_truncation(max_len)
         self._ids = IdsTokenizer(self._full, self._truncating, max_len)
-        # Each id's piece, looked up in Python: the library's id_to_token is a call per token
-        vocabulary = self._full.get_vocab(with_added_tokens=True)
-        self._pieces = [""] * (max(vocabulary.values(), default=-1) + 1)
-        for piece, i in vocabulary.items():
-            self._pieces[i] = piece
 
     @classmethod
     def from_file(cls, path: Path, max_len: int, pad_id: int) -> TextTokenizer:
@@ -234,9 +231,19 @@ class TextTokenizer:
     def id_to_tokens(self, ids: Sequence[int]) -> list[str]:
         """Each id's piece ("" for an id the vocabulary lacks)."""
         pieces = self._pieces
-        if all(0 <= i < len(pieces) for i in (min(ids, default=0), max(ids, default=0))):
+        if max(ids, default=0) < len(pieces):  # token ids are never negative
             return list(map(pieces.__getitem__, ids))
-        return [pieces[i] if 0 <= i < len(pieces) else "" for i in ids]
+        return [pieces[i] if i < len(pieces) else "" for i in ids]
+
+    @cached_property
+    def _pieces(self) -> list[str]:
+        """Each id's piece, looked up in Python (the library's id_to_token is a call per token);
+        made on first use: an embedder never names pieces."""
+        vocabulary = self._full.get_vocab(with_added_tokens=True)
+        pieces = [""] * (max(vocabulary.values(), default=-1) + 1)
+        for piece, i in vocabulary.items():
+            pieces[i] = piece
+        return pieces
 
     def token_to_id(self, token: str) -> int | None:
         return self._full.token_to_id(token)

@@ -141,7 +141,6 @@ def _stops(s: FreeSentences, finished: np.ndarray, best_running: np.ndarray) -> 
     return stops
 
 
-_ROW_BITS: dict[int, np.ndarray] = {}  # k → each row's bit: 1, 2, 4, …
 WIDEST_BEAM = 64  # a sentence's parent rows are bits of one int64 (``in_place``)
 
 
@@ -155,12 +154,10 @@ def in_place(
     n, k = parents.shape
     if k == 1:
         return parents, tokens, scores
-    if k not in _ROW_BITS:
-        _ROW_BITS[k] = np.left_shift(1, np.arange(k))
     seen = np.bitwise_or.accumulate(np.left_shift(1, parents), axis=1)  # parents so far, as bits
     repeat = np.zeros((n, k), dtype=bool)
     np.equal(seen[:, 1:], seen[:, :-1], out=repeat[:, 1:])
-    taken = (seen[:, -1:] & _ROW_BITS[k]) != 0  # (n, rows)
+    taken = (seen[:, -1:] >> np.arange(k)) & 1 != 0  # (n, rows): each row's bit among them
     free = np.argsort(taken, axis=1, kind="stable")  # the free rows first, in order
     later = np.cumsum(repeat, axis=1) - 1
     target = np.where(repeat, free[sentence, np.maximum(later, 0)], parents)

@@ -5,7 +5,6 @@ rows they go to."""
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any
 
 import numpy as np
 
@@ -67,18 +66,18 @@ def best_candidates(
     return top // width, top_tokens, cand[sentence, top]
 
 
-def best_listed(scores: np.ndarray, candidates: Any, start: int, k: int) -> list[tuple[int, int, float]]:
+def best_listed(
+    scores: np.ndarray, log_probs: np.ndarray, tokens: np.ndarray, start: int, k: int
+) -> list[tuple[int, int, float]]:
     """``best_candidates`` for the sentence whose ``k`` rows start at ``start``, in Python, from
-    the step's ``search.Candidates``: its 2·k best (row within its block, token, score)
-    continuations in the same order (equal scores: the earlier row, then the better-ranked
-    token). For a few sentences NumPy's cost per call outweighs the arrays it saves."""
+    the step's candidates (``log_probs``, ``tokens``: (rows, width)): its 2·k best (row within
+    its block, token, score) continuations in the same order (equal scores: the earlier row,
+    then the better-ranked token). For a few sentences NumPy's cost per call outweighs the
+    arrays it saves."""
     block = slice(start, start + k)
-    width = min(2 * k, candidates.log_probs.shape[1])
+    width = min(2 * k, log_probs.shape[1])
     rows = zip(
-        scores[block].tolist(),
-        candidates.log_probs[block, :width].tolist(),
-        candidates.tokens[block, :width].tolist(),
-        strict=True,
+        scores[block].tolist(), log_probs[block, :width].tolist(), tokens[block, :width].tolist(), strict=True
     )
     pool = [
         (score + lp, row, t)

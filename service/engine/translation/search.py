@@ -191,14 +191,18 @@ class Search:
                 continue
             members = np.flatnonzero(self._k == k)
             free = self._free[members]
-            listed = isinstance(log_probs, Candidates) and not free.any()  # few candidates: Python ranks
-            ranked = None if listed else self._ranked(log_probs, members, k)
-            if ranked is not None and free.any():
+            if isinstance(log_probs, Candidates) and not free.any():
+                ranked: Ranked | Candidates = log_probs  # own searches alone: Python ranks their few
+            else:
+                ranked = self._ranked(log_probs, members, k)
+            if isinstance(ranked, Ranked) and free.any():
                 self._step_free(members[free], k, ranked.part(free), (done, parents, tokens))
             for i in np.flatnonzero(~free).tolist():
-                j = int(members[i])
-                start = int(offsets[j])
-                best = best_listed(self._scores, log_probs, start, k) if ranked is None else ranked.listed(i)
+                j, start = int(members[i]), int(offsets[members[i]])
+                if isinstance(ranked, Ranked):
+                    best = ranked.listed(i)
+                else:
+                    best = best_listed(self._scores, ranked.log_probs, ranked.tokens, start, k)
                 kept = self._step_own(j, best, start, log_probs, attention)
                 done[j] = kept is None
                 if kept is not None and len(kept) == k:
@@ -272,7 +276,7 @@ class Search:
         tokens[rows] = outcome.tokens[picked].reshape(-1)
         self._scores[rows] = outcome.scores[picked].reshape(-1)
         self._steps[members] += going
-        if not every and not going.all():
+        if not going.all():
             for j in np.arange(len(self._k))[members][outcome.done].tolist():
                 self._hand_over(j)
                 self._sentences[j].done = True
@@ -285,8 +289,7 @@ class Search:
         offered = np.empty((len(starts), k), dtype=object)
         steps, skip = self._steps[members][f.sentence], (self._forced[members] >= 0)[f.sentence]
         histories = self._history[starts[f.sentence] + f.row, : int(steps.max())].tolist()  # one read
-        appended = zip(f.token.tolist(), f.appended.tolist(), strict=True)
-        ends = [[token] if added else [] for token, added in appended]  # </s> is not a token of it
+        ends = [[t] if added else [] for t, added in zip(f.token.tolist(), f.appended.tolist(), strict=True)]
         places = zip(f.sentence.tolist(), f.column.tolist(), steps.tolist(), skip.tolist(), strict=True)
         for (i, column, n, first), history, end in zip(places, histories, ends, strict=True):
             offered[i, column] = (history[:n] + end)[first:]

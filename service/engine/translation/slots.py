@@ -116,7 +116,7 @@ class SlotDecoder(Decoder):
     def _release(self) -> None:
         """Empty buffers: an idle decode holds no memory (its cache goes to the engine's spare)."""
         self._binding = None
-        if self._spare is not None and self._cache and self._cache[0].size:
+        if self._spare is not None:  # it keeps only buffers that hold something
             self._spare.give(self._cache)
         self._cache = self._buffers(0, 0)  # keys then values, per layer: row slots
         self._memory = self._buffers(0, 0)  # the same: sentence slots

@@ -93,24 +93,18 @@ async def serving(
         given = {"embed": embedder, "translate": translator}
     settings = settings or small_settings()
     app = create_app(settings, given)
-    try:
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-                if wait_ready:
-                    await until_ready(client)
-                by_task = (
-                    given if isinstance(given, Mapping) else {e.manifest.task: e for e in reversed(given)}
-                )
-                served_embedder = by_task.get("embed", embedder)
-                served_translator = by_task.get("translate", translator)
-                assert isinstance(served_embedder, HashEmbedder) and isinstance(
-                    served_translator, ReverseTranslator
-                )
-                yield Served(app, client, served_embedder, served_translator)
-    finally:
-        if settings.glossary_dir.name.startswith(_OWN_GLOSSARY_DIR):  # small_settings' own: not kept
-            shutil.rmtree(settings.glossary_dir, ignore_errors=True)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            if wait_ready:
+                await until_ready(client)
+            by_task = given if isinstance(given, Mapping) else {e.manifest.task: e for e in reversed(given)}
+            served_embedder = by_task.get("embed", embedder)
+            served_translator = by_task.get("translate", translator)
+            assert isinstance(served_embedder, HashEmbedder) and isinstance(
+                served_translator, ReverseTranslator
+            )
+            yield Served(app, client, served_embedder, served_translator)
 
 
 async def until_ready(client: httpx.AsyncClient, timeout_s: float = 5.0) -> None:

@@ -336,7 +336,7 @@ def test_one_sentences_candidates_ranked_in_python_come_in_the_arrays_order(beam
         rows, top_tokens, got = best_candidates(scores, logp, tokens, beam, 2 * beam)
         for j in range(sentences):
             want = zip(rows[j].tolist(), top_tokens[j].tolist(), got[j].tolist(), strict=True)
-            assert best_listed(scores, Candidates(logp, tokens), j * beam, beam) == list(want)
+            assert best_listed(scores, logp, tokens, j * beam, beam) == list(want)
 
 
 class CandidateScriptedDecoder(ScriptedDecoder):
