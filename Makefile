@@ -30,9 +30,13 @@ serve: $(STAMP)
 ## each test file on one worker (tests/conftest.py); the 20 slowest steps are listed at the end.
 ## mypy runs beside the tools' installation and the tests, its report after theirs: on its own it
 ## held one core for a minute and a half of a clean clone while the other idled, and the tools'
-## installation mostly waits on downloads. Any step failing fails the target.
+## installation mostly waits on downloads. Any step failing fails the target. Bytecode is written
+## even where the environment says not to (PYTHONDONTWRITEBYTECODE): otherwise every worker
+## rewrites every test module and every server a test starts compiles the service again (16 s of
+## each worker's collection).
 TEST_WORKERS ?= 2
 test: $(STAMP)
+	unset PYTHONDONTWRITEBYTECODE; \
 	$(VENV)/bin/mypy >$(VENV)/mypy.log 2>&1 & mypy=$$!; \
 	VENV=$(VENV) bash .ci/install-tools.sh \
 	&& $(VENV)/bin/ruff check service export tests benchmarks \
