@@ -21,7 +21,9 @@ from tests.e2e.real_models import served_env, start_service
 from tests.servers import ROOT, ServerProcess
 from tests.tiny_cross_encoder import tiny_rerank_artefact
 
-pytestmark = pytest.mark.slow
+# The default service is asked for by name (``request.getfixturevalue``); its export named here puts
+# the file among those that run once the export is done (tests/conftest.py), not waiting for it.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("default_artefacts")]
 
 README = ROOT / "README.md"
 SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|console)[ \t]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
