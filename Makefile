@@ -33,14 +33,15 @@ serve: $(STAMP)
 ## installation mostly waits on downloads. Any step failing fails the target. Bytecode is written
 ## even where the environment says not to (PYTHONDONTWRITEBYTECODE): otherwise every worker
 ## rewrites every test module and every server a test starts compiles the service again (16 s of
-## each worker's collection).
+## each worker's collection). schemathesis' pytest plugin goes unused (tests/reliability/test_fuzz.py
+## drives schemathesis itself) and would be imported by every pytest process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	unset PYTHONDONTWRITEBYTECODE; \
 	$(VENV)/bin/mypy >$(VENV)/mypy.log 2>&1 & mypy=$$!; \
 	VENV=$(VENV) bash .ci/install-tools.sh \
 	&& $(VENV)/bin/ruff check service export tests benchmarks \
-	&& $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20; \
+	&& $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 -p no:schemathesis; \
 	tests=$$?; wait $$mypy; typed=$$?; echo "$(VENV)/bin/mypy"; cat $(VENV)/mypy.log; \
 	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 

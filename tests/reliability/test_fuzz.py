@@ -12,8 +12,8 @@ name hold); anything else but a 2xx fails.
 schemathesis' pytest integration (``@schema.parametrize`` on a lazily loaded schema) does not run
 under pytest 9, and its plugin ends ASGI lifespans after every test; so each test builds its app
 and drives Hypothesis over each operation's strategy itself, and counts the cases it ran. The
-plugin is off (pyproject.toml) and schemathesis is imported where it is used: every pytest
-process would import it otherwise, seconds of each xdist worker's start.
+plugin is off in `make test` and schemathesis is imported where it is used: every pytest process
+would import it otherwise, seconds of each xdist worker's start.
 """
 
 from __future__ import annotations
