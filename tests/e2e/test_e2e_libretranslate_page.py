@@ -125,7 +125,7 @@ def page(browser: Any, server: ServerProcess) -> Iterator[Any]:
     wheels = sorted(WHEELS.glob("libretranslate-*.whl"))
     if not wheels:
         pytest.skip(f"LibreTranslate's wheel is not in {WHEELS} (.ci/install-tools.sh downloads it)")
-    settings = httpx.get(f"{server.url}/frontend/settings").json()
+    settings = httpx.get(f"{server.url}/frontend/settings", timeout=30).json()
     files = page_files(wheels[0], settings)
 
     def serve_page(route: Any) -> None:
@@ -158,7 +158,7 @@ def shows_error(page: Any, expected: str) -> None:
 
 def translated_by_the_api(server: ServerProcess, text: str) -> str:
     body = {"q": text, "source": "en", "target": "de", "api_key": KEY}
-    answer: str = httpx.post(f"{server.url}/translate", json=body).json()["translatedText"]
+    answer: str = httpx.post(f"{server.url}/translate", json=body, timeout=30).json()["translatedText"]
     return answer
 
 
