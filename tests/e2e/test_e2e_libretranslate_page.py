@@ -31,6 +31,7 @@ WHEELS = Path(sys.prefix) / "share" / "libretranslate-page"
 PAGE = "/libretranslate-page/"
 KEY = "page-key"
 CHAR_LIMIT = 200
+REQUEST_TIMEOUT_S = 30  # the test's own requests, on a machine as loaded as CI's
 
 SOURCE = 'select[aria-labelledby="sourceLangLabel"] option'
 TARGET = 'select[aria-labelledby="targetLangLabel"] option'
@@ -125,7 +126,7 @@ def page(browser: Any, server: ServerProcess) -> Iterator[Any]:
     wheels = sorted(WHEELS.glob("libretranslate-*.whl"))
     if not wheels:
         pytest.skip(f"LibreTranslate's wheel is not in {WHEELS} (.ci/install-tools.sh downloads it)")
-    settings = httpx.get(f"{server.url}/frontend/settings", timeout=30).json()
+    settings = httpx.get(f"{server.url}/frontend/settings", timeout=REQUEST_TIMEOUT_S).json()
     files = page_files(wheels[0], settings)
 
     def serve_page(route: Any) -> None:
@@ -158,8 +159,9 @@ def shows_error(page: Any, expected: str) -> None:
 
 def translated_by_the_api(server: ServerProcess, text: str) -> str:
     body = {"q": text, "source": "en", "target": "de", "api_key": KEY}
-    answer: str = httpx.post(f"{server.url}/translate", json=body, timeout=30).json()["translatedText"]
-    return answer
+    answer = httpx.post(f"{server.url}/translate", json=body, timeout=REQUEST_TIMEOUT_S)
+    translated: str = answer.json()["translatedText"]
+    return translated
 
 
 def test_the_page_loads_lists_the_languages_and_translates_once_the_key_is_entered(
