@@ -51,18 +51,23 @@ class DrainingServer(uvicorn.Server):
         self._signalled = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # A Python signal handler runs on the main thread between any two of its bytecodes,
+        # perhaps inside a `with lock:` that thread holds (prometheus_client's multiprocess
+        # values share one non-reentrant lock): it takes no lock, it only schedules the drain.
         if self._signalled:  # a second signal: stop waiting for anyone
             self.should_exit = self.force_exit = True
             return
         self._signalled = True
-        log.info("received %s: draining", signal.Signals(sig).name)
+        asyncio.get_running_loop().call_soon_threadsafe(self._drain, signal.Signals(sig).name)
+
+    def _drain(self, signal_name: str) -> None:
+        log.info("received %s: draining", signal_name)
         self.runtime.begin_drain()
         delay = self.runtime.settings.drain_delay_s
         if delay <= 0:
             self.should_exit = True
             return
-        loop = asyncio.get_running_loop()  # signal handlers run on the main thread, the loop's
-        loop.call_soon_threadsafe(loop.call_later, delay, setattr, self, "should_exit", True)
+        asyncio.get_running_loop().call_later(delay, setattr, self, "should_exit", True)
 
     def fail(self, error: BaseException) -> None:
         """The models cannot be served: stop, and exit 1 so the orchestrator shows it."""
