@@ -337,11 +337,11 @@ class Decoder(ABC):
     def reorder(self, rows: np.ndarray) -> None:
         """Row i takes row ``rows[i]``'s history (int64, may repeat); rows not named leave."""
 
-    def park(self, row: int, columns: int) -> list[np.ndarray]:
+    def park(self, row: int, columns: int) -> np.ndarray:
         """A copy of ``row``'s first ``columns`` cache columns (``resumes`` decoders only)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no row's history")
 
-    def resume(self, row: int, history: list[np.ndarray]) -> None:
+    def resume(self, row: int, history: np.ndarray) -> None:
         """``row``, admitted at position 0, starts on a ``park``ed history instead."""
         raise NotImplementedError(f"{type(self).__name__} keeps no row's history")
 

@@ -32,8 +32,8 @@ class Restarts:
         self._memories: dict[SentenceSearch, Memory] = {}  # free searches', then their new ones'
         self._watched: set[SentenceSearch] = set()  # free searches whose rows' ends are parked
         # per free search: its kept finished hypotheses' rows' cache, by the hypothesis' id
-        self._ended: dict[SentenceSearch, dict[int, tuple[TokenHypothesis, list[np.ndarray]]]] = {}
-        self._parked: dict[SentenceSearch, list[np.ndarray]] = {}  # new searches' caches to start on
+        self._ended: dict[SentenceSearch, dict[int, tuple[TokenHypothesis, np.ndarray]]] = {}
+        self._parked: dict[SentenceSearch, np.ndarray] = {}  # new searches' caches to start on
 
     @property
     def watching(self) -> bool:
@@ -103,7 +103,7 @@ class Restarts:
         if forced:  # the forced first token's attention is never kept in a result
             alignment = np.concatenate([np.zeros((1, alignment.shape[1])), alignment])
         again.resume(tokens, log_probs, alignment)
-        self._parked[again] = [columns[:, : len(tokens)] for columns in ended[1]]
+        self._parked[again] = ended[1][:, :, : len(tokens)]
 
     def start(self, search: SentenceSearch, row: int) -> None:
         """``search``'s first row, just admitted at ``row``, on its parked cache if it has one."""

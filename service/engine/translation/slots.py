@@ -66,6 +66,7 @@ from service.engine.translation.search import Candidates
 from service.engine.translation.shortlist import StepVocabulary
 
 _FIRST_CACHE_LEN = 16  # columns a fresh cache holds before it first grows
+_FEW_MOVED = 4  # rows a reorder moves one by one (more: in one gather and scatter)
 
 
 class SlotDecoder(Decoder):
@@ -89,7 +90,7 @@ class SlotDecoder(Decoder):
         self._last = np.zeros((0, 1), dtype=np.int64)  # each row's last token: the binding's input_ids
         self._top_k = np.zeros(1, dtype=np.int64)
         self._output_dtypes, self._vocab = score_dtypes(self.backend.decoder, self._shortlisted)
-        self._cache: list[np.ndarray] = []
+        self._cache = self._buffers(0, 0)
         self._release()
 
     @property
@@ -111,15 +112,15 @@ class SlotDecoder(Decoder):
     @property
     def nbytes(self) -> int:
         """What the slot buffers hold now (cache, memory, masks)."""
-        return sum(b.nbytes for b in (*self._cache, *self._memory, self._mask))
+        return self._cache.nbytes + self._memory.nbytes + self._mask.nbytes
 
     def _release(self) -> None:
         """Empty buffers: an idle decode holds no memory (its cache goes to the engine's spare)."""
         self._binding = None
         if self._spare is not None:  # it keeps only buffers that hold something
             self._spare.give(self._cache)
-        self._cache = self._buffers(0, 0)  # keys then values, per layer: row slots
-        self._memory = self._buffers(0, 0)  # the same: sentence slots
+        self._cache = self._buffers(0, 0)  # row slots
+        self._memory = self._buffers(0, 0)  # sentence slots
         self._mask = np.zeros((0, 0), dtype=np.int64)  # (sentence slots, S)
         self._positions = np.zeros(0, dtype=np.int64)  # tokens each row has decoded
         # (row slots, cache columns): which step's computation each column of a slot holds
@@ -131,9 +132,11 @@ class SlotDecoder(Decoder):
         self._fold: tuple[np.ndarray, np.ndarray] | None = None  # (sentence_rows, beam_index)
         self._shortlists = StepVocabulary() if self._shortlisted else None
 
-    def _buffers(self, slots: int, length: int) -> list[np.ndarray]:
-        shape = (slots, self._heads, length, self._d_head)
-        return [np.zeros(shape, dtype=self._dtype) for _ in range(2 * self._layers)]
+    def _buffers(self, slots: int, length: int) -> np.ndarray:
+        """Keys then values, per layer, in one block (2 × layers, slots, heads, length, d_head):
+        each layer's buffer is a contiguous block of it, and a reorder moves a row's columns in
+        every layer in one indexing, not one per layer."""
+        return np.zeros((2 * self._layers, slots, self._heads, length, self._d_head), dtype=self._dtype)
 
     def reserve(self, rows: int, sentences: int, source_len: int) -> None:
         self._reserve(rows, sentences, source_len, 1)
@@ -169,16 +172,15 @@ class SlotDecoder(Decoder):
 
     def _regrown(
         self,
-        buffers: list[np.ndarray],
+        buffers: np.ndarray,
         slots: int,
         length: int,
         keep: int,
-        spare: list[np.ndarray] | None = None,
-    ) -> list[np.ndarray]:
+        spare: np.ndarray | None = None,
+    ) -> np.ndarray:
         """``buffers``' first ``keep`` slots in ``spare`` or in new buffers of that size."""
-        grown = spare or self._buffers(slots, length)
-        for old, new in zip(buffers, grown, strict=True):
-            new[:keep, :, : old.shape[2]] = old[:keep]
+        grown = self._buffers(slots, length) if spare is None else spare
+        grown[:, :keep, :, : buffers.shape[3]] = buffers[:, :keep]
         return grown
 
     def admit(
@@ -199,9 +201,8 @@ class SlotDecoder(Decoder):
         rows, width = self._rows, source_mask.shape[1]  # an empty decode holds no buffers (reorder)
         new = slice(self._sentences, self._sentences + len(repeats))
         self._reserve(rows + sum(repeats), new.stop, width, 1)
-        for i in range(self._layers):
-            self._memory[i][new, :, :width] = keys[i]
-            self._memory[self._layers + i][new, :, :width] = values[i]
+        self._memory[: self._layers, new, :, :width] = keys
+        self._memory[self._layers :, new, :, :width] = values
         self._mask[new] = 0
         self._mask[new, :width] = source_mask
         self._held[new] = ids
@@ -213,14 +214,13 @@ class SlotDecoder(Decoder):
         self._rows = new_rows.stop
         self._fold = None
 
-    def park(self, row: int, columns: int) -> list[np.ndarray]:
-        return [buffer[row, :, :columns].copy() for buffer in self._cache]
+    def park(self, row: int, columns: int) -> np.ndarray:
+        return self._cache[:, row, :, :columns].copy()
 
-    def resume(self, row: int, history: list[np.ndarray]) -> None:
-        columns = history[0].shape[1]
+    def resume(self, row: int, history: np.ndarray) -> None:
+        columns = history.shape[2]
         self._reserve(self._rows, 0, 0, columns)
-        for buffer, kept in zip(self._cache, history, strict=True):
-            buffer[row, :, :columns] = kept
+        self._cache[:, row, :, :columns] = history
         self._lineage[row, :columns] = self._next_column + np.arange(columns)  # no other row's ids
         self._next_column += columns
         self._positions[row] = columns
@@ -333,21 +333,41 @@ class SlotDecoder(Decoder):
 
     def _copy_history(self, moved: np.ndarray, src: np.ndarray) -> None:
         """Row ``moved[i]`` takes row ``src[i]``'s history: its columns from the first whose
-        computation differs (``_lineage``) to the last the source holds, all in one gather and
-        one scatter a buffer (the source columns are read before any is written: a row may be
-        both). Beams of one step mostly differ in their last column; a sentence moved into the
-        place of one that left, in all of its few."""
+        computation differs (``_lineage``) to the last the source holds, in one gather and one
+        scatter (the source columns are read before any is written: a row may be both). Beams of
+        one step mostly differ in their last column; a sentence moved into the place of one that
+        left, in all of its few."""
+        if len(moved) <= _FEW_MOVED:
+            self._copy_few(moved.tolist(), src.tolist())
+            return
         length = int(self._positions[src].max())
         if not length:
             return
         differs = self._lineage[moved, :length] != self._lineage[src, :length]
         first = np.where(differs.any(axis=1), differs.argmax(axis=1), length)
         which, columns = copied_columns(first, self._positions[src])
-        if not len(which):
-            return
         to_rows, from_rows = moved[which], src[which]
-        for buffer in (*self._cache, self._lineage[:, None, :]):
-            buffer[to_rows, :, columns] = buffer[from_rows, :, columns]
+        self._cache[:, to_rows, :, columns] = self._cache[:, from_rows, :, columns]
+        self._lineage[to_rows, columns] = self._lineage[from_rows, columns]
+
+    def _copy_few(self, moved: list[int], src: list[int]) -> None:
+        """``_copy_history`` row by row (a one-sentence step moves one or two rows): a few small
+        operations a row, not the whole-array path's score. Sources are read before any write."""
+        apart = self._differing(moved, src)
+        pieces = [(self._cache[:, r, :, a:b].copy(), self._lineage[r, a:b].copy()) for _, r, a, b in apart]
+        for (to, _, a, b), (columns, ids) in zip(apart, pieces, strict=True):
+            self._cache[:, to, :, a:b], self._lineage[to, a:b] = columns, ids
+
+    def _differing(self, moved: list[int], src: list[int]) -> list[tuple[int, int, int, int]]:
+        """(row, its source, the first column computed apart, the source's end) for each row
+        whose history differs from its source's."""
+        apart = []
+        for to, origin in zip(moved, src, strict=True):
+            end = int(self._positions[origin])
+            differs = self._lineage[to, :end] != self._lineage[origin, :end]
+            if differs.any():
+                apart.append((to, origin, int(differs.argmax()), end))
+        return apart
 
     def _drop_left_sentences(self) -> None:
         """Free the memory slots of sentences no row decodes any more: the last slots in use move
@@ -359,8 +379,7 @@ class SlotDecoder(Decoder):
         keep = self._sentences - int(going.sum())
         gaps, last = np.flatnonzero(going[:keep]), np.flatnonzero(~going[keep:]) + keep
         if len(gaps):
-            for buffer in self._memory:
-                buffer[gaps] = buffer[last]
+            self._memory[:, gaps] = self._memory[:, last]
             self._mask[gaps] = self._mask[last]
             self._held[gaps] = self._held[last]
         self._sentences = keep

@@ -102,21 +102,30 @@ def test_a_row_scores_the_same_whatever_the_width_of_the_folded_step(translator:
             assert np.array_equal(want, have)
 
 
+@pytest.mark.parametrize("path", ["row by row", "whole arrays"])
 def test_a_reorder_copies_only_the_columns_that_differ_and_every_row_gets_its_whole_history(
-    translator: OnnxTranslator, monkeypatch: pytest.MonkeyPatch
+    translator: OnnxTranslator, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """Beams that share their first tokens share those cache columns: a row that takes another
     row's history gets only the columns from the first one computed apart to its source's last,
-    and then holds exactly that row's history."""
+    and then holds exactly that row's history; whether a few rows move (one by one) or many (in
+    one gather and scatter)."""
     copies: list[int] = []  # columns copied, per reorder
-    columns_of = slots.copied_columns
+    columns_of, differing = slots.copied_columns, SlotDecoder._differing
 
     def counted(first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         which, columns = columns_of(first, end)
         copies.append(len(columns))
         return which, columns
 
+    def counted_rows(self: SlotDecoder, moved: list[int], src: list[int]) -> list[tuple[int, int, int, int]]:
+        apart = differing(self, moved, src)
+        copies.append(sum(end - first for _, _, first, end in apart))
+        return apart
+
     monkeypatch.setattr(slots, "copied_columns", counted)
+    monkeypatch.setattr(SlotDecoder, "_differing", counted_rows)
+    monkeypatch.setattr(slots, "_FEW_MOVED", 4 if path == "row by row" else 0)
     options = TranslateOptions(beam_size=4)
     decode = translator.new_decode()
     decode.admit([("a", translator.encode([TEXTS[0]])[0], options)])

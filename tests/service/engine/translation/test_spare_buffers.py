@@ -28,7 +28,7 @@ def translated(translator: OnnxTranslator, texts: list[str], beam: int) -> list[
     return [(r.hypotheses[0].text, r.hypotheses[0].score) for r in results if isinstance(r, Translation)]
 
 
-def kept(translator: OnnxTranslator) -> list[np.ndarray]:
+def kept(translator: OnnxTranslator) -> np.ndarray:
     spare: SpareBuffers = translator._spare
     buffers = spare.take(0, 0)
     assert buffers is not None, "the last decode left no buffers"
@@ -44,22 +44,23 @@ def test_the_next_decode_takes_the_buffers_and_its_results_are_those_of_fresh_on
     fresh = translated(translator, SHORT, beam)
     translated(translator, LONG, beam)  # wider, longer buffers, kept
     buffers = kept(translator)
-    for buffer in buffers:  # whatever a taken buffer holds beyond what is written is never read
-        buffer[...] = np.nan
+    buffers[...] = np.nan  # whatever a taken buffer holds beyond what is written is never read
     assert translated(translator, SHORT, beam) == fresh
-    assert [id(b) for b in kept(translator)] == [id(b) for b in buffers]  # taken and given back, not new
+    assert kept(translator) is buffers  # taken and given back, not new
 
 
 def test_a_decode_that_outgrows_them_lets_them_go_and_release_empties_the_spare() -> None:
     spare = SpareBuffers()
-    spare.give([np.zeros((8, 2, 16, 4)), np.zeros((8, 2, 16, 4))])
+    spare.give(np.zeros((2, 8, 2, 16, 4)))
     assert spare.nbytes == 2 * 8 * 2 * 16 * 4 * 8
     assert spare.take(9, 16) is None and spare.nbytes == 0  # more rows: not kept beside the new ones
-    spare.give([np.zeros((8, 2, 16, 4))])
+    spare.give(np.zeros((2, 8, 2, 16, 4)))
     assert spare.take(4, 17) is None and spare.nbytes == 0  # longer histories
-    spare.give([np.zeros((8, 2, 16, 4))])
-    assert spare.release() == 8 * 2 * 16 * 4 * 8 and spare.release() == 0
-    spare.give([np.zeros((0, 2, 0, 4))])  # an empty decode's buffers are not worth keeping
+    spare.give(np.zeros((2, 8, 2, 16, 4)))
+    assert spare.take(8, 16) is not None  # enough: taken whole
+    spare.give(np.zeros((2, 8, 2, 16, 4)))
+    assert spare.release() == 2 * 8 * 2 * 16 * 4 * 8 and spare.release() == 0
+    spare.give(np.zeros((2, 0, 2, 0, 4)))  # an empty decode's buffers are not worth keeping
     assert spare.take(0, 0) is None
 
 
