@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks.host.free_runs import FreeRuns
-from benchmarks.host.translation import STEPS, continuous, free_translator, measure, report, whole_batch
+from benchmarks.host.translation import (
+    SENTENCES,
+    STEPS,
+    continuous,
+    free_translator,
+    measure,
+    report,
+    whole_batch,
+)
 from benchmarks.results import Figure, Results
 from service.engine.base import TranslateItem, TranslateOptions
 
@@ -36,8 +44,8 @@ def test_every_sentence_ends_after_the_fixed_steps_whatever_its_batch(layout: tu
 def test_runs_per_step_count_the_cache_moves(layout: tuple[str, Path]) -> None:
     runs = FreeRuns()
     with free_translator(layout[1], layout[0], runs) as engine:
-        cost = whole_batch(engine, runs, 3, 4)
-    assert cost.sentence_steps == 3 * STEPS
+        cost = whole_batch(engine, runs, 3, 4, calls=2)  # two calls, one after the other
+    assert cost.sentence_steps == 2 * 3 * STEPS and runs.runs["decoder"] == 2 * STEPS
     # slots: the graph writes the cache in place; positions: the graph gathers the past by beam_rows
     assert cost.runs_per_step == 1 and runs.runs["other"] == 0
 
@@ -56,6 +64,8 @@ def test_the_report_files_each_layouts_figures(translation_artefact: Path) -> No
     with free_translator(translation_artefact, "cpu", runs) as engine:
         costs = measure(engine, runs, [1, 2], rounds=1)
     assert set(costs) == {"whole/1", "whole/2", "continuous/2"}
+    # a small batch's figure is over many calls' steps, not one call's
+    assert costs["whole/1"].sentence_steps == SENTENCES * STEPS
     costs["whole/128"] = costs["whole/2"]
     results = Results()
     report(results, "cpu", costs)
