@@ -123,13 +123,18 @@ class RunningDecode:
         return self.search.sentences + [s for s, _ in self._again]
 
     @property
+    def running(self) -> int:
+        """How many sentences are not finished (``sentences``, without making the list)."""
+        return self.search.running + len(self._again)
+
+    @property
     def rows(self) -> int:
         """The rows the unfinished sentences take: running, or about to (``sentences``)."""
         growing = sum(s.beam_size - s.k for s in self._forcing)  # one row that becomes a beam
         return self.decoder.rows + growing + sum(s.beam_size for s, _ in self._again)
 
     def can_admit(self) -> bool:
-        return not self.search.sentences or self.decoder.joins_midway
+        return not self.search.running or self.decoder.joins_midway
 
     def limit(self, options: TranslateOptions) -> int:
         return output_limit(options, self.shape.max_target_len)

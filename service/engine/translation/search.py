@@ -93,25 +93,31 @@ class Search:
         self._beams = np.unique(self._k).tolist()
         self._free_rows = np.repeat(self._free, self._k)
         self._all_free = bool(self._free.all())
+        # read every step: worked out here rather than over the arrays each time
+        self._widest = int(self._k.max(initial=0))
+        self._attending = bool(self._attention.any())
+        self._wanting = bool(self._wants.any())
 
     @property
     def sentences(self) -> list[SentenceSearch]:
         return list(self._sentences)
 
     @property
+    def running(self) -> int:
+        """How many sentences run."""
+        return len(self._sentences)
+
+    @property
     def with_attention(self) -> bool:
-        return bool(self._attention.any())
+        return self._attending
 
     @property
     def widest_beam(self) -> int:
-        return int(self._k.max(initial=0))
+        return self._widest
 
     def first_rows(self) -> dict[SentenceSearch, int]:
         """Each running sentence's first row, as the decoder's rows lie until the next reorder."""
         return dict(zip(self._sentences.tolist(), self._offsets.tolist(), strict=True))
-
-    def add(self, sentence: SentenceSearch) -> None:
-        self.extend([sentence])
 
     def extend(self, sentences: Sequence[SentenceSearch]) -> None:
         """New sentences' rows go after the running ones (the decoder appends them alike)."""
@@ -155,7 +161,7 @@ class Search:
         """(rows, m) the tokens whose log-probs the next step must give beside each row's best
         ones (``Candidates.wanted``): the constrained sentences' next constraint tokens and the
         forced prefixes' next tokens, padded with </s>; None when no row wants any."""
-        if not self._wants.any():
+        if not self._wanting:
             return None
         rows = [tokens for s in self._sentences for tokens in s.wanted()]
         width = max(map(len, rows))
@@ -382,19 +388,8 @@ def steps_in_batch(s: SentenceSearch) -> bool:
     return not s.wants_tokens and not s.with_attention
 
 
-_PER_SENTENCE = (
-    "_sentences",
-    "_k",
-    "_steps",
-    "_max_len",
-    "_length_penalty",
-    "_early",
-    "_forced",
-    "_free",
-    "_wants",
-    "_attention",
-    "_finished",
-    "_finished_tokens",
-)
+# the arrays over the sentences, in row order: reordered together (``_settle``)
+_PER_SENTENCE = ["_sentences", "_k", "_steps", "_max_len", "_length_penalty", "_early", "_forced"]
+_PER_SENTENCE += ["_free", "_wants", "_attention", "_finished", "_finished_tokens"]
 Members = np.ndarray | slice  # some sentences' indices, or slice(None): all of them
 _StepRows = tuple[np.ndarray, np.ndarray, np.ndarray]  # done (sentences,), parents and tokens (rows,)

@@ -292,7 +292,7 @@ class OnnxTranslator:
         decode = self.new_decode()
         hyps: dict[int, list[TokenHypothesis]] = {}
         decoding = 0.0
-        while waiting or decode.sentences:
+        while waiting or decode.running:
             if waiting and decode.can_admit():
                 batch = self._admissible(items, waiting, decode.rows)
                 try:
@@ -304,7 +304,7 @@ class OnnxTranslator:
                         results[i] = e
             for s in decode.remove(lambda s: items[s.key].abandoned.is_set()):
                 results[s.key] = Abandoned("nobody waits for this item any more")
-            if not decode.sentences:
+            if not decode.running:
                 continue
             start = time.perf_counter()
             try:
@@ -337,7 +337,7 @@ class OnnxTranslator:
         sources = [Encoded(ids, [], False) for ids in src_ids]
         for s in decode.admit([(i, src, key) for i, src in enumerate(sources)]):
             found[s.key] = s.results()
-        while decode.sentences:
+        while decode.running:
             found.update((s.key, s.results()) for s in decode.step())
         return [found[i] for i in range(len(src_ids))]
 

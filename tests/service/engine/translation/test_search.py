@@ -380,13 +380,13 @@ def test_a_leaving_sentence_is_replaced_by_the_last_of_its_size_so_only_that_one
     search = Search(bos_id=1, eos_id=2)
     a, b, c, d = (SentenceSearch(key, beam_size=2, max_len=5) for key in "abcd")
     for s in (a, b, c, d):
-        search.add(s)
+        search.extend([s])
     rows = search.remove(lambda s: s is b)
     assert search.sentences == [a, d, c]
     np.testing.assert_array_equal(rows, [0, 1, 6, 7, 4, 5])
     assert np.flatnonzero(rows != np.arange(len(rows))).tolist() == [2, 3]  # only d's rows change slot
     e = SentenceSearch("e", beam_size=3, max_len=5)
-    search.add(e)
+    search.extend([e])
     rows = search.remove(lambda s: s is a)  # c fills a's place; e (size 3) shifts down
     assert search.sentences == [c, d, e]
     np.testing.assert_array_equal(rows, [4, 5, 2, 3, 6, 7, 8])
