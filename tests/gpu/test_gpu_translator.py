@@ -20,8 +20,8 @@ from service.artefacts import BEAM_ROWS, INPUT_IDS, MEMORY_KEYS, MEMORY_ROWS, PO
 from service.engine.base import TranslateItem, TranslateOptions
 from service.engine.loader import load_engine
 from service.engine.session import SessionConfig, resolve_providers, session_options
+from service.engine.translation.candidates import Candidates
 from service.engine.translation.decoding import DeviceBackend, LayerView
-from service.engine.translation.search import Candidates
 from service.engine.translation.translator import OnnxTranslator
 from tests.gpu.conftest import PROVIDER_NAMES
 from tests.service.engine.translation.test_translator import TEXTS, ids_of, items, ok, torch_ids

@@ -1,8 +1,8 @@
 """One decoder step of many free beam searches of one beam size, as array operations.
 
 ``SentenceSearch.advance`` takes one sentence's step in Python; this is the same rule for every
-free sentence of a step at once (``search.Search`` sends the others, constrained or keeping
-alignments, through ``SentenceSearch``): of each sentence's 2·k ranked continuations, the k best
+free sentence of a step at once (``search.Search`` sends the others, constrained ones, through
+``SentenceSearch``): of each sentence's 2·k ranked continuations, the k best
 that end in </s> (all k best at its length limit) are offered to its finished hypotheses, which
 keep the k best by normalised score, the k best others run on, and the sentence stops as its
 ``EarlyStopping`` rule says. Step for step, token for token and score for score the same as
@@ -51,14 +51,15 @@ class FreeSentences:
 @dataclass
 class Finishing:
     """The step's newly finished hypotheses (sentence index, the continuation's column among the
-    sentence's ranked ones, its row, token, normalised score, whether the token is appended: not
-    at </s>), in the order they were offered."""
+    sentence's ranked ones, its row, token, normalised score, log-prob, whether the token is
+    appended: not at </s>), in the order they were offered."""
 
     sentence: np.ndarray
     column: np.ndarray
     row: np.ndarray
     token: np.ndarray
     score: np.ndarray
+    log_prob: np.ndarray
     appended: np.ndarray
 
 
@@ -125,9 +126,8 @@ def _finish(
     order = np.argsort(-pool, axis=1, kind="stable")[:, :k]  # best first, the earlier of equals first
     where = np.nonzero(ends)
     tokens = ranked.tokens[:, :k][where]
-    finishing = Finishing(
-        where[0], where[1], ranked.rows[:, :k][where], tokens, offered[where], tokens != eos_id
-    )
+    rows, log_probs = ranked.rows[:, :k][where], ranked.scores[:, :k][where]
+    finishing = Finishing(where[0], where[1], rows, tokens, offered[where], log_probs, tokens != eos_id)
     return finishing, pool[np.arange(len(pool))[:, None], order], order
 
 

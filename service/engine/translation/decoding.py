@@ -52,7 +52,7 @@ from service.artefacts import (
     past_of,
 )
 from service.engine.session import ELEMENT_NUMPY
-from service.engine.translation.search import Candidates
+from service.engine.translation.candidates import Candidates
 from service.engine.translation.spare_buffers import SpareBuffers
 
 Tensor = Any  # np.ndarray on the host backend, ort.OrtValue (or its LayerView) on the device backend

@@ -34,8 +34,8 @@ from service.artefacts import (
     TOP_K,
     per_layer,
 )
+from service.engine.translation.candidates import Candidates
 from service.engine.translation.decoding import Decoder, StepBinding, Tensor
-from service.engine.translation.search import Candidates
 
 
 class PositionsDecoder(Decoder):

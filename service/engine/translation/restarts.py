@@ -36,6 +36,11 @@ class Restarts:
         self._parked: dict[SentenceSearch, np.ndarray] = {}  # new searches' caches to start on
 
     @property
+    def watched(self) -> set[SentenceSearch]:
+        """The free searches whose rows' ends are parked: each step reads their ``ended_on``."""
+        return self._watched
+
+    @property
     def watching(self) -> bool:
         """Whether a free search's rows are to be parked as they end (``park_ended``)."""
         return bool(self._watched) and self.decoder.resumes

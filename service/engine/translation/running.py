@@ -231,7 +231,7 @@ class RunningDecode:
             self.decoder.admit(memory, mask, repeats, shortlists)
             for (s, _), row in zip(run, np.cumsum([0, *repeats[:-1]]).tolist(), strict=True):
                 self.restarts.start(s, first + row)
-            self.search.extend([s for s, _ in run])
+            self.search.extend([s for s, _ in run], own=self.restarts.watched)
             self._forcing.update(s for s, _ in run if s.prefix is not None)
 
     def _may_place(self, search: SentenceSearch) -> bool:

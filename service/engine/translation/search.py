@@ -15,9 +15,7 @@ depends only on its own rows' scores, never on the other sentences of the step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Container, Sequence
 
 import numpy as np
 
@@ -30,31 +28,10 @@ from service.engine.translation.beam_step import (
     block_order,
     widened,
 )
+from service.engine.translation.candidates import Candidates
 from service.engine.translation.ranking import best_candidates, best_continuations, best_listed
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """Each row's best next tokens, best first, as a decoder graph with an in-graph ``TopK``
-    returns them: at least the search's 2 × beam per row (or the whole vocabulary)."""
-
-    log_probs: np.ndarray  # (N, n) float32
-    tokens: np.ndarray  # (N, n) int64
-    # The log-probs of the tokens the search asked for (``Search.wanted_tokens``: constrained
-    # sentences' next constraint tokens), (N, m); None when it asked for none.
-    wanted: np.ndarray | None = None
-
-
-class IncrementalDecoder(Protocol):
-    def step(self, last_tokens: np.ndarray) -> tuple[np.ndarray | Candidates, np.ndarray | None]:
-        """(N,) int64 → log-probs (N, V) float32 or the rows' ``Candidates``, and, if tracked,
-        cross-attention (N, S)."""
-        ...
-
-    def reorder(self, rows: np.ndarray) -> None:
-        """Keep cache rows ``rows`` (int64, may repeat), in that order."""
-        ...
+from service.engine.translation.step_records import StepRecords, offered_traces
 
 
 class Search:
@@ -62,9 +39,9 @@ class Search:
     [offset_j, offset_j + k_j) of the decoder's running batch.
 
     Its state is arrays over the sentences and over the rows, so that a step of the free ones
-    (no required phrases, no alignments kept: the common case) is array operations over all of
-    them (``beam_step.py``); the others, and every sentence of a search of ``FEW_SENTENCES``,
-    step through their own ``SentenceSearch``.
+    (no required phrases: the common case; alignments are traced back as they finish,
+    ``step_records.py``) is array operations over all of them (``beam_step.py``); the others,
+    and every sentence of a search of ``FEW_SENTENCES``, step through their own ``SentenceSearch``.
     """
 
     def __init__(self, bos_id: int, eos_id: int) -> None:
@@ -82,6 +59,8 @@ class Search:
         self._attention = np.zeros(0, dtype=bool)
         self._finished = np.zeros((0, 1))  # free sentences' finished scores, best first, -inf: none
         self._finished_tokens = np.empty((0, 1), dtype=object)  # … and their token lists
+        self._finished_traces = np.empty((0, 1), dtype=object)  # … (alignment, log-probs) if kept
+        self._records = StepRecords()  # the steps' attention, for free sentences keeping it
         self._scores = np.zeros(0)  # per row: the running log-prob
         self._last = np.zeros(0, dtype=np.int64)  # per row: its last token (<s> before the first)
         self._history = np.zeros((0, 16), dtype=np.int32)  # per row: a free sentence's tokens
@@ -97,6 +76,7 @@ class Search:
         self._widest = int(self._k.max(initial=0))
         self._attending = bool(self._attention.any())
         self._wanting = bool(self._wants.any())
+        self._recording = bool((self._free & self._attention).any())
 
     @property
     def sentences(self) -> list[SentenceSearch]:
@@ -119,15 +99,16 @@ class Search:
         """Each running sentence's first row, as the decoder's rows lie until the next reorder."""
         return dict(zip(self._sentences.tolist(), self._offsets.tolist(), strict=True))
 
-    def extend(self, sentences: Sequence[SentenceSearch]) -> None:
-        """New sentences' rows go after the running ones (the decoder appends them alike)."""
+    def extend(self, sentences: Sequence[SentenceSearch], own: Container[SentenceSearch] = ()) -> None:
+        """New sentences' rows go after the running ones (the decoder appends them alike); those
+        in ``own`` step through their own search (``SentenceSearch.ended_on`` is read each step)."""
         if not sentences:
             return
         new = np.empty(len(sentences), dtype=object)
         new[:] = sentences
         k = np.array([s.k for s in sentences], dtype=np.int64)
         many = len(self._k) + len(sentences) > FEW_SENTENCES
-        free = np.array([many and steps_in_batch(s) for s in sentences], dtype=bool)
+        free = np.array([many and steps_in_batch(s) and s not in own for s in sentences], dtype=bool)
         early = [EARLY_NEVER if s.early_stopping == "never" else int(not s.early_stopping) for s in sentences]
         forced = [-1 if s.forced_first is None else s.forced_first for s in sentences]
         self._sentences = np.concatenate([self._sentences, new])
@@ -146,6 +127,7 @@ class Search:
         )
         empty = np.empty((len(new), width), dtype=object)
         self._finished_tokens = np.concatenate([widened(self._finished_tokens, width, None), empty])
+        self._finished_traces = np.concatenate([widened(self._finished_traces, width, None), empty])
         scores = np.concatenate([s.scores for s in sentences])  # a resumed search's are its own
         self._scores = np.concatenate([self._scores, scores])
         last = np.concatenate([s.last_tokens(self.bos_id) for s in sentences])
@@ -185,6 +167,8 @@ class Search:
         """One step's scores for every row → the rows to keep, in order, and the sentences that
         finished (no longer in ``sentences``). Sentences of one beam size are ranked together."""
         offsets = self._offsets
+        if self._recording:
+            self._records.begin(attention, self._scores)
         done = np.zeros(len(self._k), dtype=bool)
         parents = np.arange(len(self._scores))  # each row's new parent row
         tokens = np.zeros(len(self._scores), dtype=np.int64)
@@ -288,8 +272,9 @@ class Search:
                 self._sentences[j].done = True
 
     def _keep_finished(self, members: Members, starts: np.ndarray, outcome: StepOutcome, k: int) -> None:
-        """The step's finished hypotheses' tokens (read from the rows' history), kept in the
-        ``k`` best of each sentence as ``outcome`` ranked them."""
+        """The step's finished hypotheses' tokens (read from the rows' history), and those of
+        sentences keeping alignments their alignment and token log-probs (``step_records``), kept
+        in the ``k`` best of each sentence as ``outcome`` ranked them."""
         f, order = outcome.finishing, outcome.order
         assert f is not None and order is not None
         offered = np.empty((len(starts), k), dtype=object)
@@ -299,18 +284,24 @@ class Search:
         places = zip(f.sentence.tolist(), f.column.tolist(), steps.tolist(), skip.tolist(), strict=True)
         for (i, column, n, first), history, end in zip(places, histories, ends, strict=True):
             offered[i, column] = (history[:n] + end)[first:]
-        pool = np.concatenate([self._finished_tokens[members, :k], offered], axis=1)
-        self._finished_tokens[members, :k] = pool[np.arange(len(pool))[:, None], order]
+        self._finished_tokens[members, :k] = _pooled(self._finished_tokens[members, :k], offered, order)
         self._finished[members, :k] = outcome.finished
+        traced = self._attention[members][f.sentence]
+        if self._recording and traced.any():
+            widths = [s.source_len for s in self._sentences[members][f.sentence[traced]].tolist()]
+            rows = starts[f.sentence] + f.row
+            offered = offered_traces(self._records, f, traced, rows, steps, skip, widths, offered.shape)
+            self._finished_traces[members, :k] = _pooled(self._finished_traces[members, :k], offered, order)
 
     def _hand_over(self, j: int) -> None:
         """A free sentence's finished hypotheses become its ``SentenceSearch``'s (it leaves)."""
         s = self._sentences[j]
+        kept = zip(
+            self._finished_tokens[j], self._finished[j].tolist(), self._finished_traces[j], strict=True
+        )
         s.finished = [
-            TokenHypothesis(tokens, float(score), None)
-            for tokens, score in zip(
-                self._finished_tokens[j].tolist(), self._finished[j].tolist(), strict=True
-            )
+            TokenHypothesis(tokens, float(score), *(traced or (None, None)))
+            for tokens, score, traced in kept
             if score != -np.inf
         ]
 
@@ -322,8 +313,8 @@ class Search:
         log_probs: np.ndarray | Candidates,
         attention: np.ndarray | None,
     ) -> np.ndarray | None:
-        """A constrained sentence's, one keeping alignments, or one of few: its ``SentenceSearch``
-        steps it from its ``ranked`` continuations."""
+        """A constrained sentence's, a placing one's free search, or one of few: its
+        ``SentenceSearch`` steps it from its ``ranked`` continuations."""
         s: SentenceSearch = self._sentences[j]
         block = None
         if attention is not None and s.with_attention:
@@ -360,6 +351,12 @@ class Search:
             s, start = self._sentences[j], self._offsets[j]
             self._scores[start : start + s.k] = s.scores
             self._last[start : start + s.k] = s.last_tokens(self.bos_id)
+        if not self._recording:
+            self._records.clear()
+        elif self._records.begun:
+            self._records.end(rows, int(self._steps[self._free & self._attention].max()))
+        else:  # a move between steps
+            self._records.moved(rows, len(parents))
         return rows
 
     def _write(self, tokens: np.ndarray) -> None:
@@ -376,6 +373,13 @@ class Search:
             self._last[free] = tokens[free]
 
 
+def _pooled(kept: np.ndarray, offered: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each sentence's kept and offered entries, as ``order`` picks them (``beam_step._finish``)."""
+    pool = np.concatenate([kept, offered], axis=1)
+    picked: np.ndarray = pool[np.arange(len(pool))[:, None], order]
+    return picked
+
+
 # A search of at most this many sentences steps newcomers through their own ``SentenceSearch``:
 # below it NumPy's cost per call outweighs the loop it saves (one sentence at beam 4, a step of
 # the search: 68 µs in Python, 162 µs as arrays, on the 2-core reference machine).
@@ -383,13 +387,13 @@ FEW_SENTENCES = 2
 
 
 def steps_in_batch(s: SentenceSearch) -> bool:
-    """Whether ``beam_step`` steps the sentence with the other free ones: no required phrases, no
-    forced prefix and no alignments kept (those step through their own ``SentenceSearch``)."""
-    return not s.wants_tokens and not s.with_attention
+    """Whether ``beam_step`` steps the sentence with the other free ones: no required phrases and
+    no forced prefix (those step through their own ``SentenceSearch``)."""
+    return not s.wants_tokens
 
 
 # the arrays over the sentences, in row order: reordered together (``_settle``)
 _PER_SENTENCE = ["_sentences", "_k", "_steps", "_max_len", "_length_penalty", "_early", "_forced"]
-_PER_SENTENCE += ["_free", "_wants", "_attention", "_finished", "_finished_tokens"]
+_PER_SENTENCE += ["_free", "_wants", "_attention", "_finished", "_finished_tokens", "_finished_traces"]
 Members = np.ndarray | slice  # some sentences' indices, or slice(None): all of them
 _StepRows = tuple[np.ndarray, np.ndarray, np.ndarray]  # done (sentences,), parents and tokens (rows,)

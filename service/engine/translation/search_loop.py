@@ -10,8 +10,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from service.engine.translation.candidates import IncrementalDecoder
 from service.engine.translation.constraints import Constraints
-from service.engine.translation.search import IncrementalDecoder, Search
+from service.engine.translation.search import Search
 from service.engine.translation.sentence_search import EarlyStopping, SentenceSearch, TokenHypothesis
 
 

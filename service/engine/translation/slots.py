@@ -54,6 +54,7 @@ from service.artefacts import (
     VOCABULARY_MASK,
     per_layer,
 )
+from service.engine.translation.candidates import Candidates
 from service.engine.translation.decoding import (
     Decoder,
     Tensor,
@@ -62,7 +63,6 @@ from service.engine.translation.decoding import (
     wanted_log_probs,
 )
 from service.engine.translation.folding import fold_beams
-from service.engine.translation.search import Candidates
 from service.engine.translation.shortlist import StepVocabulary
 
 _FIRST_CACHE_LEN = 16  # columns a fresh cache holds before it first grows

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from service.engine.translation import beam_step, search
-from service.engine.translation.search import Candidates, Search
+from service.engine.translation.candidates import Candidates
+from service.engine.translation.search import Search
 from service.engine.translation.search_loop import beam_search
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 
@@ -53,8 +54,16 @@ class HashedDecoder:
         self.rows = [self.rows[r] for r in rows]
 
 
-def found(hyps: list[TokenHypothesis]) -> list[tuple[list[int], float, Any]]:
-    return [(h.tokens, h.score, None if h.alignment is None else h.alignment.tolist()) for h in hyps]
+def found(hyps: list[TokenHypothesis]) -> list[tuple[list[int], float, Any, Any]]:
+    return [
+        (
+            h.tokens,
+            h.score,
+            None if h.alignment is None else h.alignment.tolist(),
+            None if h.token_log_probs is None else h.token_log_probs.tolist(),
+        )
+        for h in hyps
+    ]
 
 
 def whole_batch_case(seed: int) -> list[list[tuple[list[int], float, Any]]]:

@@ -16,13 +16,14 @@ from prometheus_client import REGISTRY
 from export.graphs.translation_layout import POSITIONS_DECODER
 from service.engine.base import Encoded, TranslateItem, TranslateOptions
 from service.engine.session import SessionConfig
+from service.engine.translation.candidates import Candidates
 from service.engine.translation.constraints import Constraints
 from service.engine.translation.decoding import Decoder, DeviceBackend
 from service.engine.translation.forcing import SKIPPING, Prefix, Rest
 from service.engine.translation.placement import place
 from service.engine.translation.restarts import Restarts
 from service.engine.translation.running import PREFIX_END_WIDTH
-from service.engine.translation.search import Candidates, Search
+from service.engine.translation.search import Search
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 from service.engine.translation.translator import OnnxTranslator
 from service.engine.translation.word_alignment import source_words, target_words

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.translation.search import Candidates, Search
+from service.engine.translation.candidates import Candidates
+from service.engine.translation.search import Search
 from service.engine.translation.search_loop import beam_search
 from service.engine.translation.sentence_search import SentenceSearch, TokenHypothesis
 
