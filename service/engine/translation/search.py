@@ -286,8 +286,8 @@ class Search:
             offered[i, column] = (history[:n] + end)[first:]
         self._finished_tokens[members, :k] = _pooled(self._finished_tokens[members, :k], offered, order)
         self._finished[members, :k] = outcome.finished
-        traced = self._attention[members][f.sentence]
-        if self._recording and traced.any():
+        traced = self._attention[members][f.sentence] if self._recording else None
+        if traced is not None and traced.any():
             widths = [s.source_len for s in self._sentences[members][f.sentence[traced]].tolist()]
             rows = starts[f.sentence] + f.row
             offered = offered_traces(self._records, f, traced, rows, steps, skip, widths, offered.shape)
@@ -351,12 +351,12 @@ class Search:
             s, start = self._sentences[j], self._offsets[j]
             self._scores[start : start + s.k] = s.scores
             self._last[start : start + s.k] = s.last_tokens(self.bos_id)
-        if not self._recording:
-            self._records.clear()
-        elif self._records.begun:
+        if self._recording and self._records.begun:
             self._records.end(rows, int(self._steps[self._free & self._attention].max()))
-        else:  # a move between steps
+        elif self._recording:  # a move between steps
             self._records.moved(rows, len(parents))
+        elif self._records.held:  # the last sentence keeping alignments has left
+            self._records.clear()
         return rows
 
     def _write(self, tokens: np.ndarray) -> None:
