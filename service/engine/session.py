@@ -8,6 +8,7 @@ sequence length, cache length), which drives the memory settings below.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,14 @@ ELEMENT_NUMPY: dict[str, type[np.generic]] = {
 }
 
 
+# onnxruntime-gpu's switch for cuDNN's flash attention in its fused Attention op (the embedding and
+# rerank graphs have it). On an H200 with onnxruntime-gpu 1.31.1 that kernel built a cuDNN graph
+# for every new input shape: 45-63 ms per shape against 5 ms with it off, the same 1.5 ms a batch
+# of 32 × 64 once warm. Served batches change shape all the time, so it is off unless the
+# operator's environment says otherwise.
+CUDNN_FLASH_ATTENTION = "ORT_ENABLE_CUDNN_FLASH_ATTENTION"
+
+
 class ProviderUnavailable(RuntimeError):
     """``cuda`` was asked for explicitly but onnxruntime cannot use it here."""
 
@@ -52,6 +61,7 @@ def resolve_providers(pref: ProviderPref | str, device_id: int = 0) -> list[Any]
     if not cuda.cuda_devices():
         raise ProviderUnavailable("CUDA asked for but the NVIDIA driver reports no GPU (or is not installed)")
     cuda.load_cuda_libraries()
+    os.environ.setdefault(CUDNN_FLASH_ATTENTION, "0")  # read when the first session is made
     # kSameAsRequested: with dynamic shapes the default power-of-two arena growth wastes memory.
     cuda_options: dict[str, Any] = {"arena_extend_strategy": "kSameAsRequested"}
     if device_id:  # onnxruntime ≥ 1.26 warns once per session when device_id is given at all

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +44,24 @@ def test_auto_and_cpu_resolve_to_what_onnxruntime_offers(monkeypatch: pytest.Mon
     assert resolve_providers("cpu") == [CPU]
     with pytest.raises(ValueError, match="provider"):
         resolve_providers("tpu")
+
+
+def test_cuda_sessions_leave_cudnn_flash_attention_off_unless_the_operator_sets_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cuDNN's flash attention builds a graph per input shape (45-63 ms each on an H200): CUDA
+    turns it off by default, an operator's own value is kept, and the CPU never touches it."""
+    monkeypatch.setattr(cuda, "cuda_devices", lambda: 1)
+    monkeypatch.setattr(cuda, "load_cuda_libraries", lambda: None)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA, CPU])
+    monkeypatch.delenv(sess.CUDNN_FLASH_ATTENTION, raising=False)
+    resolve_providers("cpu")
+    assert sess.CUDNN_FLASH_ATTENTION not in os.environ
+    resolve_providers("cuda")
+    assert os.environ[sess.CUDNN_FLASH_ATTENTION] == "0"
+    monkeypatch.setenv(sess.CUDNN_FLASH_ATTENTION, "1")
+    resolve_providers("cuda")
+    assert os.environ[sess.CUDNN_FLASH_ATTENTION] == "1"
 
 
 def test_onnxruntime_gpu_without_a_gpu_serves_auto_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
