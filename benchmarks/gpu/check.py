@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING
 from benchmarks.gpu import setup
 
 if TYPE_CHECKING:  # benchmarks.gpu.run needs packages that the setup may have to install first
+    from onnx import ModelProto
+
     from benchmarks.common import Service
     from benchmarks.gpu.run import GpuRun
 
@@ -188,11 +190,7 @@ def cuda_unavailable() -> str | None:
 
     if CUDA not in ort.get_available_providers():
         return f"onnxruntime {ort.__version__} has no {CUDA} (a CPU build; onnxruntime-gpu has it)"
-    from onnx import TensorProto, helper
-
-    x, y = (helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n"]) for name in "xy")
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
-    probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    probe = probe_graph()
     try:
         session = ort.InferenceSession(probe.SerializeToString(), providers=resolve_providers("cuda"))
     except Exception as e:
@@ -201,6 +199,17 @@ def cuda_unavailable() -> str | None:
         fallback = session.get_providers()[0]
         return f"{CUDA} is listed but a session falls back to {fallback} (no GPU, or no CUDA libraries)"
     return None
+
+
+def probe_graph() -> ModelProto:
+    """A one-node graph (Identity) that any onnxruntime of the last years loads: its IR version
+    is pinned, since the onnx package's own default can be newer than the host's onnxruntime
+    accepts (the H200's onnx 1.23 against onnxruntime-gpu 1.31: "Unsupported model IR version")."""
+    from onnx import TensorProto, helper
+
+    x, y = (helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n"]) for name in "xy")
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def _has(program: str) -> bool:
