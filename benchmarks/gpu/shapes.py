@@ -3,7 +3,9 @@
 Our embedding engine reached 6,547 sentences/s in-process on an H100 in sorted batches of 128 (few
 distinct input shapes), but 693/s over HTTP, where the service cuts requests into batches of at
 most max_batch_size sentences and max_batch_tokens, so that the input shape (rows, length)
-changes from batch to batch; the CPU provider shows no such gap. These rows measure the engine
+changes from batch to batch; the CPU provider shows no such gap. On an H200 these rows found
+it: cuDNN's flash attention built a graph for every new shape (now off, docs/decisions.md), and
+engines on CUDA pad their runs to a few shapes since. These rows measure the engine
 in-process, loaded as the service loads it (its default max_batch_size and max_batch_tokens),
 on one seeded sample of STS-dev sentences cut six ways, each row on an engine of its own (its
 own CUDA arena and kernel choices):
@@ -20,9 +22,8 @@ own CUDA arena and kernel choices):
   CUDA only;
 * shape churn, 2 threads: as churn, two threads calling ``embed`` at once on one session (the
   service's two worker threads), each its share of every pass's batches;
-* shape churn, the CPU's run cost: as churn, its batches cut where their padding would cost more
-  than ``RUN_COST_TOKENS`` (the CPU's cut, many runs) instead of only where the limits force
-  (``DEVICE_RUN_COST_TOKENS``, what an engine on CUDA does); CUDA only.
+* shape churn, unpadded: as churn, its runs in their own shapes instead of padded to the device's
+  few (``DEVICE_SHAPE_STEPS``, what an engine on CUDA does); CUDA only.
 
 Each row is ``embedding.in_process``'s sustained rate, best of the check's rounds, with the number
 of distinct shapes its session ran and its mean rows per run.
@@ -45,7 +46,6 @@ from service.artefacts import EMBEDDING_INPUT_IDS
 from service.cuda import CUDA
 from service.engine import session as engine_session
 from service.engine.session import SessionConfig
-from service.engine.tokenizer import RUN_COST_TOKENS
 from service.settings import DEFAULT_EMBED_MODEL, Settings
 
 SEED = 41  # the issue's number: the sample and every row's draws
@@ -55,16 +55,15 @@ CHURN = "shape churn"
 POWER_OF_TWO = "kNextPowerOfTwo"
 CHURN_ARENA = f"shape churn, arena {POWER_OF_TWO}"
 CHURN_THREADS = "shape churn, 2 threads"
-CHURN_CPU_CUTS = "shape churn, the CPU's run cost"
+CHURN_UNPADDED = "shape churn, unpadded"
 READING = (
     "embed shapes, how to read the rows: 'random sizes, shapes repeating' against 'fixed shapes' is "
     "what smaller, unsorted batches cost; 'shape churn' well below 'shapes repeating' is a cost paid "
     f"per new input shape; 'arena {POWER_OF_TWO}' well above 'shape churn' puts that cost on the "
     "CUDA arena's growth (kSameAsRequested); '2 threads' against 'shape churn' is what two worker "
-    "threads on one session gain or lose; 'the CPU's run cost' against 'shape churn' is what cutting "
-    "batches where padding would cost more than a CPU run (RUN_COST_TOKENS) costs on the device, "
-    "whose engines cut only where the limits force (DEVICE_RUN_COST_TOKENS, "
-    "service/engine/tokenizer.py). shapes: distinct (rows, length) inputs the row's session ran; "
+    "threads on one session gain or lose; 'unpadded' against 'shape churn' is what padding runs to "
+    "a few shapes (DEVICE_SHAPE_STEPS, service/engine/tokenizer.py) saves on the device. shapes: "
+    "distinct (rows, length) inputs the row's session ran; "
     "rows_per_run: its mean rows per run: a rate that falls with rows_per_run, shapes repeating, "
     "is a cost per run rather than per shape."
 )
@@ -205,11 +204,11 @@ def run(gpu: GpuRun, threads: int) -> None:
         gpu.results.note(f"{CHURN_ARENA}: not measured, arena_extend_strategy is a CUDA option")
     systems.append(ShapeRun(CHURN_THREADS, engine(), RandomBatches(SEED, largest), lanes=2))
     if gpu.provider == "cuda":
-        cpu_cuts = engine()
-        cpu_cuts.sub_batches = replace(cpu_cuts.sub_batches, run_cost_tokens=RUN_COST_TOKENS)
-        systems.append(ShapeRun(CHURN_CPU_CUTS, cpu_cuts, RandomBatches(SEED, largest)))
+        unpadded = engine()
+        unpadded.sub_batches = replace(unpadded.sub_batches, shape_steps=(1, 1))
+        systems.append(ShapeRun(CHURN_UNPADDED, unpadded, RandomBatches(SEED, largest)))
     else:
-        gpu.results.note(f"{CHURN_CPU_CUTS}: not measured, the CPU's engines cut so already")
+        gpu.results.note(f"{CHURN_UNPADDED}: not measured, the CPU's engines do not pad")
     for repeating in systems[:2]:
         repeating.embed(sentences)  # their shapes warm before the runs
     measured = in_process(systems, sentences, gpu.sizes.rounds, gpu.sizes.shape_seconds)

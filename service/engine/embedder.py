@@ -111,7 +111,8 @@ class OnnxEmbedder:
                     list(EMBEDDING_OUTPUTS), self._feeds([todo[i].ids for i in chunk])
                 )
                 mid = time.perf_counter()
-                vectors = self._post(pooled, unit, [items[i] for i in chunk])
+                n = len(chunk)  # the run's own rows: the device pads runs to a few shapes
+                vectors = self._post(pooled[:n], unit[:n], [items[i] for i in chunk])
                 post_s += time.perf_counter() - mid
                 encoder_s += mid - start
             except Exception as e:  # a failing sub-batch fails its own items only
@@ -125,7 +126,8 @@ class OnnxEmbedder:
             observe_stage(self.name, "pool", post_s)
 
     def _feeds(self, ids: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
-        input_ids, mask = self.tokenizer.pad(ids)
+        rows, width = self.sub_batches.run_shape(len(ids), max(map(len, ids)), self.info.max_len)
+        input_ids, mask = self.tokenizer.pad(ids, rows, width)
         feeds = {EMBEDDING_INPUT_IDS: input_ids, EMBEDDING_ATTENTION_MASK: mask}
         if EMBEDDING_TOKEN_TYPE_IDS in self._inputs:
             feeds[EMBEDDING_TOKEN_TYPE_IDS] = np.zeros_like(input_ids)

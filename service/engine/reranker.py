@@ -160,7 +160,8 @@ class OnnxReranker:
         for chunk in self.sub_batches.cut({i: pair.n_tokens for i, pair in todo.items()}):
             try:
                 (logits,) = self.session.run([RERANK_OUTPUT], self._feeds([todo[i] for i in chunk]))
-                scores = np.asarray(logits, dtype=np.float32).reshape(len(chunk), -1)[:, 0]
+                # the run's own rows: the device pads runs to a few shapes
+                scores = np.asarray(logits[: len(chunk)], dtype=np.float32).reshape(len(chunk), -1)[:, 0]
             except Exception as e:  # a failing sub-batch fails its own items only
                 for i in chunk:
                     results[i] = e
@@ -171,11 +172,15 @@ class OnnxReranker:
             observe_stage(self.name, "encoder", time.perf_counter() - started)
 
     def _feeds(self, pairs: Sequence[PairEncoded]) -> dict[str, np.ndarray]:
-        """Right-padded ids, mask and (where the graph takes them) token type ids, int64 (B, T)."""
-        width = max(p.n_tokens for p in pairs)
-        ids = np.full((len(pairs), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(pairs), width), dtype=np.int64)
-        types = np.zeros((len(pairs), width), dtype=np.int64)
+        """Right-padded ids, mask and (where the graph takes them) token type ids, int64 (B, T), in
+        the run's shape (``SubBatches.run_shape``)."""
+        rows, width = self.sub_batches.run_shape(
+            len(pairs), max(p.n_tokens for p in pairs), self.info.max_len
+        )
+        ids = np.full((rows, width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((rows, width), dtype=np.int64)
+        mask[len(pairs) :, :1] = 1  # rows beyond the pairs: one pad token each, dropped after
+        types = np.zeros((rows, width), dtype=np.int64)
         for row, pair in enumerate(pairs):
             ids[row, : pair.n_tokens] = pair.ids
             mask[row, : pair.n_tokens] = 1

@@ -34,6 +34,11 @@ DEVICE_RUN_COST_TOKENS = 1 << 20
 """The same on CUDA: there a run costs its kernel launches (on the H100, a decoder step of our
 3-layer model took about 3 ms whatever its batch), and the padding a batch within its limits
 holds is computed in parallel at almost no cost, so a batch is cut only where its limits force."""
+DEVICE_SHAPE_STEPS = (8, 16)
+"""On CUDA a run is padded to rows a multiple of 8 and a length a multiple of 16: the device pays a
+one-time setup for every new input shape (5 ms on an H200, 43-74 ms with cuDNN's flash attention
+on), and unpadded batches bring new shapes for as long as the engine serves (up to rows × lengths
+of them); padded, a model of 128 tokens and runs of 128 rows has 128 (docs/decisions.md)."""
 
 
 def padded_partition(
@@ -74,13 +79,25 @@ class SubBatches:
     max_rows: int = 64
     max_tokens: int = 16384
     run_cost_tokens: int = RUN_COST_TOKENS
+    shape_steps: tuple[int, int] = (1, 1)  # a run's rows and length, padded up to multiples of these
 
     def on_device(self) -> SubBatches:
         """These limits for an engine on CUDA: a run costs its launches (``DEVICE_RUN_COST_TOKENS``),
-        and only the token budget bounds its rows (a GPU computes many short rows as fast as a few)."""
+        only the token budget bounds its rows (a GPU computes many short rows as fast as a few),
+        and its shape is padded to a few (``DEVICE_SHAPE_STEPS``)."""
         return replace(
-            self, max_rows=max(self.max_rows, self.max_tokens), run_cost_tokens=DEVICE_RUN_COST_TOKENS
+            self,
+            max_rows=max(self.max_rows, self.max_tokens),
+            run_cost_tokens=DEVICE_RUN_COST_TOKENS,
+            shape_steps=DEVICE_SHAPE_STEPS,
         )
+
+    def run_shape(self, rows: int, length: int, max_length: int) -> tuple[int, int]:
+        """The (rows, length) a run of ``rows`` items, the longest ``length`` tokens, is padded to:
+        up to ``shape_steps``, the length never past the model's ``max_length`` on that account."""
+        step_rows, step_length = self.shape_steps
+        padded_length = max(length, min(-(-length // step_length) * step_length, max_length))
+        return -(-rows // step_rows) * step_rows, padded_length
 
     def for_provider(self, provider: str) -> SubBatches:
         """These limits for an engine whose session runs on ``provider``: a run on CUDA costs
@@ -212,16 +229,25 @@ class TextTokenizer:
     def _too_long(self, n: int) -> TextTooLong:
         return TextTooLong(f"text has {n} tokens; the model takes at most {self.max_len}", self.max_len)
 
-    def pad(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Right-pad to the longest sequence: ids (B, T) int64 and mask (B, T) int64, 1 = real.
-        The ids are read in one pass and put in place by the mask (row-major, as they come),
-        not row by row."""
+    def pad(
+        self, seqs: Sequence[Sequence[int]], rows: int = 0, width: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Right-pad to the longest sequence, or to ``width`` if longer: ids (B, T) int64 and mask
+        (B, T) int64, 1 = real; B is ``rows`` where that is more than the sequences, the rows
+        beyond them one pad token each (``SubBatches.run_shape``; their outputs are dropped). The
+        ids are read in one pass and put in place by the mask (row-major, as they come), not row
+        by row."""
         lengths = np.fromiter(map(len, seqs), dtype=np.intp, count=len(seqs))
-        width = int(lengths.max(initial=0))
+        width = max(int(lengths.max(initial=0)), width)
         real = np.arange(width) < lengths[:, None]
-        ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
-        ids[real] = np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum()))
-        return ids, real.astype(np.int64)
+        ids = np.full((max(len(seqs), rows), width), self.pad_id, dtype=np.int64)
+        ids[: len(seqs)][real] = np.fromiter(
+            chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum())
+        )
+        mask = np.zeros(ids.shape, dtype=np.int64)
+        mask[: len(seqs)] = real
+        mask[len(seqs) :, :1] = 1
+        return ids, mask
 
     def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Each sequence's text, one after the other: the library's batch call hands the few a

@@ -17,8 +17,8 @@ from benchmarks.gpu.run import DEVICE_VARIANT, QUICK, GpuRun
 from benchmarks.gpu.shapes import (
     CHURN,
     CHURN_ARENA,
-    CHURN_CPU_CUTS,
     CHURN_THREADS,
+    CHURN_UNPADDED,
     FIXED,
     REPEATING,
     RandomBatches,
@@ -65,7 +65,7 @@ def test_the_rows_measure_fixed_shapes_against_churn_and_skip_the_arena_on_the_c
     assert rows[FIXED].extra["rows_per_run"] > rows[CHURN].extra["rows_per_run"]
     assert "arena" not in rows[CHURN].extra  # no CUDA options on a CPU session
     assert f"{CHURN_ARENA}: not measured, arena_extend_strategy is a CUDA option" in gpu.results.notes
-    assert f"{CHURN_CPU_CUTS}: not measured, the CPU's engines cut so already" in gpu.results.notes
+    assert f"{CHURN_UNPADDED}: not measured, the CPU's engines do not pad" in gpu.results.notes
     assert gpu.results.notes[-1] == shapes.READING
     assert engine_session.resolve_providers is resolve
 

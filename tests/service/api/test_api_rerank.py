@@ -218,4 +218,19 @@ def test_a_reranker_on_cuda_cuts_its_batches_as_a_device_does(
     limits = SubBatches(8, 512)
     assert OnnxReranker(artefact, SessionConfig("cpu", 1), limits).sub_batches == limits
     monkeypatch.setattr(reranker_module, "used_provider", lambda _: CUDA)
-    assert OnnxReranker(artefact, SessionConfig("cpu", 1), limits).sub_batches == limits.on_device()
+    on_cuda = OnnxReranker(artefact, SessionConfig("cpu", 1), limits)
+    assert on_cuda.sub_batches == limits.on_device()
+    # its runs padded to the device's shapes, each pair keeps the score the CPU gives it
+    on_cpu = OnnxReranker(artefact, SessionConfig("cpu", 1), limits)
+    rows: list[int] = []
+    real_run = on_cuda.session.run
+    monkeypatch.setattr(
+        on_cuda.session,
+        "run",
+        lambda names, feeds: rows.append(len(feeds["input_ids"])) or real_run(names, feeds),
+    )
+    items = [RerankItem(QUERY, t) for t in TEXTS]
+    for got, want in zip(on_cuda.rerank(items), on_cpu.rerank(items), strict=True):
+        assert isinstance(got, Relevance) and isinstance(want, Relevance)
+        assert got.logit == pytest.approx(want.logit, abs=1e-5) and got.n_tokens == want.n_tokens
+    assert rows and all(n % 8 == 0 for n in rows)

@@ -133,6 +133,28 @@ def test_an_engine_on_cuda_cuts_its_batches_as_a_device_does(
     assert on_cuda.sub_batches == limits.on_device() != limits
 
 
+def test_runs_padded_to_the_device_s_shapes_give_each_text_its_own_vector(
+    embedding_artefact: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA a run is padded to rows a multiple of 8 and a length a multiple of 16: the rows
+    added are dropped, and each text's vector is the one the CPU's unpadded runs give it."""
+    runs: list[tuple[int, ...]] = []
+    on_cpu = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1))
+    device = OnnxEmbedder(embedding_artefact, SessionConfig("cpu", 1), SubBatches().on_device())
+    real_run = device.session.run
+    monkeypatch.setattr(
+        device.session,
+        "run",
+        lambda names, feeds: runs.append(feeds["input_ids"].shape) or real_run(names, feeds),
+    )
+    items = [EmbedItem(t, normalize=k % 2 == 0) for k, t in enumerate(TEXTS)]
+    padded = device.embed(items)
+    assert runs == [(8, 16)] and len(padded) == len(TEXTS)
+    for got, want in zip(padded, on_cpu.embed(items), strict=True):
+        np.testing.assert_allclose(ok(got).vector, ok(want).vector, atol=1e-5)
+        assert ok(got).n_tokens == ok(want).n_tokens
+
+
 def test_too_long_fails_alone_unless_truncation_is_on(embedder: OnnxEmbedder) -> None:
     long_text = " ".join(["red dogs"] * 20)
     assert embedder.count_tokens(long_text) > embedder.info.max_len

@@ -104,6 +104,26 @@ def test_on_a_device_a_batch_is_cut_only_where_its_limits_force() -> None:
     assert SubBatches(64, 500).on_device().cut(lengths) == [list(range(20)), [20]]  # 21 × 50 > 500
 
 
+def test_a_device_run_is_padded_to_a_few_shapes_and_a_cpu_run_is_not() -> None:
+    """Rows up to a multiple of 8, the length up to one of 16 but never past the model's."""
+    device = SubBatches().on_device()
+    assert device.run_shape(5, 17, 128) == (8, 32)
+    assert device.run_shape(8, 16, 128) == (8, 16)
+    assert device.run_shape(9, 120, 126) == (16, 126)
+    assert SubBatches().run_shape(5, 17, 128) == (5, 17)
+
+
+def test_pad_fills_the_rows_and_columns_a_run_shape_asks_for() -> None:
+    """Real rows keep their ids and mask; the rows added hold one pad token each, so that every
+    row of the run is a valid input whose output is dropped."""
+    t = TextTokenizer(word_tokenizer(), max_len=8, pad_id=0)
+    ids, mask = t.pad([[5, 6, 7], [8]], rows=4, width=5)
+    assert ids.tolist() == [[5, 6, 7, 0, 0], [8, 0, 0, 0, 0], [0] * 5, [0] * 5]
+    assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 0]]
+    same_ids, same_mask = t.pad([[5, 6, 7], [8]])
+    assert same_ids.shape == same_mask.shape == (2, 3)
+
+
 def test_padded_partition_is_the_cheapest_partition() -> None:
     rng = random.Random(0)
     for _ in range(200):
