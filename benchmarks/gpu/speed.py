@@ -32,15 +32,13 @@ embedding runs reuse the CPU stages' timing (``timed_pass.throughput``, ``transl
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Service, percentiles_ms, sts_sentences
 from benchmarks.embedding import InProcessRun, in_process
-from benchmarks.gpu import shapes
+from benchmarks.gpu import shapes, step_profile
 from benchmarks.gpu.baselines import (
     HFGenerateOnDevice,
     SentenceTransformersOnDevice,
@@ -49,6 +47,7 @@ from benchmarks.gpu.baselines import (
     translation_checkpoint,
 )
 from benchmarks.gpu.goals import BEAM, batching_goal, embedding_goal, translation_goals
+from benchmarks.gpu.ours import ENGINE_THREADS, EmbedOnDevice, OursOnDevice
 from benchmarks.gpu.quality import split_sentences
 from benchmarks.gpu.run import DEVICE_VARIANT, GpuRun
 from benchmarks.loadgen import BodyFactory
@@ -56,83 +55,16 @@ from benchmarks.results import Row
 from benchmarks.server_account import RoundObserver, accounted, local, scrape
 from benchmarks.server_profile import PySpy
 from benchmarks.serving import load_row
-from benchmarks.timed_pass import Run, natural_max_len, throughput
+from benchmarks.timed_pass import Run, throughput
 from benchmarks.translation import bleu, latencies
 from benchmarks.translators import OursHTTP, TextCodec, Translator, Workload
 from service.artefacts import read_manifest
-from service.engine.session import SessionConfig
 from service.settings import DEFAULT_EMBED_MODEL, DEFAULT_TRANSLATE_MODELS
 
 TRANSLATOR = DEFAULT_TRANSLATE_MODELS[0]  # en→de
-ENGINE_THREADS = 4  # onnxruntime intra-op threads of our in-process engines
 EMBED_CLIENTS, TRANSLATE_CLIENTS = 64, 16  # one sentence per request each
 ONE_AT_A_TIME = "dynamic batching, one batch at a time (1 worker thread, no express)"
 PROFILE_MARGIN_S = 1.0  # py-spy records the first round's warm-up requests too
-
-
-class OursOnDevice:
-    """Our ``OnnxTranslator`` as the service loads it on ``provider`` (fp16 on CUDA keeps memory,
-    cache and top-k on the device), called directly."""
-
-    server_pids: Sequence[int] = ()
-
-    def __init__(self, artefact_dir: Path, provider: str, name: str) -> None:
-        from service.engine.translation.translator import OnnxTranslator
-
-        self.name = name
-        self.engine = OnnxTranslator(artefact_dir, SessionConfig(provider, ENGINE_THREADS))
-        self.engine.warmup()
-
-    def translate(self, texts: Sequence[str], w: Workload) -> tuple[list[str], int]:
-        """Whole batches: ``texts`` decoded together to the last one's end."""
-        from service.engine.base import TranslateItem, TranslateOptions
-
-        self.engine.max_decode_rows = max(len(texts) * w.beam, 1)
-        options = TranslateOptions(beam_size=w.beam, max_length=w.max_len)
-        return self._done(self.engine.translate([TranslateItem(t, options) for t in texts]))
-
-    def continuous(self, texts: Sequence[str], batch: int, codec: TextCodec) -> tuple[float, list[str]]:
-        """(target tokens/s, outputs): every sentence in one call, at most ``batch`` decoding at once."""
-        from service.engine.base import TranslateItem, TranslateOptions
-
-        self.engine.max_decode_rows = batch * BEAM
-        items = [
-            TranslateItem(t, TranslateOptions(beam_size=BEAM, max_length=natural_max_len([t], codec)))
-            for t in texts
-        ]
-        start = time.perf_counter()
-        outputs, tokens = self._done(self.engine.translate(items))
-        return tokens / (time.perf_counter() - start), outputs
-
-    @staticmethod
-    def _done(results: Sequence[Any]) -> tuple[list[str], int]:
-        errors = [r for r in results if isinstance(r, Exception)]
-        if errors:
-            raise errors[0]
-        return [r.hypotheses[0].text for r in results], sum(r.n_output_tokens for r in results)
-
-
-class EmbedOnDevice:
-    """Our embedding engine as the service loads it on ``provider``, in calls of ``batch`` sentences."""
-
-    def __init__(self, artefact_dir: Path, provider: str, batch: int, name: str) -> None:
-        from service.engine.loader import load_engine
-
-        self.name, self.config, self.batch = name, f"batch {batch}", batch
-        session = SessionConfig(provider, ENGINE_THREADS)
-        self.engine: Any = load_engine(
-            artefact_dir, session, max_batch_size=batch, max_batch_tokens=batch * 128
-        )
-        self.engine.warmup()
-
-    def embed(self, sentences: Sequence[str]) -> None:
-        from service.engine.base import EmbedItem
-
-        for i in range(0, len(sentences), self.batch):
-            out = self.engine.embed([EmbedItem(s) for s in sentences[i : i + self.batch]])
-            errors = [r for r in out if isinstance(r, Exception)]
-            if errors:
-                raise errors[0]
 
 
 def best_pass(system: Translator, texts: Sequence[str], batch: int, codec: TextCodec, rounds: int) -> Run:
@@ -350,5 +282,6 @@ def run(gpu: GpuRun, device_service: Service | None) -> None:
     gpu.guard("speed: translation", translation, gpu, device_service)
     gpu.guard("speed: embeddings", embeddings, gpu, device_service)
     gpu.guard("speed: embedding shapes", shapes.run, gpu, ENGINE_THREADS)
+    gpu.guard("speed: decoder steps", step_profile.run, gpu)
     if device_service is not None:
         gpu.guard("speed: dynamic batching vs batch size 1", batching, gpu, device_service)

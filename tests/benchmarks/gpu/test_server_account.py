@@ -16,8 +16,8 @@ import pytest
 from benchmarks import server_profile
 from benchmarks.common import Service, free_port
 from benchmarks.gpu import speed
+from benchmarks.gpu.ours import EmbedOnDevice
 from benchmarks.gpu.run import QUICK, GpuRun
-from benchmarks.gpu.speed import EmbedOnDevice
 from benchmarks.results import Results
 from benchmarks.server_account import Snapshot, account, accounted, local, of_service, scrape
 from benchmarks.server_profile import PySpy, py_spy_binary, summarise, top_frames, top_stacks
