@@ -35,7 +35,7 @@ ELEMENT_NUMPY: dict[str, type[np.generic]] = {
 
 # onnxruntime-gpu's switch for cuDNN's flash attention in its fused Attention op (the embedding and
 # rerank graphs have it). On an H200 with onnxruntime-gpu 1.31.1 that kernel built a cuDNN graph
-# for every new input shape: 45-63 ms per shape against 5 ms with it off, the same 1.5 ms a batch
+# for every new input shape: 43-74 ms per shape against 5 ms with it off, the same 1.5 ms a batch
 # of 32 × 64 once warm. Served batches change shape all the time, so it is off unless the
 # operator's environment says otherwise.
 CUDNN_FLASH_ATTENTION = "ORT_ENABLE_CUDNN_FLASH_ATTENTION"
