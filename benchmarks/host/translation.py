@@ -213,15 +213,12 @@ def measure(
     engine: OnnxTranslator, runs: FreeRuns, batches: Sequence[int], beam: int = 4, rounds: int = 2
 ) -> dict[str, HostCost]:
     """The best of ``rounds`` per batch size and mode: keys "whole/<batch>", "continuous/<batch>"
-    (continuous where the layout lets sentences join midway). Each after a pass of its own that
-    is not counted: a serving engine has grown its buffers to its batches' sizes once, and the
-    first pass at a larger size pays for that growth (whole/128 on the device layout: 15.3
-    against 8.7 µs a sentence-step warm)."""
+    (continuous where the layout lets sentences join midway)."""
+    whole_batch(engine, runs, 2, beam)  # first allocations
     costs: dict[str, HostCost] = {}
     for batch in batches:
         modes = ["whole", "continuous"] if engine.joins_midway and batch > 1 else ["whole"]
         for mode in modes:
-            _measured(engine, runs, mode, batch, beam)  # its buffers grown to this size
             passes = (_measured(engine, runs, mode, batch, beam) for _ in range(rounds))
             costs[f"{mode}/{batch}"] = min(passes, key=lambda c: c.us_per_sentence_step)
     return costs
