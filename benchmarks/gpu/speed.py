@@ -46,8 +46,8 @@ from benchmarks.gpu.baselines import (
     embedding_model_dir,
     translation_checkpoint,
 )
-from benchmarks.gpu.goals import BEAM, batching_goal, embedding_goal, translation_goals
-from benchmarks.gpu.ours import ENGINE_THREADS, EmbedOnDevice, OursOnDevice
+from benchmarks.gpu.goals import batching_goal, embedding_goal, translation_goals
+from benchmarks.gpu.ours import BEAM, ENGINE_THREADS, EmbedOnDevice, OursOnDevice
 from benchmarks.gpu.quality import split_sentences
 from benchmarks.gpu.run import DEVICE_VARIANT, GpuRun
 from benchmarks.loadgen import BodyFactory

@@ -25,8 +25,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from benchmarks.gpu.goals import BEAM
-from benchmarks.gpu.ours import OursOnDevice
+from benchmarks.gpu.ours import BEAM, OursOnDevice
 from benchmarks.gpu.quality import split_sentences
 from benchmarks.gpu.run import DEVICE_VARIANT, GpuRun
 from benchmarks.results import Row

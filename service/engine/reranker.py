@@ -33,7 +33,7 @@ from service.artefacts import (
 )
 from service.engine.base import Encoded, Engine, TextTooLong
 from service.engine.session import DEFAULT_SESSION, SessionConfig, open_graph, used_provider, warmup
-from service.engine.tokenizer import DEFAULT_SUB_BATCHES, SubBatches
+from service.engine.tokenizer import DEFAULT_SUB_BATCHES, SubBatches, right_padded
 from service.metrics import INPUT_TOKENS, labelled, observe_stage, timed
 
 
@@ -177,14 +177,8 @@ class OnnxReranker:
         rows, width = self.sub_batches.run_shape(
             len(pairs), max(p.n_tokens for p in pairs), self.info.max_len
         )
-        ids = np.full((rows, width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((rows, width), dtype=np.int64)
-        mask[len(pairs) :, :1] = 1  # rows beyond the pairs: one pad token each, dropped after
-        types = np.zeros((rows, width), dtype=np.int64)
-        for row, pair in enumerate(pairs):
-            ids[row, : pair.n_tokens] = pair.ids
-            mask[row, : pair.n_tokens] = 1
-            types[row, : pair.n_tokens] = pair.type_ids
+        ids, mask = right_padded([p.ids for p in pairs], self.pad_id, rows, width)
+        types, _ = right_padded([p.type_ids for p in pairs], 0, rows, width)
         feeds = {EMBEDDING_INPUT_IDS: ids, EMBEDDING_ATTENTION_MASK: mask, EMBEDDING_TOKEN_TYPE_IDS: types}
         return {k: v for k, v in feeds.items() if k in self._inputs}
 

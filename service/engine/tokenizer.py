@@ -24,7 +24,7 @@ from service.cuda import CUDA
 from service.engine.base import Encoded, TextTooLong
 from service.engine.ids_tokenizer import IdsTokenizer
 
-__all__ = ["Encoded", "EncodingCache", "SubBatches", "TextTokenizer", "padded_partition"]
+__all__ = ["Encoded", "EncodingCache", "SubBatches", "TextTokenizer", "padded_partition", "right_padded"]
 
 RUN_COST_TOKENS = 8
 """What one more encoder run costs on the CPU, in padded tokens: a run's fixed overhead against
@@ -69,6 +69,24 @@ def padded_partition(
         cuts.append((start_of[end], end))
         end = start_of[end]
     return cuts[::-1]
+
+
+def right_padded(
+    seqs: Sequence[Sequence[int]], pad_id: int, rows: int = 0, width: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad to the longest sequence, or to ``width`` if longer: ids (B, T) int64 and mask
+    (B, T) int64, 1 = real; B is ``rows`` where that is more than the sequences, the rows beyond
+    them one pad token each (``SubBatches.run_shape``; their outputs are dropped). The ids are
+    read in one pass and put in place by the mask (row-major, as they come), not row by row."""
+    lengths = np.fromiter(map(len, seqs), dtype=np.intp, count=len(seqs))
+    width = max(int(lengths.max(initial=0)), width)
+    real = np.arange(width) < lengths[:, None]
+    ids = np.full((max(len(seqs), rows), width), pad_id, dtype=np.int64)
+    ids[: len(seqs)][real] = np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum()))
+    mask = np.zeros(ids.shape, dtype=np.int64)
+    mask[: len(seqs)] = real
+    mask[len(seqs) :, :1] = 1
+    return ids, mask
 
 
 @dataclass(frozen=True)
@@ -232,22 +250,8 @@ class TextTokenizer:
     def pad(
         self, seqs: Sequence[Sequence[int]], rows: int = 0, width: int = 0
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Right-pad to the longest sequence, or to ``width`` if longer: ids (B, T) int64 and mask
-        (B, T) int64, 1 = real; B is ``rows`` where that is more than the sequences, the rows
-        beyond them one pad token each (``SubBatches.run_shape``; their outputs are dropped). The
-        ids are read in one pass and put in place by the mask (row-major, as they come), not row
-        by row."""
-        lengths = np.fromiter(map(len, seqs), dtype=np.intp, count=len(seqs))
-        width = max(int(lengths.max(initial=0)), width)
-        real = np.arange(width) < lengths[:, None]
-        ids = np.full((max(len(seqs), rows), width), self.pad_id, dtype=np.int64)
-        ids[: len(seqs)][real] = np.fromiter(
-            chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum())
-        )
-        mask = np.zeros(ids.shape, dtype=np.int64)
-        mask[: len(seqs)] = real
-        mask[len(seqs) :, :1] = 1
-        return ids, mask
+        """``right_padded`` with this tokenizer's pad id."""
+        return right_padded(seqs, self.pad_id, rows, width)
 
     def decode_batch(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Each sequence's text, one after the other: the library's batch call hands the few a

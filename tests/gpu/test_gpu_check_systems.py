@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.gpu.goals import BEAM
-from benchmarks.gpu.ours import EmbedOnDevice, OursOnDevice
+from benchmarks.gpu.ours import BEAM, EmbedOnDevice, OursOnDevice
 from benchmarks.translators import TextCodec, Workload
 from service.artefacts import read_manifest
 from service.engine.base import TranslateItem, TranslateOptions
